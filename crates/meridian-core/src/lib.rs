@@ -1,0 +1,32 @@
+//! `meridian-core`: the vocabulary every other Meridian crate speaks.
+//!
+//! * [`ids`] — regions, shards, replicas, nodes, transactions, client requests.
+//! * [`time`] — local clock readings and protocol [`Timestamp`]s.
+//! * [`txn`] — the transaction model of DESIGN §6: one-shot pieces (get/put/add/append and
+//!   registered stored procedures, with declared value dependencies), interactive steps,
+//!   and outcomes.
+//! * [`node`] — the sans-IO contract: a [`Node`] reacts to events through a [`Context`]
+//!   and emits [`Effect`]s; a [`Protocol`] builds the nodes of a cluster. The simulator and
+//!   the runtime are two drivers of the same contract.
+//! * [`topology`] — the topology TOML of DESIGN §5 and the [`Cluster`] layout derived from it.
+//! * [`partition`] — which shard owns a key.
+//!
+//! Lower crates never import higher ones: `core` depends on nothing of Meridian's.
+
+pub mod ids;
+pub mod node;
+pub mod partition;
+pub mod time;
+pub mod topology;
+pub mod txn;
+pub mod value;
+
+pub use ids::{ClientId, NodeId, RegionId, ReplicaId, RequestId, ShardId, TxnId};
+pub use node::{Context, Effect, Node, NodeRng, Protocol, ProtocolConfig, TimerId};
+pub use partition::Partitioner;
+pub use time::Timestamp;
+pub use topology::{ClockProfile, Cluster, NodeRole, Topology, TopologyError};
+pub use txn::{
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Op, Operand, Outcome, Piece,
+    PieceBody, PieceResult, Procedures, Step, Txn, Value,
+};

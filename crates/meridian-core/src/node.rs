@@ -1,0 +1,244 @@
+//! The sans-IO node contract (DESIGN §1, §3).
+//!
+//! A [`Node`] is a deterministic state machine. A driver (the simulator, or the tokio runtime)
+//! calls one handler per event and hands it a [`Context`]: the node's identity, its **local**
+//! clock reading, a seeded RNG, and a buffer into which the handler pushes [`Effect`]s
+//! (send, timers, respond to a client, persist a record). The driver then carries the effects
+//! out. A node never touches a socket, a thread, a real clock or a global RNG, so the same
+//! code runs bit-for-bit the same under the simulator and in a real process.
+//!
+//! Crash and restart: a crashed node loses its memory. What it must keep it hands to the
+//! driver as [`Effect::Persist`] records (its write-ahead log); on restart the driver builds
+//! a new node with [`Protocol::build`] from those records, then calls [`Node::on_start`].
+//!
+//! Timers measure durations on the node's local clock; a driver may let them fire a little
+//! early or late relative to the clock reading (drift, steps), so a handler that waits for
+//! "local clock ≥ t" re-reads [`Context::now_ns`] when the timer fires and re-arms if needed.
+
+use crate::ids::{NodeId, RegionId, RequestId, ShardId};
+use crate::topology::Cluster;
+use crate::txn::{ClientRequest, ClientResponse, Procedures};
+use rand_chacha::ChaCha8Rng;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The RNG a node draws from: seeded by the driver, reproducible on every platform.
+pub type NodeRng = ChaCha8Rng;
+
+/// Identifies a pending timer of one node, for cancellation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerId(pub u64);
+
+/// What a handler asks its driver to do.
+#[derive(Clone, Debug)]
+pub enum Effect<M, T, R> {
+    /// Deliver `msg` to node `to` (the network may delay, drop or duplicate it).
+    Send { to: NodeId, msg: M },
+    /// Call [`Node::on_timer`] with `timer` after `after_ns` of local time.
+    SetTimer {
+        id: TimerId,
+        after_ns: u64,
+        timer: T,
+    },
+    /// Forget a pending timer (no effect if it already fired).
+    CancelTimer { id: TimerId },
+    /// Answer the client request `request`.
+    Respond {
+        request: RequestId,
+        response: ClientResponse,
+    },
+    /// Append a record to this node's durable log; it survives a crash.
+    Persist { record: R },
+}
+
+/// The handle through which a handler acts. Built by drivers with [`Context::new`].
+pub struct Context<'a, M, T, R> {
+    node: NodeId,
+    now_ns: u64,
+    rng: &'a mut NodeRng,
+    effects: &'a mut Vec<Effect<M, T, R>>,
+    next_timer: &'a mut u64,
+}
+
+/// The context type of node type `N`.
+pub type Ctx<'a, N> = Context<'a, <N as Node>::Msg, <N as Node>::Timer, <N as Node>::Record>;
+
+impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
+    /// For drivers: a context for one event of `node` at local time `now_ns`.
+    pub fn new(
+        node: NodeId,
+        now_ns: u64,
+        rng: &'a mut NodeRng,
+        effects: &'a mut Vec<Effect<M, T, R>>,
+        next_timer: &'a mut u64,
+    ) -> Self {
+        Context {
+            node,
+            now_ns,
+            rng,
+            effects,
+            next_timer,
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.node
+    }
+
+    /// This node's local clock reading, in nanoseconds (not true time: clocks err).
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// The node's seeded RNG.
+    pub fn rng(&mut self) -> &mut NodeRng {
+        self.rng
+    }
+
+    pub fn send(&mut self, to: NodeId, msg: M) {
+        self.effects.push(Effect::Send { to, msg });
+    }
+
+    /// Sends a copy of `msg` to each of `to`.
+    pub fn multicast(&mut self, to: impl IntoIterator<Item = NodeId>, msg: &M) {
+        for node in to {
+            self.send(node, msg.clone());
+        }
+    }
+
+    /// Arms a timer `after_ns` of local time from now.
+    pub fn set_timer(&mut self, after_ns: u64, timer: T) -> TimerId {
+        *self.next_timer += 1;
+        let id = TimerId(*self.next_timer);
+        self.effects.push(Effect::SetTimer {
+            id,
+            after_ns,
+            timer,
+        });
+        id
+    }
+
+    pub fn cancel_timer(&mut self, id: TimerId) {
+        self.effects.push(Effect::CancelTimer { id });
+    }
+
+    pub fn respond(&mut self, request: RequestId, response: ClientResponse) {
+        self.effects.push(Effect::Respond { request, response });
+    }
+
+    pub fn persist(&mut self, record: R) {
+        self.effects.push(Effect::Persist { record });
+    }
+}
+
+/// A deterministic protocol state machine.
+pub trait Node: Sized + 'static {
+    /// The protocol's wire message.
+    type Msg: Clone + Debug + Send + Serialize + DeserializeOwned + 'static;
+    /// What a timer carries back to the node.
+    type Timer: Clone + Debug + Send + 'static;
+    /// A durable (write-ahead) record.
+    type Record: Clone + Debug + Send + Serialize + DeserializeOwned + 'static;
+
+    /// Called once after the node is built (at boot, and after every restart).
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>);
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Self::Msg);
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Self::Timer);
+
+    /// A client hands this node (a coordinator) a request; answer it with
+    /// [`Context::respond`] exactly once.
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    );
+}
+
+/// Protocol options (`key=value` pairs from the CLI or an experiment file), with typed getters
+/// that turn a malformed value into an error naming the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProtocolConfig {
+    options: BTreeMap<String, String>,
+}
+
+impl ProtocolConfig {
+    /// Parses `key=value,key=value`.
+    pub fn parse(text: &str) -> Result<ProtocolConfig, String> {
+        let mut options = BTreeMap::new();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("protocol option `{pair}` is not key=value"))?;
+            options.insert(key.trim().to_string(), value.trim().to_string());
+        }
+        Ok(ProtocolConfig { options })
+    }
+
+    pub fn set(&mut self, key: &str, value: impl ToString) {
+        self.options.insert(key.to_string(), value.to_string());
+    }
+
+    /// The value of `key` parsed as `V`, or `default` when absent.
+    pub fn get<V: FromStr>(&self, key: &str, default: V) -> Result<V, String> {
+        match self.options.get(key) {
+            None => Ok(default),
+            Some(text) => text
+                .parse()
+                .map_err(|_| format!("protocol option `{key}` has bad value `{text}`")),
+        }
+    }
+
+    /// Fails on any option not in `known`, so a typo is not silently ignored.
+    pub fn check_known(&self, known: &[&str]) -> Result<(), String> {
+        match self.options.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(k) => Err(format!(
+                "unknown protocol option `{k}` (known: {})",
+                known.join(", ")
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What every node of a protocol is built from.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub cluster: Arc<Cluster>,
+    pub config: ProtocolConfig,
+    pub procedures: Arc<Procedures>,
+}
+
+/// A protocol: a name, the isolation level it promises, and how to build its nodes.
+pub trait Protocol: 'static {
+    type Node: Node;
+
+    /// The name used by `--protocol`.
+    const NAME: &'static str;
+    /// The checker model the protocol promises (`strict-serializable`, `snapshot-isolation`…).
+    const GUARANTEE: &'static str;
+
+    /// Extra service nodes the protocol needs (name, region), e.g. a view manager or an
+    /// oracle. They are placed after the replicas and coordinators.
+    fn services(_cluster_without_services: &Cluster) -> Vec<(String, RegionId)> {
+        Vec::new()
+    }
+
+    /// Validates the options before any node is built.
+    fn check_config(config: &ProtocolConfig) -> Result<(), String>;
+
+    /// Builds node `node`, fresh (`recovered` empty) or after a crash from its durable records.
+    fn build(node: NodeId, setup: &Setup, recovered: &[<Self::Node as Node>::Record])
+        -> Self::Node;
+
+    /// The physical latency bound, in ms, for a transaction from `coordinator` touching
+    /// `shards`: what the report's `bound_ms` and `p50_wrtt` are measured against.
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64;
+}
