@@ -64,6 +64,9 @@ pub struct Context<'a, M, T, R> {
     next_timer: &'a mut u64,
 }
 
+/// The effect type of node type `N`.
+pub type NodeEffect<N> = Effect<<N as Node>::Msg, <N as Node>::Timer, <N as Node>::Record>;
+
 /// The context type of node type `N`.
 pub type Ctx<'a, N> = Context<'a, <N as Node>::Msg, <N as Node>::Timer, <N as Node>::Record>;
 
@@ -160,6 +163,24 @@ pub trait Node: Sized + 'static {
         request: RequestId,
         req: ClientRequest,
     );
+}
+
+/// Parses `key=value,key=value` (the shape of protocol and workload options); a repeated
+/// key or a pair without `=` is an error naming it.
+pub fn parse_key_values(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut options = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("option `{pair}` is not key=value"))?;
+        if options
+            .insert(key.trim().to_string(), value.trim().to_string())
+            .is_some()
+        {
+            return Err(format!("option `{}` is given twice", key.trim()));
+        }
+    }
+    Ok(options)
 }
 
 /// Protocol options (`key=value` pairs from the CLI or an experiment file), with typed getters

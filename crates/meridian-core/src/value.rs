@@ -23,7 +23,7 @@ pub fn decode_int(bytes: &[u8]) -> Option<i64> {
 
 /// Decodes a list of integers; `None` if the length is not a multiple of [`INT_BYTES`].
 pub fn decode_list(bytes: &[u8]) -> Option<Vec<i64>> {
-    if bytes.len() % INT_BYTES != 0 {
+    if !bytes.len().is_multiple_of(INT_BYTES) {
         return None;
     }
     Some(

@@ -1,1 +1,33 @@
-//! placeholder
+//! `meridian-sim`: the deterministic simulator (DESIGN §3, §4, §8).
+//!
+//! A discrete-event loop over virtual time drives any [`Protocol`]'s nodes through the
+//! sans-IO contract of `meridian-core`:
+//!
+//! * **Network** ([`network`]): one-way delay per region pair from the topology, plus an
+//!   exponential jitter of mean `jitter_ms` (reordering emerges from it), loss, duplication and
+//!   partitions. A message to oneself is delivered at once.
+//! * **Clocks** ([`clock`]): every node reads its own local clock, modelled per profile.
+//! * **Faults** ([`faults`]): crash and restart (a restarted node is rebuilt from its durable
+//!   records), partitions, loss, duplication, clock steps — scheduled or seeded-random.
+//! * **Clients**: closed-loop clients attached to coordinators draw transactions from a
+//!   [`Workload`]; one-shot plans are one request, interactive plans a session of steps.
+//!   Each finished transaction becomes a history entry (true virtual times).
+//! * **Service time**: optionally each node is busy for a fixed time per event, so queueing
+//!   shows.
+//!
+//! One seeded RNG for the network, one per node (re-seeded per incarnation), one per clock
+//! and one per client: the same seed gives the same event trace, bit for bit, which
+//! [`SimReport::trace_hash`] summarizes.
+
+pub mod clock;
+mod driver;
+pub mod faults;
+pub mod network;
+pub mod report;
+
+pub use driver::{run, setup, Progress, SimOptions};
+pub use faults::{Fault, FaultKinds, FaultPlan};
+pub use report::{path_name, RegionStats, SimReport};
+
+pub use meridian_core::Protocol;
+pub use meridian_workload::Workload;

@@ -1,0 +1,807 @@
+//! The event loop: one binary heap of events ordered by (virtual time, sequence number).
+
+use crate::clock::ClockModel;
+use crate::faults::{ms_to_ns, Fault, FaultPlan};
+use crate::network::{Fate, Network};
+use crate::report::{path_name, RegionStats, SimReport};
+use meridian_check::{Entry, EntryType};
+use meridian_core::node::{Effect, NodeEffect, Setup};
+use meridian_core::time::NS_PER_S;
+use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
+use meridian_core::value::concat;
+use meridian_core::{
+    ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
+    RequestId, ShardId, TimerId, Topology, TxnId,
+};
+use meridian_workload::{InteractiveOp, TxnPlan, Workload};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::hash::Hasher;
+use std::sync::Arc;
+
+/// Local clocks read `EPOCH_NS + true time + error`: a realistic wall-clock value, far
+/// enough from zero that no clock error makes a reading negative.
+pub const EPOCH_NS: u64 = 1_700_000_000 * NS_PER_S;
+
+/// How long a client waits before retrying a submission to a coordinator that is down.
+const COORDINATOR_DOWN_RETRY_NS: u64 = 100_000_000;
+
+/// How a run is shaped.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub seed: u64,
+    /// Virtual time during which clients submit transactions.
+    pub duration_ns: u64,
+    /// Virtual time after `duration_ns` for in-flight transactions to finish; faults are
+    /// healed and crashed nodes restarted at its start.
+    pub drain_ns: u64,
+    pub clients_per_coordinator: u32,
+    /// A client reports `unknown` for a request unanswered this long.
+    pub client_timeout_ns: u64,
+    /// Per-node processing time of each event (0: infinitely fast nodes).
+    pub service_time_ns: u64,
+    pub faults: FaultPlan,
+    pub record_history: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            seed: 1,
+            duration_ns: 10 * NS_PER_S,
+            drain_ns: 10 * NS_PER_S,
+            clients_per_coordinator: 2,
+            client_timeout_ns: 5 * NS_PER_S,
+            service_time_ns: 0,
+            faults: FaultPlan::default(),
+            record_history: true,
+        }
+    }
+}
+
+/// Where a run is, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub virtual_ns: u64,
+    pub end_ns: u64,
+    pub events: u64,
+    pub committed: u64,
+}
+
+/// Builds the protocol's cluster (with its services) from a topology and checks its options.
+pub fn setup<P: Protocol>(
+    topology: Topology,
+    config: ProtocolConfig,
+    procedures: Procedures,
+) -> Result<Setup, String> {
+    P::check_config(&config)?;
+    let plain = Cluster::new(topology.clone(), &[]).map_err(|e| e.to_string())?;
+    let services = P::services(&plain);
+    let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
+    Ok(Setup {
+        cluster: Arc::new(cluster),
+        config,
+        procedures: Arc::new(procedures),
+    })
+}
+
+enum Event<M, T> {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: M,
+    },
+    Timer {
+        node: NodeId,
+        incarnation: u32,
+        id: TimerId,
+        timer: T,
+    },
+    Request {
+        to: NodeId,
+        request: RequestId,
+        req: ClientRequest,
+    },
+    Response {
+        request: RequestId,
+        response: ClientResponse,
+    },
+    ClientNext {
+        client: u32,
+    },
+    ClientTimeout {
+        client: u32,
+        request: RequestId,
+    },
+    Fault(Fault),
+    EndOfLoad,
+}
+
+type EventOf<P> =
+    Event<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
+type ScheduledOf<P> =
+    Scheduled<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
+
+struct Scheduled<M, T> {
+    at_ns: u64,
+    seq: u64,
+    event: Event<M, T>,
+}
+
+impl<M, T> PartialEq for Scheduled<M, T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_ns, self.seq) == (other.at_ns, other.seq)
+    }
+}
+impl<M, T> Eq for Scheduled<M, T> {}
+impl<M, T> PartialOrd for Scheduled<M, T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<M, T> Ord for Scheduled<M, T> {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest event must come first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at_ns, other.seq).cmp(&(self.at_ns, self.seq))
+    }
+}
+
+/// A node slot: the live state machine (None while crashed) and what survives a crash.
+struct Slot<N: Node> {
+    node: Option<N>,
+    incarnation: u32,
+    durable: Vec<N::Record>,
+    rng: NodeRng,
+    next_timer: u64,
+    live_timers: FxHashSet<TimerId>,
+    clock: ClockModel,
+    busy_until_ns: u64,
+}
+
+/// An interactive session's progress.
+struct Session {
+    txn: Option<TxnId>,
+    next_op: usize,
+    reads: Vec<Option<Value>>,
+    /// An append whose get has returned: the put of the concatenation is in flight.
+    appending: Option<(Key, Value)>,
+}
+
+struct InFlight {
+    request: RequestId,
+    plan: TxnPlan,
+    invoke_ns: u64,
+    shards: Vec<ShardId>,
+    session: Option<Session>,
+    commit_sent: bool,
+}
+
+struct Client {
+    coordinator: NodeId,
+    rng: NodeRng,
+    current: Option<InFlight>,
+}
+
+struct Sim<'w, P: Protocol> {
+    setup: Setup,
+    options: SimOptions,
+    now_ns: u64,
+    seq: u64,
+    queue: BinaryHeap<ScheduledOf<P>>,
+    slots: Vec<Slot<P::Node>>,
+    network: Network,
+    net_rng: ChaCha8Rng,
+    clients: Vec<Client>,
+    requests: FxHashMap<RequestId, u32>,
+    next_request: u64,
+    workload: &'w mut dyn Workload,
+    loading: bool,
+    trace: FxHasher,
+    report: SimReport,
+    region_index: FxHashMap<u16, usize>,
+    effects: Vec<NodeEffect<P::Node>>,
+}
+
+/// Runs `workload` against protocol `P` on `setup` and returns what happened.
+pub fn run<P: Protocol>(
+    setup: &Setup,
+    workload: &mut dyn Workload,
+    options: &SimOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> SimReport {
+    let mut sim = Sim::<P>::new(setup.clone(), workload, options.clone());
+    sim.boot();
+    let end_ns = options.duration_ns + options.drain_ns;
+    while let Some(next) = sim.queue.pop() {
+        if next.at_ns > end_ns {
+            break;
+        }
+        sim.now_ns = next.at_ns;
+        sim.dispatch(next.event);
+        sim.report.events += 1;
+        if sim.report.events.is_multiple_of(65_536) {
+            progress(Progress {
+                virtual_ns: sim.now_ns,
+                end_ns,
+                events: sim.report.events,
+                committed: sim.report.committed,
+            });
+        }
+    }
+    sim.now_ns = end_ns;
+    sim.finish()
+}
+
+impl<'w, P: Protocol> Sim<'w, P> {
+    fn new(setup: Setup, workload: &'w mut dyn Workload, options: SimOptions) -> Self {
+        let cluster = setup.cluster.clone();
+        let slots = cluster
+            .nodes
+            .iter()
+            .map(|info| Slot {
+                node: None,
+                incarnation: 0,
+                durable: Vec::new(),
+                rng: node_rng(options.seed, info.id, 0),
+                next_timer: 0,
+                live_timers: FxHashSet::default(),
+                clock: ClockModel::new(
+                    &info.clock.params,
+                    mix(options.seed, 0xC10C, u64::from(info.id.0)),
+                ),
+                busy_until_ns: 0,
+            })
+            .collect();
+        let clients = (0..options.clients_per_coordinator)
+            .flat_map(|_| cluster.coordinators.iter().copied())
+            .enumerate()
+            .map(|(i, coordinator)| Client {
+                coordinator,
+                rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xC11E, i as u64)),
+                current: None,
+            })
+            .collect();
+        let mut report = SimReport {
+            invariant: Ok(()),
+            ..SimReport::default()
+        };
+        let mut region_index = FxHashMap::default();
+        for &c in &cluster.coordinators {
+            let region = cluster.region_of(c);
+            region_index.entry(region.0).or_insert_with(|| {
+                report.regions.push(RegionStats {
+                    region: cluster.topology.region_name(region).to_string(),
+                    ..RegionStats::default()
+                });
+                report.regions.len() - 1
+            });
+        }
+        Sim {
+            network: Network::new(&cluster),
+            net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
+            setup,
+            options,
+            now_ns: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            slots,
+            clients,
+            requests: FxHashMap::default(),
+            next_request: 0,
+            workload,
+            loading: true,
+            trace: FxHasher::default(),
+            report,
+            region_index,
+            effects: Vec::new(),
+        }
+    }
+
+    fn cluster(&self) -> &Cluster {
+        &self.setup.cluster
+    }
+
+    fn push(&mut self, at_ns: u64, event: EventOf<P>) {
+        self.seq += 1;
+        self.queue.push(Scheduled {
+            at_ns,
+            seq: self.seq,
+            event,
+        });
+    }
+
+    fn boot(&mut self) {
+        for i in 0..self.slots.len() {
+            self.start_node(NodeId(i as u32));
+        }
+        for (at, fault) in self.options.faults.faults.clone() {
+            self.push(at, Event::Fault(fault));
+        }
+        for step in self.cluster().clock_steps.clone() {
+            let at = (step.at_ms * 1e6) as u64;
+            self.push(
+                at,
+                Event::Fault(Fault::ClockStep {
+                    node: step.node,
+                    step_ms: step.step_ms,
+                }),
+            );
+        }
+        for client in 0..self.clients.len() as u32 {
+            self.push(0, Event::ClientNext { client });
+        }
+        self.push(self.options.duration_ns, Event::EndOfLoad);
+    }
+
+    fn local_now(&mut self, node: NodeId) -> u64 {
+        let reading = self.slots[node.index()].clock.read(self.now_ns) + i128::from(EPOCH_NS);
+        u64::try_from(reading).expect("clock reading below the epoch: error larger than 1.7e9 s")
+    }
+
+    /// Runs `handler` on `node` with a fresh context, then carries out its effects.
+    fn with_node(
+        &mut self,
+        node: NodeId,
+        handler: impl FnOnce(&mut P::Node, &mut meridian_core::node::Ctx<'_, P::Node>),
+    ) {
+        let now_local = self.local_now(node);
+        let mut effects = std::mem::take(&mut self.effects);
+        let slot = &mut self.slots[node.index()];
+        let Some(state) = slot.node.as_mut() else {
+            self.effects = effects;
+            return;
+        };
+        let mut ctx = Context::new(
+            node,
+            now_local,
+            &mut slot.rng,
+            &mut effects,
+            &mut slot.next_timer,
+        );
+        handler(state, &mut ctx);
+        for effect in effects.drain(..) {
+            self.apply(node, effect);
+        }
+        self.effects = effects;
+    }
+
+    fn apply(&mut self, node: NodeId, effect: NodeEffect<P::Node>) {
+        match effect {
+            Effect::Send { to, msg } => self.send(node, to, msg),
+            Effect::SetTimer {
+                id,
+                after_ns,
+                timer,
+            } => {
+                let slot = &mut self.slots[node.index()];
+                slot.live_timers.insert(id);
+                let incarnation = slot.incarnation;
+                self.push(
+                    self.now_ns + after_ns,
+                    Event::Timer {
+                        node,
+                        incarnation,
+                        id,
+                        timer,
+                    },
+                );
+            }
+            Effect::CancelTimer { id } => {
+                self.slots[node.index()].live_timers.remove(&id);
+            }
+            Effect::Respond { request, response } => {
+                self.push(self.now_ns, Event::Response { request, response })
+            }
+            Effect::Persist { record } => self.slots[node.index()].durable.push(record),
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, msg: <P::Node as Node>::Msg) {
+        assert!(
+            to.index() < self.slots.len(),
+            "{from} sent to unknown node {to}"
+        );
+        self.report.messages_sent += 1;
+        match self
+            .network
+            .fate(&mut self.net_rng, &self.setup.cluster, from, to)
+        {
+            Fate::Dropped => self.report.messages_dropped += 1,
+            Fate::Delivered(first, second) => {
+                if let Some(second) = second {
+                    self.push(
+                        self.now_ns + second,
+                        Event::Deliver {
+                            from,
+                            to,
+                            msg: msg.clone(),
+                        },
+                    );
+                }
+                self.push(self.now_ns + first, Event::Deliver { from, to, msg });
+            }
+        }
+    }
+
+    /// Defers an event for a busy node; returns false if the event was re-queued.
+    fn node_ready(&mut self, node: NodeId, event: &mut Option<EventOf<P>>) -> bool {
+        if self.options.service_time_ns == 0 {
+            return true;
+        }
+        let busy_until = self.slots[node.index()].busy_until_ns;
+        if busy_until > self.now_ns {
+            let deferred = event.take().expect("event present");
+            self.push(busy_until, deferred);
+            return false;
+        }
+        self.slots[node.index()].busy_until_ns = self.now_ns + self.options.service_time_ns;
+        true
+    }
+
+    fn dispatch(&mut self, event: EventOf<P>) {
+        let target = match &event {
+            Event::Deliver { to, .. } | Event::Request { to, .. } => Some(*to),
+            Event::Timer { node, .. } => Some(*node),
+            _ => None,
+        };
+        let mut event = Some(event);
+        if let Some(node) = target {
+            if self.slots[node.index()].node.is_none() || !self.node_ready(node, &mut event) {
+                return;
+            }
+        }
+        self.trace_event(event.as_ref().expect("event present"));
+        match event.expect("event present") {
+            Event::Deliver { from, to, msg } => {
+                self.report.messages_delivered += 1;
+                self.with_node(to, |n, ctx| n.on_message(ctx, from, msg));
+            }
+            Event::Timer {
+                node,
+                incarnation,
+                id,
+                timer,
+            } => {
+                let slot = &mut self.slots[node.index()];
+                if slot.incarnation == incarnation && slot.live_timers.remove(&id) {
+                    self.with_node(node, |n, ctx| n.on_timer(ctx, timer));
+                }
+            }
+            Event::Request { to, request, req } => {
+                self.with_node(to, |n, ctx| n.on_client_request(ctx, request, req))
+            }
+            Event::Response { request, response } => self.on_response(request, response),
+            Event::ClientNext { client } => self.client_next(client),
+            Event::ClientTimeout { client, request } => self.on_timeout(client, request),
+            Event::Fault(fault) => self.apply_fault(fault),
+            Event::EndOfLoad => self.end_of_load(),
+        }
+    }
+
+    fn trace_event(&mut self, event: &EventOf<P>) {
+        let (kind, a, b) = match event {
+            Event::Deliver { from, to, .. } => (1, from.0 as u64, to.0 as u64),
+            Event::Timer { node, id, .. } => (2, node.0 as u64, id.0),
+            Event::Request { to, request, .. } => (3, to.0 as u64, request.0),
+            Event::Response { request, .. } => (4, request.0, 0),
+            Event::ClientNext { client } => (5, u64::from(*client), 0),
+            Event::ClientTimeout { client, request } => (6, u64::from(*client), request.0),
+            Event::Fault(_) => (7, 0, 0),
+            Event::EndOfLoad => (8, 0, 0),
+        };
+        self.trace.write_u64(self.now_ns);
+        self.trace.write_u64(kind);
+        self.trace.write_u64(a);
+        self.trace.write_u64(b);
+    }
+
+    // ---- nodes and faults -------------------------------------------------------------
+
+    fn start_node(&mut self, node: NodeId) {
+        let slot = &mut self.slots[node.index()];
+        assert!(slot.node.is_none(), "{node} started twice");
+        slot.node = Some(P::build(node, &self.setup, &slot.durable));
+        slot.rng = node_rng(self.options.seed, node, slot.incarnation);
+        slot.live_timers.clear();
+        self.with_node(node, |n, ctx| n.on_start(ctx));
+    }
+
+    fn apply_fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::Crash(node) => {
+                let slot = &mut self.slots[node.index()];
+                if slot.node.take().is_some() {
+                    slot.incarnation += 1;
+                    slot.busy_until_ns = 0;
+                }
+            }
+            Fault::Restart(node) => {
+                if self.slots[node.index()].node.is_none() {
+                    self.start_node(node);
+                }
+            }
+            Fault::Partition { a, b } => self.network.partition(&a, &b),
+            Fault::Heal => self.network.heal(),
+            Fault::Loss(p) => self.network.loss = p,
+            Fault::Duplicate(p) => self.network.duplicate = p,
+            Fault::ClockStep { node, step_ms } => {
+                self.slots[node.index()].clock.step(ms_to_ns(step_ms))
+            }
+        }
+    }
+
+    /// Stops new submissions, heals the network and restarts every crashed node so that
+    /// in-flight transactions can finish during the drain.
+    fn end_of_load(&mut self) {
+        self.loading = false;
+        self.network.heal();
+        self.network.loss = 0.0;
+        self.network.duplicate = 0.0;
+        for i in 0..self.slots.len() {
+            if self.slots[i].node.is_none() {
+                self.start_node(NodeId(i as u32));
+            }
+        }
+    }
+
+    // ---- clients ------------------------------------------------------------------------
+
+    fn client_next(&mut self, client: u32) {
+        let c = &mut self.clients[client as usize];
+        if !self.loading || c.current.is_some() {
+            return;
+        }
+        let coordinator = c.coordinator;
+        if self.slots[coordinator.index()].node.is_none() {
+            self.push(
+                self.now_ns + COORDINATOR_DOWN_RETRY_NS,
+                Event::ClientNext { client },
+            );
+            return;
+        }
+        let plan = self
+            .workload
+            .next(ClientId(client), &mut self.clients[client as usize].rng);
+        let shards = plan_shards(&plan, self.cluster());
+        let (session, req) = match &plan {
+            TxnPlan::OneShot(txn) => (None, ClientRequest::OneShot(txn.clone())),
+            TxnPlan::Interactive(_) => (
+                Some(Session {
+                    txn: None,
+                    next_op: 0,
+                    reads: Vec::new(),
+                    appending: None,
+                }),
+                ClientRequest::Interactive(Step::Begin),
+            ),
+        };
+        let commit_sent = session.is_none();
+        let request = self.fresh_request(client);
+        self.clients[client as usize].current = Some(InFlight {
+            request,
+            plan,
+            invoke_ns: self.now_ns,
+            shards,
+            session,
+            commit_sent,
+        });
+        self.submit(client, request, req);
+    }
+
+    fn fresh_request(&mut self, client: u32) -> RequestId {
+        self.next_request += 1;
+        let request = RequestId(self.next_request);
+        self.requests.insert(request, client);
+        request
+    }
+
+    fn submit(&mut self, client: u32, request: RequestId, req: ClientRequest) {
+        let to = self.clients[client as usize].coordinator;
+        self.push(self.now_ns, Event::Request { to, request, req });
+        self.push(
+            self.now_ns + self.options.client_timeout_ns,
+            Event::ClientTimeout { client, request },
+        );
+    }
+
+    fn on_timeout(&mut self, client: u32, request: RequestId) {
+        if self.requests.remove(&request).is_none() {
+            return;
+        }
+        let outcome = Outcome::Unknown {
+            reason: "client timeout".to_string(),
+        };
+        self.finish_txn(client, outcome);
+    }
+
+    fn on_response(&mut self, request: RequestId, response: ClientResponse) {
+        let Some(client) = self.requests.remove(&request) else {
+            return; // late answer to a request that already timed out
+        };
+        match response {
+            ClientResponse::Outcome(outcome) => self.finish_txn(client, outcome),
+            other => self.continue_session(client, other),
+        }
+    }
+
+    /// Advances an interactive session by one step after `response`.
+    fn continue_session(&mut self, client: u32, response: ClientResponse) {
+        let flight = self.clients[client as usize]
+            .current
+            .as_mut()
+            .expect("response for an idle client");
+        let TxnPlan::Interactive(ops) = &flight.plan else {
+            panic!("protocol answered a one-shot request with {response:?}");
+        };
+        let session = flight
+            .session
+            .as_mut()
+            .expect("interactive flight has a session");
+        match response {
+            ClientResponse::Began(txn) => session.txn = Some(txn),
+            ClientResponse::Read(value) => {
+                session.reads.push(value.clone());
+                if let InteractiveOp::Append(key, suffix) = &ops[session.next_op] {
+                    session.appending = Some((key.clone(), concat(value.as_ref(), suffix)));
+                } else {
+                    session.next_op += 1;
+                }
+            }
+            ClientResponse::Written => {
+                session.appending = None;
+                session.next_op += 1;
+            }
+            ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
+        }
+        let txn = session
+            .txn
+            .expect("the first response of a session is Began");
+        let step = if let Some((key, value)) = session.appending.clone() {
+            Step::Put { txn, key, value }
+        } else {
+            match ops.get(session.next_op) {
+                None => {
+                    flight.commit_sent = true;
+                    Step::Commit { txn }
+                }
+                Some(InteractiveOp::Get(key) | InteractiveOp::Append(key, _)) => Step::Get {
+                    txn,
+                    key: key.clone(),
+                },
+                Some(InteractiveOp::Put(key, value)) => Step::Put {
+                    txn,
+                    key: key.clone(),
+                    value: value.clone(),
+                },
+            }
+        };
+        let request = self.fresh_request(client);
+        self.clients[client as usize]
+            .current
+            .as_mut()
+            .expect("in flight")
+            .request = request;
+        self.submit(client, request, ClientRequest::Interactive(step));
+    }
+
+    fn finish_txn(&mut self, client: u32, outcome: Outcome) {
+        let flight = self.clients[client as usize]
+            .current
+            .take()
+            .expect("finish of an idle client");
+        self.requests.remove(&flight.request);
+        let coordinator = self.clients[client as usize].coordinator;
+        let kind = match &outcome {
+            Outcome::Committed { .. } => EntryType::Ok,
+            Outcome::Aborted { .. } => EntryType::Fail,
+            Outcome::Unknown { .. } => EntryType::Info,
+        };
+        self.count_outcome(coordinator, &flight, &outcome);
+        self.trace.write_u8(kind as u8);
+        if self.options.record_history {
+            let reads = flight
+                .session
+                .as_ref()
+                .map(|s| s.reads.as_slice())
+                .unwrap_or(&[]);
+            let ops = self.workload.history_ops(&flight.plan, &outcome, reads);
+            let index = self.report.history.len() as u64;
+            self.report.history.push(Entry {
+                index,
+                process: u64::from(client),
+                kind,
+                invoke_ns: flight.invoke_ns,
+                complete_ns: self.now_ns,
+                ops,
+            });
+        }
+        self.push(self.now_ns, Event::ClientNext { client });
+    }
+
+    fn count_outcome(&mut self, coordinator: NodeId, flight: &InFlight, outcome: &Outcome) {
+        let region = self.cluster().region_of(coordinator);
+        let index = self.region_index[&region.0];
+        let bound = matches!(outcome, Outcome::Committed { .. })
+            .then(|| P::bound_ms(self.cluster(), coordinator, &flight.shards));
+        let stats = &mut self.report.regions[index];
+        match outcome {
+            Outcome::Committed { path, .. } => {
+                self.report.committed += 1;
+                stats.committed += 1;
+                stats.latencies_ns.push(self.now_ns - flight.invoke_ns);
+                stats.bounds_ms.push(bound.expect("committed"));
+                *stats.paths.entry(path_name(*path).to_string()).or_default() += 1;
+            }
+            Outcome::Aborted { reason } => {
+                self.report.aborted += 1;
+                stats.aborted += 1;
+                *self
+                    .report
+                    .abort_reasons
+                    .entry(reason.to_string())
+                    .or_default() += 1;
+            }
+            Outcome::Unknown { .. } => {
+                self.report.unknown += 1;
+                stats.unknown += 1;
+            }
+        }
+    }
+
+    fn finish(mut self) -> SimReport {
+        for client in 0..self.clients.len() as u32 {
+            if self.clients[client as usize].current.is_some() {
+                self.finish_txn(
+                    client,
+                    Outcome::Unknown {
+                        reason: "run ended".to_string(),
+                    },
+                );
+            }
+        }
+        for region in &mut self.report.regions {
+            region.latencies_ns.sort_unstable();
+        }
+        self.report.virtual_ns = self.now_ns;
+        self.report.trace_hash = self.trace.finish();
+        self.report.invariant = self.workload.check_history(&self.report.history);
+        self.report
+    }
+}
+
+fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
+    let mut shards = match plan {
+        TxnPlan::OneShot(txn) => txn.shards(),
+        TxnPlan::Interactive(ops) => ops
+            .iter()
+            .map(|op| match op {
+                InteractiveOp::Get(k) | InteractiveOp::Put(k, _) | InteractiveOp::Append(k, _) => {
+                    cluster.partitioner.shard_of(k)
+                }
+            })
+            .collect(),
+    };
+    shards.sort_unstable();
+    shards.dedup();
+    shards
+}
+
+/// Seeds derived from the run's seed: independent streams per purpose and index.
+fn mix(seed: u64, purpose: u64, index: u64) -> u64 {
+    let mut h = FxHasher::default();
+    h.write_u64(seed);
+    h.write_u64(purpose);
+    h.write_u64(index);
+    // FxHash mixes weakly in its low bits; a SplitMix64 finalizer spreads them.
+    let mut z = h.finish().wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn node_rng(seed: u64, node: NodeId, incarnation: u32) -> NodeRng {
+    NodeRng::seed_from_u64(mix(seed, u64::from(node.0), u64::from(incarnation)))
+}

@@ -1,0 +1,365 @@
+//! Simulator tests with a toy protocol: a coordinator forwards each piece to its shard's
+//! initial leader, which executes it on a map and answers. No concurrency control — the toy
+//! exists to exercise the driver (network, clocks, faults, clients, determinism).
+
+use bytes::Bytes;
+use meridian_check::HistOp;
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::txn::{
+    execute_piece, ClientRequest, ClientResponse, KvAccess, Op, Outcome, Piece, PieceResult, Txn,
+    Value,
+};
+use meridian_core::value::encode_int;
+use meridian_core::{
+    AbortReason, ClientId, CommitPath, Key, Node, NodeId, NodeRng, Operand, Procedures, Protocol,
+    ProtocolConfig, RequestId, ShardId, Topology,
+};
+use meridian_sim::{run, setup, FaultKinds, FaultPlan, SimOptions};
+use meridian_workload::{TxnPlan, Workload};
+use rand::{Rng, SeedableRng};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Msg {
+    Exec {
+        request: u64,
+        piece: Piece,
+        index: usize,
+    },
+    Done {
+        request: u64,
+        index: usize,
+        result: PieceResult,
+        local_now_ns: u64,
+    },
+}
+
+#[derive(Default)]
+struct Map(FxHashMap<Key, Value>);
+impl KvAccess for Map {
+    fn get(&mut self, key: &Key) -> Option<Value> {
+        self.0.get(key).cloned()
+    }
+    fn put(&mut self, key: Key, value: Value) {
+        self.0.insert(key, value);
+    }
+}
+
+struct Toy {
+    setup: Setup,
+    store: Map,
+    pending: FxHashMap<u64, (RequestId, Vec<Option<PieceResult>>)>,
+    next: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Tick;
+
+impl Node for Toy {
+    type Msg = Msg;
+    type Timer = Tick;
+    type Record = ();
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.set_timer(50 * NS_PER_MS, Tick);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Exec {
+                request,
+                piece,
+                index,
+            } => {
+                let result =
+                    execute_piece(&piece, &[], &Procedures::new(), &mut self.store).unwrap();
+                let local_now_ns = ctx.now_ns();
+                ctx.send(
+                    from,
+                    Msg::Done {
+                        request,
+                        index,
+                        result,
+                        local_now_ns,
+                    },
+                );
+            }
+            Msg::Done {
+                request,
+                index,
+                result,
+                ..
+            } => {
+                let Some((client_request, results)) = self.pending.get_mut(&request) else {
+                    return;
+                };
+                results[index] = Some(result);
+                if results.iter().all(Option::is_some) {
+                    let client_request = *client_request;
+                    let (_, results) = self.pending.remove(&request).unwrap();
+                    let results = results.into_iter().map(Option::unwrap).collect();
+                    ctx.respond(
+                        client_request,
+                        ClientResponse::Outcome(Outcome::Committed {
+                            results,
+                            commit_ts: None,
+                            path: CommitPath::Local,
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, _timer: Tick) {
+        // Randomness from the node's seeded RNG must feed the trace: draw and re-arm.
+        let jitter = ctx.rng().gen_range(0..NS_PER_MS);
+        ctx.set_timer(50 * NS_PER_MS + jitter, Tick);
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        let ClientRequest::OneShot(txn) = req else {
+            ctx.respond(
+                request,
+                ClientResponse::Outcome(Outcome::Aborted {
+                    reason: AbortReason::Unsupported("interactive".into()),
+                }),
+            );
+            return;
+        };
+        self.next += 1;
+        self.pending
+            .insert(self.next, (request, vec![None; txn.pieces.len()]));
+        for (index, piece) in txn.pieces.into_iter().enumerate() {
+            let leader = self.setup.cluster.initial_leader(piece.shard);
+            ctx.send(
+                leader,
+                Msg::Exec {
+                    request: self.next,
+                    piece,
+                    index,
+                },
+            );
+        }
+    }
+}
+
+struct ToyProtocol;
+impl Protocol for ToyProtocol {
+    type Node = Toy;
+    const NAME: &'static str = "toy";
+    const GUARANTEE: &'static str = "none";
+    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
+        config.check_known(&[])
+    }
+    fn build(_node: NodeId, setup: &Setup, _recovered: &[()]) -> Toy {
+        Toy {
+            setup: setup.clone(),
+            store: Map::default(),
+            pending: FxHashMap::default(),
+            next: 0,
+        }
+    }
+    fn bound_ms(cluster: &meridian_core::Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        shards
+            .iter()
+            .map(|s| cluster.rtt_ms(coordinator, cluster.initial_leader(*s)))
+            .fold(0.0, f64::max)
+    }
+}
+
+/// Increments a key on a random shard, or on `shards` chosen shards.
+struct Increments {
+    shards: u32,
+    per_txn: u32,
+}
+impl Workload for Increments {
+    fn name(&self) -> &str {
+        "increments"
+    }
+    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+        let first = rng.gen_range(0..self.shards);
+        let pieces = (0..self.per_txn)
+            .map(|i| {
+                let shard = ShardId((first + i) % self.shards);
+                let key = Bytes::from(format!("k{}", rng.gen_range(0..10)));
+                Piece::ops(shard, vec![Op::Add(key, Operand::Literal(encode_int(1)))])
+            })
+            .collect();
+        TxnPlan::OneShot(Txn { pieces })
+    }
+    fn history_ops(
+        &self,
+        _plan: &TxnPlan,
+        outcome: &Outcome,
+        _reads: &[Option<Value>],
+    ) -> Vec<HistOp> {
+        match outcome {
+            Outcome::Committed { results, .. } => vec![HistOp::Write {
+                key: "n".into(),
+                value: results.len() as i64,
+            }],
+            _ => vec![],
+        }
+    }
+}
+
+fn run_toy(topology: &str, options: &SimOptions, per_txn: u32) -> meridian_sim::SimReport {
+    let setup = setup::<ToyProtocol>(
+        Topology::load(topology).unwrap(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap();
+    let mut workload = Increments {
+        shards: setup.cluster.shard_count(),
+        per_txn,
+    };
+    run::<ToyProtocol>(&setup, &mut workload, options, &mut |_| {})
+}
+
+fn options(seed: u64) -> SimOptions {
+    SimOptions {
+        seed,
+        duration_ns: 5 * NS_PER_S,
+        drain_ns: 2 * NS_PER_S,
+        ..SimOptions::default()
+    }
+}
+
+#[test]
+fn the_same_seed_replays_bit_for_bit_and_another_seed_does_not() {
+    let mut faulty = options(42);
+    let cluster = setup::<ToyProtocol>(
+        Topology::load("gcp-tiga").unwrap(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap()
+    .cluster;
+    faulty.faults = FaultPlan::random(
+        &cluster,
+        faulty.duration_ns,
+        &mut rand_chacha::ChaCha8Rng::seed_from_u64(42),
+        FaultKinds::ALL,
+    );
+    let a = run_toy("gcp-tiga", &faulty, 2);
+    let b = run_toy("gcp-tiga", &faulty, 2);
+    assert!(a.committed > 100, "committed {}", a.committed);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.history, b.history);
+    assert_eq!(
+        (a.events, a.messages_dropped),
+        (b.events, b.messages_dropped)
+    );
+    let mut other = faulty.clone();
+    other.seed = 43;
+    let c = run_toy("gcp-tiga", &other, 2);
+    assert_ne!(a.trace_hash, c.trace_hash);
+}
+
+#[test]
+fn latency_follows_the_topology_round_trips() {
+    // Single-shard increments: every commit takes one round trip coordinator -> SC leader.
+    let mut o = options(7);
+    o.faults = FaultPlan::default();
+    let report = run_toy("gcp-tiga", &o, 1);
+    let by_region: FxHashMap<&str, f64> = report
+        .regions
+        .iter()
+        .map(|r| (r.region.as_str(), r.percentile_ms(50.0).unwrap()))
+        .collect();
+    // One-way delays are RTT/2 plus exponential jitter of mean 0.5 ms each way.
+    for (region, rtt) in [("SC", 0.5), ("FI", 122.0), ("BR", 117.0), ("HK", 238.0)] {
+        let p50 = by_region[region];
+        assert!(
+            p50 >= rtt && p50 < rtt + 3.0,
+            "{region}: p50 {p50} for rtt {rtt}"
+        );
+    }
+    assert_eq!(report.unknown, 0);
+}
+
+#[test]
+fn a_crashed_node_answers_nothing_until_it_restarts() {
+    let topology = Topology::load("local").unwrap();
+    let setup =
+        setup::<ToyProtocol>(topology, ProtocolConfig::default(), Procedures::new()).unwrap();
+    let leaders: Vec<String> = (0..3)
+        .map(|s| {
+            setup
+                .cluster
+                .node(setup.cluster.initial_leader(ShardId(s)))
+                .name
+                .clone()
+        })
+        .collect();
+    let spec = leaders
+        .iter()
+        .map(|l| format!("crash:{l}@1s,restart:{l}@3s"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut o = options(3);
+    o.client_timeout_ns = 500 * NS_PER_MS;
+    o.faults = FaultPlan::parse(&spec, &setup.cluster).unwrap();
+    let report = run_toy("local", &o, 1);
+    assert!(
+        report.unknown > 0,
+        "requests to crashed leaders must time out"
+    );
+    let during = report
+        .history
+        .iter()
+        .filter(|e| {
+            e.kind == meridian_check::EntryType::Ok
+                && e.invoke_ns > 1_100 * NS_PER_MS
+                && e.complete_ns < 2_900 * NS_PER_MS
+        })
+        .count();
+    assert_eq!(during, 0, "nothing commits while every leader is down");
+    let after = report
+        .history
+        .iter()
+        .filter(|e| e.kind == meridian_check::EntryType::Ok && e.invoke_ns > 3 * NS_PER_S)
+        .count();
+    assert!(after > 100, "service resumes after the restart ({after})");
+}
+
+#[test]
+fn partitions_and_loss_drop_messages_and_heal() {
+    let topology = Topology::load("gcp-tiga").unwrap();
+    let setup =
+        setup::<ToyProtocol>(topology, ProtocolConfig::default(), Procedures::new()).unwrap();
+    let mut o = options(5);
+    o.client_timeout_ns = NS_PER_S;
+    o.faults = FaultPlan::parse(
+        "isolate:HK@1s,heal@3s,loss:0.2@3s,loss:0@4s",
+        &setup.cluster,
+    )
+    .unwrap();
+    let report = run_toy("gcp-tiga", &o, 1);
+    let hk = report.regions.iter().find(|r| r.region == "HK").unwrap();
+    assert!(hk.unknown >= 2, "HK is cut off for 2 s: {hk:?}");
+    assert!(report.messages_dropped > 0);
+    assert!(hk.committed > 5);
+}
+
+#[test]
+fn service_time_makes_queueing_visible() {
+    let mut fast = options(9);
+    fast.clients_per_coordinator = 8;
+    let mut slow = fast.clone();
+    slow.service_time_ns = 2 * NS_PER_MS;
+    let a = run_toy("local", &fast, 1);
+    let b = run_toy("local", &slow, 1);
+    let p50 = |r: &meridian_sim::SimReport| r.regions[0].percentile_ms(50.0).unwrap();
+    assert!(p50(&b) > p50(&a) + 2.0, "{} vs {}", p50(&a), p50(&b));
+    assert!(b.committed < a.committed);
+}
