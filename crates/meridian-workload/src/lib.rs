@@ -6,10 +6,73 @@
 //! asks the workload for the history operations of that transaction ([`Workload::history_ops`])
 //! and, at the end of the run, for any workload-specific invariant
 //! ([`Workload::check_history`], e.g. the bank's constant total).
+//!
+//! Every generator draws only from the RNG it is handed (never a global RNG, never a clock),
+//! so the same seed and the same order of calls give the same plans, bit for bit.
+//!
+//! # Workloads
+//!
+//! [`build`] knows these names (see each module for the details):
+//!
+//! | name | module | what | follows |
+//! |---|---|---|---|
+//! | `list-append` | [`list_append`] | Elle's list-append: reads and appends of unique integers over a small, rotating key set | DESIGN §7 (the checker's workload) |
+//! | `bank` | [`bank`] | transfers between accounts and reads of every account; the total never changes | DESIGN §7 (the bank invariant) |
+//! | `microbench` | [`microbench`] | increment 3 Zipf-chosen keys on 3 different shards | Tiga §5.1–5.2 (MicroBench) |
+//!
+//! # Options
+//!
+//! Options are `key=value` strings ([`WorkloadOptions`]; [`WorkloadOptions::parse`] reads
+//! them from the command line's `key=value` form). A workload refuses, by name, an option it
+//! does not know and a value it cannot parse; nothing here panics on user input.
+//!
+//! | workload | option | default | meaning |
+//! |---|---|---|---|
+//! | `list-append` | `keys` | 16 | keys active at any time |
+//! | | `ops_max` | 4 | ops per transaction are uniform in `1..=ops_max` |
+//! | | `read_ratio` | 0.5 | probability that an op is a read (else an append) |
+//! | | `max_writes_per_key` | 256 | appends after which a key retires and a fresh key takes its place; 0 = never |
+//! | | `interactive` | false | plan interactive (`get`/`append` steps) instead of one-shot transactions |
+//! | `bank` | `accounts` | 8 | accounts, spread round-robin over the shards |
+//! | | `read_ratio` | 0.5 | probability that a transaction reads every account (else a transfer) |
+//! | | `max_amount` | 10 | transfers move a uniform amount in `1..=max_amount` |
+//! | `microbench` | `keys_per_shard` | 1000000 | keys per shard (Tiga pre-populates 1 million per shard) |
+//! | | `zipf` | 0.5 | Zipf skew θ of the key choice on each shard; 0 = uniform (Tiga sweeps 0.5–0.99) |
+//!
+//! Ranges: `keys` 1..=2^20, `ops_max` 1..=1024, `max_writes_per_key` any, `accounts`
+//! 2..=100000, `max_amount` 1..=2^32, `keys_per_shard` 1..=2^53, `zipf` any finite θ ≥ 0,
+//! ratios in [0, 1]; integers may use `_` separators (`1_000_000`).
+//!
+//! The [`zipf`] module holds the Zipf sampler (rejection-inversion, exact, O(1) setup).
+//!
+//! # Keys
+//!
+//! Workloads place keys on chosen shards with [`meridian_core::Partitioner::key_on_shard`],
+//! so a byte key is a logical name, possibly followed by `~salt`. Histories always use the
+//! logical name ([`logical_name`]): `k7`, `acct3`.
+//!
+//! # Broken contracts
+//!
+//! `history_ops` panics, with a message naming what is wrong, when the driver or protocol
+//! broke a contract it cannot report around: a committed outcome without one result per
+//! piece (or one output per op), a committed interactive transaction with fewer reads than
+//! gets and appends, or a value that is not the integer or list the workload wrote. Writing
+//! `null` or a truncated value instead would hide the bug from the checker.
 
-use meridian_check::{Entry, HistOp};
-use meridian_core::txn::{Key, Outcome, Txn, Value};
+pub mod bank;
+pub mod list_append;
+pub mod microbench;
+mod options;
+pub mod zipf;
+
+use meridian_check::{Entry, HistOp, ReadValue};
+use meridian_core::txn::{Key, Outcome, PieceResult, Txn, Value};
 use meridian_core::{ClientId, Cluster, NodeRng};
+
+pub use bank::Bank;
+pub use list_append::ListAppend;
+pub use microbench::MicroBench;
+pub use zipf::Zipf;
 
 /// One operation of an interactive transaction, as the workload plans it. The client driver
 /// turns `Append` into a `Get` followed by a `Put` of the concatenation, so protocols only
@@ -19,6 +82,15 @@ pub enum InteractiveOp {
     Get(Key),
     Put(Key, Value),
     Append(Key, Value),
+}
+
+impl InteractiveOp {
+    /// The key the op touches.
+    pub fn key(&self) -> &Key {
+        match self {
+            InteractiveOp::Get(k) | InteractiveOp::Put(k, _) | InteractiveOp::Append(k, _) => k,
+        }
+    }
 }
 
 /// A transaction as a client submits it.
@@ -40,7 +112,12 @@ pub trait Workload: Send {
     /// interactive plan, the value each `Get` (and each `Append`'s internal get) returned, in
     /// plan order; it is empty for one-shot plans, whose reads are in the outcome. For an
     /// aborted or unknown transaction the reads are `null` and the writes are the intended ones.
-    fn history_ops(&self, plan: &TxnPlan, outcome: &Outcome, interactive_reads: &[Option<Value>]) -> Vec<HistOp>;
+    fn history_ops(
+        &self,
+        plan: &TxnPlan,
+        outcome: &Outcome,
+        interactive_reads: &[Option<Value>],
+    ) -> Vec<HistOp>;
 
     /// A workload-specific invariant over the whole history (after the run).
     fn check_history(&self, _history: &[Entry]) -> Result<(), String> {
@@ -54,11 +131,342 @@ pub struct WorkloadOptions {
     pub options: std::collections::BTreeMap<String, String>,
 }
 
+impl WorkloadOptions {
+    /// Reads `key=value` strings (the command line's form). A string without `=`, an empty
+    /// key, or a key given twice is an error naming it.
+    pub fn parse<S: AsRef<str>>(
+        items: impl IntoIterator<Item = S>,
+    ) -> Result<WorkloadOptions, String> {
+        let mut options = WorkloadOptions::default();
+        for item in items {
+            let item = item.as_ref();
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(format!(
+                    "workload option `{item}` is not of the form key=value"
+                ));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if key.is_empty() {
+                return Err(format!("workload option `{item}` has an empty key"));
+            }
+            if options
+                .options
+                .insert(key.to_string(), value.to_string())
+                .is_some()
+            {
+                return Err(format!("workload option `{key}` is given twice"));
+            }
+        }
+        Ok(options)
+    }
+
+    /// The options plus `key=value` (a builder for tests and code).
+    pub fn with(mut self, key: &str, value: impl ToString) -> WorkloadOptions {
+        self.options.insert(key.to_string(), value.to_string());
+        self
+    }
+}
+
 /// The workload names `build` knows.
 pub const WORKLOADS: [&str; 3] = ["list-append", "bank", "microbench"];
 
-/// Builds the named workload for `cluster`.
-pub fn build(name: &str, cluster: &Cluster, options: &WorkloadOptions) -> Result<Box<dyn Workload>, String> {
-    let _ = (cluster, options);
-    Err(format!("unknown workload `{name}` (known: {})", WORKLOADS.join(", ")))
+/// Builds the named workload for `cluster`. An unknown name, an unknown option and a
+/// malformed or out-of-range option value are errors naming them.
+pub fn build(
+    name: &str,
+    cluster: &Cluster,
+    options: &WorkloadOptions,
+) -> Result<Box<dyn Workload>, String> {
+    Ok(match name {
+        "list-append" => Box::new(ListAppend::new(cluster, options)?),
+        "bank" => Box::new(Bank::new(cluster, options)?),
+        "microbench" => Box::new(MicroBench::new(cluster, options)?),
+        _ => {
+            return Err(format!(
+                "unknown workload `{name}` (known: {})",
+                WORKLOADS.join(", ")
+            ))
+        }
+    })
+}
+
+/// The logical name of a workload key: the byte key without the `~salt` suffix that
+/// [`meridian_core::Partitioner::key_on_shard`] may add (`k7~3` → `k7`). Workloads' logical
+/// names never contain `~`.
+pub fn logical_name(key: &[u8]) -> String {
+    let end = key.iter().position(|&b| b == b'~').unwrap_or(key.len());
+    String::from_utf8_lossy(&key[..end]).into_owned()
+}
+
+/// The piece results of a committed one-shot transaction, or `None` if it did not commit.
+///
+/// # Panics
+///
+/// If a committed outcome does not hold one result per piece: the protocol broke the
+/// [`Outcome`] contract, and no honest history can be written for the transaction.
+pub(crate) fn committed_results<'a>(txn: &Txn, outcome: &'a Outcome) -> Option<&'a [PieceResult]> {
+    match outcome {
+        Outcome::Committed { results, .. } => {
+            assert_eq!(
+                results.len(),
+                txn.pieces.len(),
+                "a committed outcome must hold one result per piece ({} results for {} pieces)",
+                results.len(),
+                txn.pieces.len()
+            );
+            Some(results)
+        }
+        Outcome::Aborted { .. } | Outcome::Unknown { .. } => None,
+    }
+}
+
+/// Output `op` of piece `piece`.
+///
+/// # Panics
+///
+/// If the piece result has no such output (a broken [`Outcome`], as above).
+pub(crate) fn output(results: &[PieceResult], piece: usize, op: usize) -> Option<&Value> {
+    let outputs = &results[piece].outputs;
+    assert!(
+        op < outputs.len(),
+        "piece {piece} of a committed outcome has {} outputs, expected at least {}",
+        outputs.len(),
+        op + 1
+    );
+    outputs[op].as_ref()
+}
+
+/// The value each op of a committed interactive plan read, by op: `reads` holds one value
+/// per `Get` and per `Append` (its internal get), in plan order, and none for a `Put`, whose
+/// slot here is `None`.
+///
+/// # Panics
+///
+/// If the driver handed fewer reads than the plan has gets and appends.
+pub(crate) fn interactive_reads_by_op<'a>(
+    ops: &[InteractiveOp],
+    reads: &'a [Option<Value>],
+) -> Vec<Option<&'a Value>> {
+    let mut next = reads.iter();
+    ops.iter()
+        .map(|op| match op {
+            InteractiveOp::Put(..) => None,
+            InteractiveOp::Get(_) | InteractiveOp::Append(..) => next
+                .next()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "a committed interactive transaction of {} ops came with only {} reads",
+                        ops.len(),
+                        reads.len()
+                    )
+                })
+                .as_ref(),
+        })
+        .collect()
+}
+
+/// A read of a list key: a missing key reads as the empty list.
+///
+/// # Panics
+///
+/// If the bytes are not a list of 8-byte integers: the store broke `append`'s contract, and
+/// reporting anything else (null, a truncated list) would hide that from the checker.
+pub(crate) fn list_read(key: &Key, value: Option<&Value>) -> ReadValue {
+    match value {
+        None => ReadValue::List(Vec::new()),
+        Some(bytes) => {
+            ReadValue::List(meridian_core::value::decode_list(bytes).unwrap_or_else(|| {
+                panic!(
+                    "key `{}` holds {} bytes, not a list of 8-byte integers",
+                    logical_name(key),
+                    bytes.len()
+                )
+            }))
+        }
+    }
+}
+
+/// A read of an integer key: a missing key reads as 0 (what `add` assumes).
+///
+/// # Panics
+///
+/// If the bytes are not one 8-byte integer (see [`list_read`]).
+pub(crate) fn int_read(key: &Key, value: Option<&Value>) -> i64 {
+    match value {
+        None => 0,
+        Some(bytes) => meridian_core::value::decode_int(bytes).unwrap_or_else(|| {
+            panic!(
+                "key `{}` holds {} bytes, not an 8-byte integer",
+                logical_name(key),
+                bytes.len()
+            )
+        }),
+    }
+}
+
+/// An integer written by a literal operand (the workloads' appends and puts).
+pub(crate) fn literal_int(bytes: &[u8]) -> i64 {
+    meridian_core::value::decode_int(bytes).expect("workloads write 8-byte integers")
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Helpers for the workloads' tests: clusters of any shard count, seeded RNGs, and an
+    //! in-memory store that executes plans serially the way every protocol does
+    //! (`execute_piece`).
+
+    use meridian_core::txn::{
+        execute_piece, Key, KvAccess, Outcome, PieceResult, Procedures, Txn, Value,
+    };
+    use meridian_core::{CommitPath, NodeRng, Topology};
+    use rand::SeedableRng;
+    use rustc_hash::FxHashMap;
+
+    pub(crate) fn cluster(shards: u32) -> meridian_core::Cluster {
+        let text = format!(
+            "name = \"t\"\nregions = [\"A\", \"B\"]\nintra_region_rtt_ms = 1.0\n[[rtt]]\nbetween = [\"A\", \"B\"]\nms = 100.0\n[[shards]]\ncount = {shards}\nreplicas = [\"A\", \"B\", \"B\"]\nleader = \"A\"\n[[coordinators]]\nregion = \"A\"\ncount = 2\n"
+        );
+        meridian_core::Cluster::new(Topology::parse("t", &text).unwrap(), &[]).unwrap()
+    }
+
+    pub(crate) fn rng(seed: u64) -> NodeRng {
+        NodeRng::seed_from_u64(seed)
+    }
+
+    #[derive(Default)]
+    pub(crate) struct MapStore(pub(crate) FxHashMap<Key, Value>);
+
+    impl KvAccess for MapStore {
+        fn get(&mut self, key: &Key) -> Option<Value> {
+            self.0.get(key).cloned()
+        }
+        fn put(&mut self, key: Key, value: Value) {
+            self.0.insert(key, value);
+        }
+    }
+
+    /// Executes `txn`'s pieces in order against `store` and returns the committed outcome.
+    pub(crate) fn execute(txn: &Txn, store: &mut MapStore) -> Outcome {
+        let mut results: Vec<PieceResult> = Vec::new();
+        for piece in &txn.pieces {
+            let inputs: Vec<Option<&PieceResult>> = results.iter().map(Some).collect();
+            let result = execute_piece(piece, &inputs, &Procedures::new(), store).unwrap();
+            results.push(result);
+        }
+        Outcome::Committed {
+            results,
+            commit_ts: None,
+            path: CommitPath::Fast,
+        }
+    }
+
+    /// Runs interactive plans serially the way the client driver does (an append is a get
+    /// then a put of the concatenation) and returns the reads it would hand `history_ops`.
+    #[derive(Default)]
+    pub(crate) struct InteractiveDriver {
+        store: MapStore,
+    }
+
+    impl InteractiveDriver {
+        pub(crate) fn run(&mut self, ops: &[crate::InteractiveOp]) -> Vec<Option<Value>> {
+            use crate::InteractiveOp;
+            ops.iter()
+                .map(|op| match op {
+                    InteractiveOp::Get(k) => self.store.get(k),
+                    InteractiveOp::Put(k, v) => {
+                        self.store.put(k.clone(), v.clone());
+                        None
+                    }
+                    InteractiveOp::Append(k, v) => {
+                        let old = self.store.get(k);
+                        self.store
+                            .put(k.clone(), meridian_core::value::concat(old.as_ref(), v));
+                        old
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::{cluster, rng};
+
+    #[test]
+    fn build_knows_every_workload_by_name() {
+        let c = cluster(3);
+        for name in WORKLOADS {
+            let mut w = build(name, &c, &WorkloadOptions::default()).unwrap();
+            assert_eq!(w.name(), name);
+            let mut r = rng(1);
+            for _ in 0..20 {
+                match w.next(ClientId(0), &mut r) {
+                    TxnPlan::OneShot(txn) => txn.validate(3).unwrap(),
+                    TxnPlan::Interactive(ops) => assert!(!ops.is_empty()),
+                }
+            }
+        }
+        let e = build("tpcc", &c, &WorkloadOptions::default())
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("unknown workload `tpcc`") && e.contains("list-append"),
+            "{e}"
+        );
+        let e = build("bank", &c, &WorkloadOptions::default().with("zipf", "0.5"))
+            .err()
+            .unwrap();
+        assert!(e.contains("unknown option `zipf`"), "{e}");
+        let e = build(
+            "microbench",
+            &c,
+            &WorkloadOptions::default().with("zipf", "0,5"),
+        )
+        .err()
+        .unwrap();
+        assert!(e.contains("`zipf=0,5`"), "{e}");
+    }
+
+    #[test]
+    fn options_parse_from_key_value_strings() {
+        let o = WorkloadOptions::parse(["keys=32", " interactive = true "]).unwrap();
+        assert_eq!(o.options.get("keys").map(String::as_str), Some("32"));
+        assert_eq!(
+            o.options.get("interactive").map(String::as_str),
+            Some("true")
+        );
+        assert!(WorkloadOptions::parse(["keys"])
+            .unwrap_err()
+            .contains("`keys`"));
+        assert!(WorkloadOptions::parse(["=3"])
+            .unwrap_err()
+            .contains("empty key"));
+        assert!(WorkloadOptions::parse(["keys=1", "keys=2"])
+            .unwrap_err()
+            .contains("twice"));
+        let c = cluster(2);
+        let e = build(
+            "list-append",
+            &c,
+            &WorkloadOptions::parse(["kyes=3", "opsmax=2"]).unwrap(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.contains("unknown options `kyes`, `opsmax`"), "{e}");
+    }
+
+    #[test]
+    fn logical_names_drop_the_shard_salt() {
+        assert_eq!(logical_name(b"k7~12"), "k7");
+        assert_eq!(logical_name(b"acct3"), "acct3");
+        let c = cluster(5);
+        for i in 0..50 {
+            let key = c
+                .partitioner
+                .key_on_shard(meridian_core::ShardId(i % 5), &format!("k{i}"));
+            assert_eq!(logical_name(&key), format!("k{i}"));
+        }
+    }
 }

@@ -1,0 +1,551 @@
+//! `list-append`: the checker's workload (DESIGN §7), after Jepsen/Elle's list-append.
+//!
+//! Each transaction is 1..=`ops_max` operations; each op picks one of the `keys` active keys
+//! uniformly and is a read (probability `read_ratio`) or an append of an integer that is
+//! unique for that key: a per-key counter of the workload (1, 2, 3, ...), so unique across
+//! all clients of the run (the driver builds one workload for all its clients, as
+//! [`Workload`] intends; two instances would repeat values). Because every appended value
+//! is unique and a list records the order of its appends, the checker recovers each key's
+//! version order from the lists it reads.
+//!
+//! **Key rotation.** A key retires after `max_writes_per_key` appends and a fresh key takes
+//! its slot (Jepsen's `max-writes-per-key`), so lists — and the values every read carries
+//! in the history — stay short however long the run is; contention is unchanged (there are
+//! always `keys` active keys). Key `k{i}` lives on shard `i mod shards` (placed with
+//! [`Partitioner::key_on_shard`]), so the active keys spread evenly over the shards.
+//!
+//! **One-shot plans** group the ops by the key's shard into one piece per shard, pieces in
+//! order of their shard's first op, ops in drawn order inside a piece. The plan order of
+//! the ops — the order the history reports — is that piece-major order. Ops of different
+//! pieces touch different shards, hence different keys, so they commute: the piece-major
+//! order is equivalent to the drawn order, and ops on one key keep their relative order
+//! (which is all Elle's internal-consistency check looks at). Since the mapping from plan
+//! op to `(piece, op)` is the piece-major walk, [`Workload::history_ops`] is a pure
+//! function of the plan and the outcome and needs no per-transaction state.
+//!
+//! **Interactive plans** (`interactive=true`) are the drawn ops as `Get` and `Append` steps.
+//!
+//! **History.** Reads of a committed transaction report the list read (`[]` for a key never
+//! written; the checker treats `[]` and `null` alike for lists); reads of an aborted or
+//! unknown transaction report `null`; appends always report the intended value. Keys are
+//! reported by their logical names (`k7`).
+
+use crate::options::Options;
+use crate::{
+    committed_results, interactive_reads_by_op, list_read, literal_int, logical_name, output,
+    InteractiveOp, TxnPlan, Workload, WorkloadOptions,
+};
+use meridian_check::{HistOp, ReadValue};
+use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, PieceBody, Txn, Value};
+use meridian_core::value::encode_int;
+use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use rand::Rng;
+use rustc_hash::FxHashMap;
+
+/// The list-append workload.
+#[derive(Clone, Debug)]
+pub struct ListAppend {
+    partitioner: Partitioner,
+    shards: u32,
+    ops_max: u32,
+    read_ratio: f64,
+    max_writes_per_key: u64,
+    interactive: bool,
+    /// `active[slot]`: the key id in that slot.
+    active: Vec<u64>,
+    /// The id the next fresh key gets.
+    next_key: u64,
+    /// Appends so far, per key id (absent = none); the next value is this plus one.
+    appends: FxHashMap<u64, u64>,
+}
+
+/// An op as drawn, before grouping.
+enum Drawn {
+    Read(u64),
+    Append(u64, i64),
+}
+
+impl Drawn {
+    fn key_id(&self) -> u64 {
+        match *self {
+            Drawn::Read(k) | Drawn::Append(k, _) => k,
+        }
+    }
+}
+
+impl ListAppend {
+    pub const NAME: &'static str = "list-append";
+
+    /// Builds the workload; see the crate docs for the options.
+    pub fn new(cluster: &Cluster, options: &WorkloadOptions) -> Result<ListAppend, String> {
+        let mut o = Options::new(Self::NAME, options);
+        let keys = o.int("keys", 16, 1..=1 << 20)?;
+        let ops_max = o.int("ops_max", 4, 1..=1 << 10)?;
+        let read_ratio = o.probability("read_ratio", 0.5)?;
+        let max_writes_per_key = o.int("max_writes_per_key", 256, 0..=u64::MAX)?;
+        let interactive = o.flag("interactive", false)?;
+        o.finish()?;
+        Ok(ListAppend {
+            partitioner: cluster.partitioner,
+            shards: cluster.shard_count(),
+            ops_max: ops_max as u32,
+            read_ratio,
+            max_writes_per_key,
+            interactive,
+            active: (0..keys).collect(),
+            next_key: keys,
+            appends: FxHashMap::default(),
+        })
+    }
+
+    /// The byte key of key id `id`: `k{id}`, placed on shard `id mod shards`.
+    pub fn key(&self, id: u64) -> Key {
+        let shard = ShardId((id % u64::from(self.shards)) as u32);
+        self.partitioner.key_on_shard(shard, &format!("k{id}"))
+    }
+
+    fn draw(&mut self, rng: &mut NodeRng) -> Vec<Drawn> {
+        let len = rng.gen_range(1..=self.ops_max);
+        (0..len)
+            .map(|_| {
+                let slot = rng.gen_range(0..self.active.len());
+                let id = self.active[slot];
+                if rng.gen_bool(self.read_ratio) {
+                    return Drawn::Read(id);
+                }
+                let count = self.appends.entry(id).or_insert(0);
+                *count += 1;
+                let value = *count as i64;
+                if *count == self.max_writes_per_key {
+                    self.appends.remove(&id);
+                    self.active[slot] = self.next_key;
+                    self.next_key += 1;
+                }
+                Drawn::Append(id, value)
+            })
+            .collect()
+    }
+
+    fn one_shot(&self, drawn: &[Drawn]) -> Txn {
+        let mut pieces: Vec<(ShardId, Vec<Op>)> = Vec::new();
+        for d in drawn {
+            let key = self.key(d.key_id());
+            let shard = self.partitioner.shard_of(&key);
+            let op = match *d {
+                Drawn::Read(_) => Op::Get(key),
+                Drawn::Append(_, v) => Op::Append(key, Operand::Literal(encode_int(v))),
+            };
+            match pieces.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, ops)) => ops.push(op),
+                None => pieces.push((shard, vec![op])),
+            }
+        }
+        Txn {
+            pieces: pieces
+                .into_iter()
+                .map(|(shard, ops)| Piece::ops(shard, ops))
+                .collect(),
+        }
+    }
+
+    fn interactive_plan(&self, drawn: &[Drawn]) -> Vec<InteractiveOp> {
+        drawn
+            .iter()
+            .map(|d| match *d {
+                Drawn::Read(id) => InteractiveOp::Get(self.key(id)),
+                Drawn::Append(id, v) => InteractiveOp::Append(self.key(id), encode_int(v)),
+            })
+            .collect()
+    }
+}
+
+impl Workload for ListAppend {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+        let drawn = self.draw(rng);
+        if self.interactive {
+            TxnPlan::Interactive(self.interactive_plan(&drawn))
+        } else {
+            TxnPlan::OneShot(self.one_shot(&drawn))
+        }
+    }
+
+    fn history_ops(
+        &self,
+        plan: &TxnPlan,
+        outcome: &Outcome,
+        interactive_reads: &[Option<Value>],
+    ) -> Vec<HistOp> {
+        let mut hist = Vec::new();
+        match plan {
+            TxnPlan::OneShot(txn) => {
+                let results = committed_results(txn, outcome);
+                for (p, piece) in txn.pieces.iter().enumerate() {
+                    let PieceBody::Ops(ops) = &piece.body else {
+                        continue;
+                    };
+                    for (i, op) in ops.iter().enumerate() {
+                        hist.extend(match op {
+                            Op::Get(key) => Some(HistOp::Read {
+                                key: logical_name(key),
+                                value: match results {
+                                    Some(r) => list_read(key, output(r, p, i)),
+                                    None => ReadValue::Null,
+                                },
+                            }),
+                            Op::Append(key, Operand::Literal(v)) => Some(HistOp::Append {
+                                key: logical_name(key),
+                                value: literal_int(v),
+                            }),
+                            // Not planned by this workload.
+                            Op::Append(..) | Op::Put(..) | Op::Add(..) => None,
+                        });
+                    }
+                }
+            }
+            TxnPlan::Interactive(ops) => {
+                let reads = outcome
+                    .is_committed()
+                    .then(|| interactive_reads_by_op(ops, interactive_reads));
+                for (i, op) in ops.iter().enumerate() {
+                    hist.extend(match op {
+                        InteractiveOp::Get(key) => Some(HistOp::Read {
+                            key: logical_name(key),
+                            value: match &reads {
+                                Some(reads) => list_read(key, reads[i]),
+                                None => ReadValue::Null,
+                            },
+                        }),
+                        InteractiveOp::Append(key, v) => Some(HistOp::Append {
+                            key: logical_name(key),
+                            value: literal_int(v),
+                        }),
+                        InteractiveOp::Put(..) => None,
+                    });
+                }
+            }
+        }
+        hist
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{cluster, execute, rng, InteractiveDriver, MapStore};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn workload(shards: u32, opts: &[(&str, &str)]) -> ListAppend {
+        let mut o = WorkloadOptions::default();
+        for (k, v) in opts {
+            o = o.with(k, v);
+        }
+        ListAppend::new(&cluster(shards), &o).unwrap()
+    }
+
+    /// Plans of `clients` clients, interleaved round-robin.
+    fn plans(w: &mut ListAppend, clients: u32, per_client: usize, seed: u64) -> Vec<TxnPlan> {
+        let mut rngs: Vec<NodeRng> = (0..clients)
+            .map(|c| rng(seed * 1000 + u64::from(c)))
+            .collect();
+        let mut out = Vec::new();
+        for _ in 0..per_client {
+            for (c, r) in rngs.iter_mut().enumerate() {
+                out.push(w.next(ClientId(c as u32), r));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_shot_plans_are_valid_and_grouped_by_shard() {
+        for shards in [1, 2, 3, 5] {
+            let mut w = workload(shards, &[]);
+            for plan in plans(&mut w, 4, 100, 1) {
+                let TxnPlan::OneShot(txn) = plan else {
+                    panic!("one-shot expected")
+                };
+                txn.validate(shards).unwrap();
+                assert_eq!(txn.shards().len(), txn.pieces.len(), "one piece per shard");
+                let mut ops = 0;
+                for piece in &txn.pieces {
+                    let PieceBody::Ops(body) = &piece.body else {
+                        panic!()
+                    };
+                    ops += body.len();
+                    for op in body {
+                        assert_eq!(w.partitioner.shard_of(op.key()), piece.shard);
+                        assert!(matches!(
+                            op,
+                            Op::Get(_) | Op::Append(_, Operand::Literal(_))
+                        ));
+                    }
+                }
+                assert!((1..=4).contains(&ops));
+            }
+        }
+    }
+
+    #[test]
+    fn appended_values_are_unique_per_key_across_clients() {
+        for interactive in ["false", "true"] {
+            let mut w = workload(
+                3,
+                &[
+                    ("interactive", interactive),
+                    ("keys", "4"),
+                    ("max_writes_per_key", "0"),
+                ],
+            );
+            let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+            let mut appends = 0;
+            for plan in plans(&mut w, 8, 200, 2) {
+                let hist = w.history_ops(&plan, &aborted(), &[]);
+                for op in hist {
+                    if let HistOp::Append { key, value } = op {
+                        appends += 1;
+                        assert!(seen.insert((key.clone(), value)), "{key} {value} twice");
+                    }
+                }
+            }
+            assert!(appends > 1000, "{appends}");
+        }
+    }
+
+    fn aborted() -> Outcome {
+        Outcome::Aborted {
+            reason: meridian_core::AbortReason::Conflict,
+        }
+    }
+
+    /// Replays a serial history against a model of the lists: every read must see exactly
+    /// the appends before it, in order.
+    fn check_serial(histories: &[Vec<HistOp>]) -> usize {
+        let mut model: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut reads = 0;
+        for ops in histories {
+            for op in ops {
+                match op {
+                    HistOp::Append { key, value } => {
+                        model.entry(key.clone()).or_default().push(*value)
+                    }
+                    HistOp::Read { key, value } => {
+                        reads += 1;
+                        let expected = model.get(key).cloned().unwrap_or_default();
+                        assert_eq!(value, &ReadValue::List(expected), "read of {key}");
+                    }
+                    HistOp::Write { .. } => panic!("list-append never writes"),
+                }
+            }
+        }
+        reads
+    }
+
+    #[test]
+    fn one_shot_history_maps_results_back_in_plan_order() {
+        let mut w = workload(
+            3,
+            &[
+                ("keys", "5"),
+                ("ops_max", "8"),
+                ("max_writes_per_key", "20"),
+            ],
+        );
+        let mut store = MapStore::default();
+        let mut histories = Vec::new();
+        for plan in plans(&mut w, 3, 200, 3) {
+            let TxnPlan::OneShot(txn) = &plan else {
+                panic!()
+            };
+            let outcome = execute(txn, &mut store);
+            let hist = w.history_ops(&plan, &outcome, &[]);
+            let planned: usize = txn
+                .pieces
+                .iter()
+                .map(|p| match &p.body {
+                    PieceBody::Ops(ops) => ops.len(),
+                    PieceBody::Procedure(_) => 0,
+                })
+                .sum();
+            assert_eq!(hist.len(), planned);
+            histories.push(hist);
+        }
+        assert!(check_serial(&histories) > 500);
+        // Keys rotated: more than the 5 initial keys were used.
+        let keys: BTreeSet<&str> = histories.iter().flatten().map(HistOp::key).collect();
+        assert!(keys.len() > 5, "{keys:?}");
+        assert!(keys.iter().all(|k| k.starts_with('k') && !k.contains('~')));
+    }
+
+    #[test]
+    fn a_hand_built_plan_reports_reads_in_place() {
+        let w = workload(2, &[]);
+        // k0 is on shard 0, k1 on shard 1.
+        let (k0, k1) = (w.key(0), w.key(1));
+        let lit = |v| Operand::Literal(encode_int(v));
+        let txn = Txn {
+            pieces: vec![
+                Piece::ops(
+                    ShardId(0),
+                    vec![
+                        Op::Get(k0.clone()),
+                        Op::Append(k0.clone(), lit(7)),
+                        Op::Get(k0.clone()),
+                    ],
+                ),
+                Piece::ops(
+                    ShardId(1),
+                    vec![Op::Append(k1.clone(), lit(3)), Op::Get(k1.clone())],
+                ),
+            ],
+        };
+        txn.validate(2).unwrap();
+        let mut store = MapStore::default();
+        store
+            .0
+            .insert(k0.clone(), meridian_core::value::encode_list(&[1, 2]));
+        let plan = TxnPlan::OneShot(txn.clone());
+        let hist = w.history_ops(&plan, &execute(&txn, &mut store), &[]);
+        let r = |k: &str, v: &[i64]| HistOp::Read {
+            key: k.into(),
+            value: ReadValue::List(v.to_vec()),
+        };
+        let a = |k: &str, v| HistOp::Append {
+            key: k.into(),
+            value: v,
+        };
+        assert_eq!(
+            hist,
+            vec![
+                r("k0", &[1, 2]),
+                a("k0", 7),
+                r("k0", &[1, 2, 7]),
+                a("k1", 3),
+                r("k1", &[3])
+            ]
+        );
+        // Aborted and unknown: reads null, appends as intended.
+        let null = |k: &str| HistOp::Read {
+            key: k.into(),
+            value: ReadValue::Null,
+        };
+        let expected = vec![null("k0"), a("k0", 7), null("k0"), a("k1", 3), null("k1")];
+        assert_eq!(w.history_ops(&plan, &aborted(), &[]), expected);
+        let unknown = Outcome::Unknown {
+            reason: "lost".into(),
+        };
+        assert_eq!(w.history_ops(&plan, &unknown, &[]), expected);
+    }
+
+    #[test]
+    fn interactive_history_uses_the_driver_reads() {
+        let mut w = workload(
+            3,
+            &[("interactive", "true"), ("keys", "4"), ("ops_max", "6")],
+        );
+        let mut driver = InteractiveDriver::default();
+        let mut histories = Vec::new();
+        for plan in plans(&mut w, 3, 150, 4) {
+            let TxnPlan::Interactive(ops) = &plan else {
+                panic!()
+            };
+            assert!((1..=6).contains(&ops.len()));
+            assert!(ops.iter().all(|op| !matches!(op, InteractiveOp::Put(..))));
+            let reads = driver.run(ops);
+            let committed = Outcome::Committed {
+                results: vec![],
+                commit_ts: None,
+                path: meridian_core::CommitPath::Slow,
+            };
+            let hist = w.history_ops(&plan, &committed, &reads);
+            assert_eq!(hist.len(), ops.len());
+            histories.push(hist);
+        }
+        assert!(check_serial(&histories) > 200);
+    }
+
+    #[test]
+    fn interactive_reads_skip_puts() {
+        let w = workload(2, &[]);
+        let (k0, k1) = (w.key(0), w.key(1));
+        let ops = vec![
+            InteractiveOp::Append(k0.clone(), encode_int(5)),
+            InteractiveOp::Put(k1.clone(), encode_int(9)),
+            InteractiveOp::Get(k0.clone()),
+        ];
+        let reads = InteractiveDriver::default().run(&ops);
+        // One read per get and per append, none for the put.
+        let reads: Vec<Option<Value>> = vec![reads[0].clone(), reads[2].clone()];
+        let committed = Outcome::Committed {
+            results: vec![],
+            commit_ts: None,
+            path: meridian_core::CommitPath::Slow,
+        };
+        let hist = w.history_ops(&TxnPlan::Interactive(ops), &committed, &reads);
+        assert_eq!(
+            hist,
+            vec![
+                HistOp::Append {
+                    key: "k0".into(),
+                    value: 5
+                },
+                HistOp::Read {
+                    key: "k0".into(),
+                    value: ReadValue::List(vec![5])
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn same_seed_same_plans() {
+        for interactive in ["false", "true"] {
+            let opts = [("interactive", interactive)];
+            let a = plans(&mut workload(3, &opts), 4, 50, 5);
+            let b = plans(&mut workload(3, &opts), 4, 50, 5);
+            let c = plans(&mut workload(3, &opts), 4, 50, 6);
+            assert_eq!(a, b);
+            assert_ne!(a, c);
+        }
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let c = cluster(3);
+        let bad = |k: &str, v: &str| {
+            ListAppend::new(&c, &WorkloadOptions::default().with(k, v)).unwrap_err()
+        };
+        for (k, v) in [
+            ("keys", "0"),
+            ("keys", "many"),
+            ("ops_max", "0"),
+            ("read_ratio", "1.5"),
+            ("read_ratio", "NaN"),
+            ("interactive", "yes"),
+            ("max_writes_per_key", "-1"),
+        ] {
+            let e = bad(k, v);
+            assert!(
+                e.contains(k) && e.contains(v) && e.contains("list-append"),
+                "{e}"
+            );
+        }
+        let e = bad("key", "3");
+        assert!(
+            e.contains("unknown option `key`") && e.contains("keys"),
+            "{e}"
+        );
+        // Extremes are honoured.
+        let mut reads_only = workload(2, &[("read_ratio", "1")]);
+        let mut r = rng(1);
+        for _ in 0..50 {
+            let TxnPlan::OneShot(txn) = reads_only.next(ClientId(0), &mut r) else {
+                panic!()
+            };
+            assert!(txn.is_read_only());
+        }
+    }
+}
