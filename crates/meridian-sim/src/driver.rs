@@ -26,6 +26,11 @@ use std::sync::Arc;
 /// enough from zero that no clock error makes a reading negative.
 pub const EPOCH_NS: u64 = 1_700_000_000 * NS_PER_S;
 
+/// The hop between a client and its coordinator, each way. Clients live beside their
+/// coordinator (a function call, not a network link), but a zero hop would let a protocol
+/// that answers at once spin a closed-loop client forever at one instant of virtual time.
+const CLIENT_HOP_NS: u64 = 1_000;
+
 /// How long a client waits before retrying a submission to a coordinator that is down.
 const COORDINATOR_DOWN_RETRY_NS: u64 = 100_000_000;
 
@@ -600,7 +605,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn submit(&mut self, client: u32, request: RequestId, req: ClientRequest) {
         let to = self.clients[client as usize].coordinator;
-        self.push(self.now_ns, Event::Request { to, request, req });
+        self.push(
+            self.now_ns + CLIENT_HOP_NS,
+            Event::Request { to, request, req },
+        );
         self.push(
             self.now_ns + self.options.client_timeout_ns,
             Event::ClientTimeout { client, request },

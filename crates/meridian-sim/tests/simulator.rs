@@ -7,16 +7,16 @@ use meridian_check::HistOp;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::txn::{
-    execute_piece, ClientRequest, ClientResponse, KvAccess, Op, Outcome, Piece, PieceResult, Txn,
-    Value,
+    execute_piece, ClientRequest, ClientResponse, KvAccess, Op, Outcome, Piece, PieceResult, Step,
+    Txn, Value,
 };
 use meridian_core::value::encode_int;
 use meridian_core::{
     AbortReason, ClientId, CommitPath, Key, Node, NodeId, NodeRng, Operand, Procedures, Protocol,
-    ProtocolConfig, RequestId, ShardId, Topology,
+    ProtocolConfig, RequestId, ShardId, Topology, TxnId,
 };
 use meridian_sim::{run, setup, FaultKinds, FaultPlan, SimOptions};
-use meridian_workload::{TxnPlan, Workload};
+use meridian_workload::{InteractiveOp, TxnPlan, Workload};
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -125,14 +125,9 @@ impl Node for Toy {
         request: RequestId,
         req: ClientRequest,
     ) {
-        let ClientRequest::OneShot(txn) = req else {
-            ctx.respond(
-                request,
-                ClientResponse::Outcome(Outcome::Aborted {
-                    reason: AbortReason::Unsupported("interactive".into()),
-                }),
-            );
-            return;
+        let txn = match req {
+            ClientRequest::OneShot(txn) => txn,
+            ClientRequest::Interactive(step) => return self.interactive(ctx, request, step),
         };
         self.next += 1;
         self.pending
@@ -148,6 +143,32 @@ impl Node for Toy {
                 },
             );
         }
+    }
+}
+
+impl Toy {
+    /// Interactive steps run against the coordinator's own map (enough to drive sessions).
+    fn interactive(&mut self, ctx: &mut Ctx<'_, Self>, request: RequestId, step: Step) {
+        let response = match step {
+            Step::Begin => {
+                self.next += 1;
+                ClientResponse::Began(TxnId::new(ctx.id(), 0, self.next))
+            }
+            Step::Get { key, .. } => ClientResponse::Read(self.store.get(&key)),
+            Step::Put { key, value, .. } => {
+                self.store.put(key, value);
+                ClientResponse::Written
+            }
+            Step::Commit { .. } => ClientResponse::Outcome(Outcome::Committed {
+                results: vec![],
+                commit_ts: None,
+                path: CommitPath::Local,
+            }),
+            Step::Abort { .. } => ClientResponse::Outcome(Outcome::Aborted {
+                reason: AbortReason::User,
+            }),
+        };
+        ctx.respond(request, response);
     }
 }
 
@@ -362,4 +383,89 @@ fn service_time_makes_queueing_visible() {
     let p50 = |r: &meridian_sim::SimReport| r.regions[0].percentile_ms(50.0).unwrap();
     assert!(p50(&b) > p50(&a) + 2.0, "{} vs {}", p50(&a), p50(&b));
     assert!(b.committed < a.committed);
+}
+
+/// Each client reads its own list and appends the next integer, interactively.
+struct Appends {
+    next: FxHashMap<u32, i64>,
+}
+impl Workload for Appends {
+    fn name(&self) -> &str {
+        "appends"
+    }
+    fn next(&mut self, client: ClientId, _rng: &mut NodeRng) -> TxnPlan {
+        let n = self.next.entry(client.0).or_insert(0);
+        *n += 1;
+        let key = Bytes::from(format!("list{}", client.0));
+        TxnPlan::Interactive(vec![
+            InteractiveOp::Get(key.clone()),
+            InteractiveOp::Append(key, encode_int(*n)),
+        ])
+    }
+    fn history_ops(
+        &self,
+        _plan: &TxnPlan,
+        _outcome: &Outcome,
+        reads: &[Option<Value>],
+    ) -> Vec<HistOp> {
+        let list = |v: &Option<Value>| {
+            meridian_check::ReadValue::List(
+                v.as_ref()
+                    .map(|b| meridian_core::value::decode_list(b).unwrap())
+                    .unwrap_or_default(),
+            )
+        };
+        reads
+            .iter()
+            .map(|r| HistOp::Read {
+                key: "own".into(),
+                value: list(r),
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn interactive_sessions_run_step_by_step_and_append_is_get_then_put() {
+    let setup = setup::<ToyProtocol>(
+        Topology::load("local").unwrap(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap();
+    let mut workload = Appends {
+        next: FxHashMap::default(),
+    };
+    let o = SimOptions {
+        clients_per_coordinator: 1,
+        duration_ns: 20 * NS_PER_MS,
+        ..options(11)
+    };
+    let report = run::<ToyProtocol>(&setup, &mut workload, &o, &mut |_| {});
+    assert!(
+        report.committed > 100,
+        "committed {}, aborted {}",
+        report.committed,
+        report.aborted
+    );
+    for client in 0..4u64 {
+        let entries: Vec<_> = report
+            .history
+            .iter()
+            .filter(|e| e.process == client && e.kind == meridian_check::EntryType::Ok)
+            .collect();
+        for (i, entry) in entries.iter().enumerate() {
+            // Two reads per transaction: the plan's Get and the Append's internal get.
+            let expected = meridian_check::ReadValue::List((1..=i as i64).collect());
+            assert_eq!(entry.ops.len(), 2);
+            assert_eq!(
+                entry.ops[0],
+                HistOp::Read {
+                    key: "own".into(),
+                    value: expected.clone()
+                }
+            );
+            assert_eq!(entry.ops[1], entry.ops[0]);
+        }
+    }
 }
