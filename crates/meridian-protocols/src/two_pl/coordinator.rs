@@ -1,0 +1,646 @@
+//! The coordinator: drives a one-shot transaction through the execution phase (pieces sent
+//! as their value dependencies resolve) and two-phase commit, and answers its client.
+
+use super::options::Options;
+use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToServer};
+use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome};
+use meridian_core::txn::{PieceResult, Txn};
+use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, TxnId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+#[derive(Debug)]
+enum Phase {
+    /// Pieces go out as their inputs arrive.
+    Executing,
+    /// Every piece has a result; collecting votes.
+    Preparing { yes: BTreeSet<NodeId> },
+    /// A one-round transaction timed out: asking its server whether it committed.
+    Resolving,
+}
+
+/// An undecided transaction.
+#[derive(Debug)]
+struct CoordTxn {
+    request: RequestId,
+    txn: Txn,
+    age_ns: u64,
+    /// Single shard: the server executes and commits in one round (`CommitPath::Local`).
+    one_round: bool,
+    /// Each participant (a shard's data node) with the indices of its pieces, in order.
+    participants: BTreeMap<NodeId, Vec<u16>>,
+    /// The incarnation each participant executed in; all its results must share one.
+    incarnations: BTreeMap<NodeId, u32>,
+    phase: Phase,
+    results: Vec<Option<PieceResult>>,
+    sent: Vec<bool>,
+    deadline_ns: u64,
+    retries: u32,
+    timer: TimerId,
+}
+
+/// A committed transaction whose participants have not all acknowledged.
+#[derive(Debug)]
+struct PendingCommit {
+    waiting: BTreeSet<NodeId>,
+    retries: u32,
+    timer: Option<TimerId>,
+}
+
+/// What a retransmission tick does.
+enum TickStep {
+    Abort,
+    StartResolving,
+    Retransmit,
+    Reprepare,
+    Resolve,
+    GiveUp,
+}
+
+/// A coordinator node.
+#[derive(Debug)]
+pub struct Coordinator {
+    id: NodeId,
+    opts: Options,
+    cluster: Arc<Cluster>,
+    incarnation: u32,
+    next_counter: u64,
+    /// Undecided transactions. The smallest id is the horizon sent to servers.
+    txns: BTreeMap<TxnId, CoordTxn>,
+    /// Committed transactions not yet acknowledged by every participant (and restored from
+    /// the log after a restart): the decisions a server may still ask for.
+    commits: BTreeMap<TxnId, PendingCommit>,
+    since_checkpoint: usize,
+    checkpoint_due: bool,
+}
+
+impl Coordinator {
+    /// Builds the coordinator from its log: a fresh incarnation, and every commit decision
+    /// not known to be acknowledged.
+    pub(crate) fn restore(
+        id: NodeId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        records: &[Record],
+    ) -> Coordinator {
+        let start = records
+            .iter()
+            .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
+        let mut last_incarnation = None;
+        let mut pending: BTreeMap<TxnId, Vec<NodeId>> = BTreeMap::new();
+        if let Some(Record::CoordCheckpoint {
+            incarnation,
+            pending: p,
+        }) = start.map(|i| &records[i])
+        {
+            last_incarnation = Some(*incarnation);
+            pending.extend(p.iter().cloned());
+        }
+        let tail = &records[start.map_or(0, |i| i + 1)..];
+        for record in tail {
+            match record {
+                Record::Started { incarnation } => last_incarnation = Some(*incarnation),
+                Record::Decided { txn, participants } => {
+                    pending.insert(*txn, participants.clone());
+                }
+                other => panic!("log of coordinator {id} holds {other:?}"),
+            }
+        }
+        let commits = pending
+            .into_iter()
+            .map(|(txn, participants)| {
+                let waiting = participants.into_iter().collect();
+                let commit = PendingCommit {
+                    waiting,
+                    retries: 0,
+                    timer: None,
+                };
+                (txn, commit)
+            })
+            .collect();
+        Coordinator {
+            id,
+            opts,
+            cluster,
+            incarnation: last_incarnation.map_or(0, |i| i + 1),
+            next_counter: 0,
+            txns: BTreeMap::new(),
+            commits,
+            since_checkpoint: tail.len(),
+            checkpoint_due: false,
+        }
+    }
+
+    /// Logs the new incarnation before any of its ids is used, and re-drives restored commits.
+    pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
+        let incarnation = self.incarnation;
+        self.persist(ctx, Record::Started { incarnation });
+        let restored: Vec<TxnId> = self.commits.keys().copied().collect();
+        for txn in restored {
+            self.send_commits(ctx, txn, self.opts.retry_ns);
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_client_request(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match req {
+            ClientRequest::OneShot(txn) => self.submit(ctx, request, txn),
+            ClientRequest::Interactive(_) => {
+                let reason = AbortReason::Unsupported(
+                    "2pl-2pc runs one-shot transactions only; interactive sessions are not \
+                     implemented"
+                        .to_string(),
+                );
+                ctx.respond(request, aborted(reason));
+            }
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+        let Msg::ToCoord(body) = msg else {
+            panic!(
+                "coordinator {} received a server's message {msg:?}",
+                self.id
+            );
+        };
+        match body {
+            ToCoord::Executed {
+                txn,
+                incarnation,
+                results,
+            } => self.on_executed(ctx, from, txn, incarnation, results),
+            ToCoord::Failed { txn, reason } => self.on_failed(ctx, txn, reason),
+            ToCoord::Done { txn, outcome } => self.on_done(ctx, txn, outcome),
+            ToCoord::Vote { txn, yes } => self.on_vote(ctx, from, txn, yes),
+            ToCoord::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
+            ToCoord::Query { txn } => self.on_query(ctx, from, txn),
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
+        match timer {
+            Timer::Txn(txn) => self.tick(ctx, txn),
+            Timer::Commit(txn) => self.commit_tick(ctx, txn),
+            Timer::Server(_) => panic!("coordinator {} fired a server timer", self.id),
+        }
+        self.settle(ctx);
+    }
+
+    // ---- submission and the execution phase --------------------------------------------
+
+    fn submit(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: Txn) {
+        if let Err(e) = txn.validate(self.cluster.shard_count()) {
+            return ctx.respond(request, aborted(AbortReason::Invalid(e.to_string())));
+        }
+        if txn.pieces.len() > usize::from(u16::MAX) {
+            let why = format!("{} pieces (at most {})", txn.pieces.len(), u16::MAX);
+            return ctx.respond(request, aborted(AbortReason::Invalid(why)));
+        }
+        if self.txns.len() >= self.opts.max_inflight {
+            let why = format!(
+                "overloaded: {} transactions already in flight at this coordinator \
+                 (max_inflight)",
+                self.txns.len()
+            );
+            return ctx.respond(request, aborted(AbortReason::Unsupported(why)));
+        }
+        let id = TxnId::new(self.id, self.incarnation, self.next_counter);
+        self.next_counter += 1;
+        let mut participants: BTreeMap<NodeId, Vec<u16>> = BTreeMap::new();
+        for (i, piece) in txn.pieces.iter().enumerate() {
+            let node = self.cluster.initial_leader(piece.shard);
+            participants.entry(node).or_default().push(i as u16);
+        }
+        let n = txn.pieces.len();
+        let now = ctx.now_ns();
+        let t = CoordTxn {
+            request,
+            age_ns: now,
+            one_round: participants.len() == 1,
+            participants,
+            incarnations: BTreeMap::new(),
+            txn,
+            phase: Phase::Executing,
+            results: vec![None; n],
+            sent: vec![false; n],
+            deadline_ns: now.saturating_add(self.opts.exec_timeout_ns),
+            retries: 0,
+            timer: ctx.set_timer(self.opts.retry_ns, Timer::Txn(id)),
+        };
+        self.txns.insert(id, t);
+        self.dispatch(ctx, id);
+    }
+
+    /// The smallest undecided id: every transaction of this coordinator below it is decided.
+    fn horizon(&self) -> TxnId {
+        self.txns
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| TxnId::new(self.id, self.incarnation, self.next_counter))
+    }
+
+    fn send_server(&self, ctx: &mut Cx<'_>, to: NodeId, body: ToServer) {
+        let horizon = self.horizon();
+        ctx.send(to, Msg::ToServer { horizon, body });
+    }
+
+    /// Sends every piece that can run now, batched per shard. A piece can run when each piece
+    /// it depends on has a result (or runs earlier in the same batch), and every earlier
+    /// piece on its shard has a result or runs in the same batch: a server executes a
+    /// transaction's pieces in piece order, whatever the network does.
+    fn dispatch(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = self
+            .txns
+            .get_mut(&id)
+            .expect("dispatching a live transaction");
+        let mut batches: BTreeMap<ShardId, Vec<u16>> = BTreeMap::new();
+        let mut blocked: BTreeSet<ShardId> = BTreeSet::new();
+        for (i, piece) in t.txn.pieces.iter().enumerate() {
+            if t.results[i].is_some() {
+                continue;
+            }
+            let shard = piece.shard;
+            let batch = batches.get(&shard);
+            let ready = !t.sent[i]
+                && !blocked.contains(&shard)
+                && piece.dependencies().iter().all(|&d| {
+                    t.results[usize::from(d)].is_some() || batch.is_some_and(|b| b.contains(&d))
+                });
+            if ready {
+                batches.entry(shard).or_default().push(i as u16);
+                t.sent[i] = true;
+            } else {
+                blocked.insert(shard);
+            }
+        }
+        self.send_batches(ctx, id, batches);
+    }
+
+    /// Resends the pieces that went out but have no result yet.
+    fn retransmit(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = &self.txns[&id];
+        let mut batches: BTreeMap<ShardId, Vec<u16>> = BTreeMap::new();
+        for (i, piece) in t.txn.pieces.iter().enumerate() {
+            if t.sent[i] && t.results[i].is_none() {
+                batches.entry(piece.shard).or_default().push(i as u16);
+            }
+        }
+        self.send_batches(ctx, id, batches);
+    }
+
+    fn send_batches(&self, ctx: &mut Cx<'_>, id: TxnId, batches: BTreeMap<ShardId, Vec<u16>>) {
+        let t = &self.txns[&id];
+        for (shard, indices) in batches {
+            let pieces = indices
+                .iter()
+                .map(|&i| {
+                    let piece = t.txn.pieces[usize::from(i)].clone();
+                    let inputs = piece
+                        .dependencies()
+                        .into_iter()
+                        .filter_map(|d| Some((d, t.results[usize::from(d)].clone()?)))
+                        .collect();
+                    PieceRun {
+                        index: i,
+                        piece,
+                        inputs,
+                    }
+                })
+                .collect();
+            let body = ToServer::Execute {
+                txn: id,
+                age_ns: t.age_ns,
+                one_round: t.one_round,
+                pieces,
+            };
+            self.send_server(ctx, self.cluster.initial_leader(shard), body);
+        }
+    }
+
+    fn on_executed(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        incarnation: u32,
+        results: Vec<(u16, PieceResult)>,
+    ) {
+        let Some(t) = self.txns.get_mut(&id) else {
+            return;
+        };
+        if t.one_round || !matches!(t.phase, Phase::Executing) {
+            return;
+        }
+        if *t.incarnations.entry(from).or_insert(incarnation) != incarnation {
+            // The participant restarted mid-transaction: its earlier results are gone.
+            return self.abort(ctx, id, AbortReason::Failure);
+        }
+        for (i, result) in results {
+            let i = usize::from(i);
+            if i < t.sent.len() && t.sent[i] && t.results[i].is_none() {
+                t.results[i] = Some(result);
+            }
+        }
+        if t.results.iter().all(Option::is_some) {
+            self.start_prepare(ctx, id);
+        } else {
+            self.dispatch(ctx, id);
+        }
+    }
+
+    fn on_failed(&mut self, ctx: &mut Cx<'_>, id: TxnId, reason: AbortReason) {
+        let Some(t) = self.txns.get(&id) else {
+            return;
+        };
+        // A one-round transaction's failure comes as `Done`; this is a stale duplicate.
+        if !t.one_round {
+            self.abort(ctx, id, reason);
+        }
+    }
+
+    fn on_done(&mut self, ctx: &mut Cx<'_>, id: TxnId, outcome: LocalOutcome) {
+        if !self.txns.get(&id).is_some_and(|t| t.one_round) {
+            return;
+        }
+        let t = self.txns.remove(&id).expect("checked");
+        ctx.cancel_timer(t.timer);
+        let response = match outcome {
+            LocalOutcome::Committed(results) => {
+                assert_eq!(results.len(), t.txn.pieces.len(), "{id}: results per piece");
+                ClientResponse::Outcome(Outcome::Committed {
+                    results,
+                    commit_ts: None,
+                    path: CommitPath::Local,
+                })
+            }
+            LocalOutcome::Aborted(reason) => aborted(reason),
+        };
+        ctx.respond(t.request, response);
+    }
+
+    // ---- two-phase commit --------------------------------------------------------------
+
+    fn start_prepare(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = self
+            .txns
+            .get_mut(&id)
+            .expect("preparing a live transaction");
+        t.phase = Phase::Preparing {
+            yes: BTreeSet::new(),
+        };
+        t.retries = 0;
+        self.send_prepares(ctx, id);
+    }
+
+    /// Sends PREPARE to every participant that has not voted yes.
+    fn send_prepares(&self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = &self.txns[&id];
+        let Phase::Preparing { yes } = &t.phase else {
+            panic!("{id}: PREPARE outside the prepare phase");
+        };
+        for (node, pieces) in &t.participants {
+            if !yes.contains(node) {
+                let body = ToServer::Prepare {
+                    txn: id,
+                    incarnation: t.incarnations[node],
+                    pieces: pieces.clone(),
+                };
+                self.send_server(ctx, *node, body);
+            }
+        }
+    }
+
+    fn on_vote(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId, yes: bool) {
+        let Some(t) = self.txns.get_mut(&id) else {
+            return;
+        };
+        let participant = t.participants.contains_key(&from);
+        let Phase::Preparing { yes: votes } = &mut t.phase else {
+            return;
+        };
+        if !participant {
+            return;
+        }
+        if !yes {
+            // The participant lost the transaction's locks (restart, timeout).
+            return self.abort(ctx, id, AbortReason::Failure);
+        }
+        votes.insert(from);
+        if votes.len() == t.participants.len() {
+            self.decide_commit(ctx, id);
+        }
+    }
+
+    /// Commit point: the decision is logged before anyone hears it, then the client learns
+    /// it. Servers keep their locks until COMMIT arrives, so nothing can observe the
+    /// transaction half-applied.
+    fn decide_commit(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = self.txns.remove(&id).expect("deciding a live transaction");
+        ctx.cancel_timer(t.timer);
+        let participants: Vec<NodeId> = t.participants.keys().copied().collect();
+        self.persist(
+            ctx,
+            Record::Decided {
+                txn: id,
+                participants: participants.clone(),
+            },
+        );
+        let commit = PendingCommit {
+            waiting: participants.into_iter().collect(),
+            retries: 0,
+            timer: None,
+        };
+        self.commits.insert(id, commit);
+        self.send_commits(ctx, id, self.opts.retry_ns);
+        let results = t
+            .results
+            .into_iter()
+            .map(|r| r.expect("every piece has a result at commit"))
+            .collect();
+        let outcome = Outcome::Committed {
+            results,
+            commit_ts: None,
+            path: CommitPath::TwoPhase,
+        };
+        ctx.respond(t.request, ClientResponse::Outcome(outcome));
+    }
+
+    /// Sends COMMIT to the participants that have not acknowledged and arms the retry.
+    fn send_commits(&mut self, ctx: &mut Cx<'_>, id: TxnId, retry_after_ns: u64) {
+        let waiting: Vec<NodeId> = self.commits[&id].waiting.iter().copied().collect();
+        for node in waiting {
+            self.send_server(ctx, node, ToServer::Commit { txn: id });
+        }
+        let timer = ctx.set_timer(retry_after_ns, Timer::Commit(id));
+        self.commits.get_mut(&id).expect("pending").timer = Some(timer);
+    }
+
+    fn on_commit_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId) {
+        let Some(commit) = self.commits.get_mut(&id) else {
+            return;
+        };
+        commit.waiting.remove(&from);
+        if commit.waiting.is_empty() {
+            if let Some(timer) = commit.timer {
+                ctx.cancel_timer(timer);
+            }
+            self.commits.remove(&id);
+        }
+    }
+
+    /// A prepared server asks for the decision. Presumed abort: with no commit decision
+    /// (and the transaction not undecided here), the answer is abort — this covers
+    /// transactions of earlier incarnations that were lost in a crash.
+    fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId) {
+        if self.commits.contains_key(&id) {
+            self.send_server(ctx, from, ToServer::Commit { txn: id });
+        } else if !self.txns.contains_key(&id) {
+            self.send_server(ctx, from, ToServer::Abort { txn: id });
+        }
+    }
+
+    /// Decides abort (nothing to log: no record means abort) and tells every participant
+    /// that may hold locks.
+    fn abort(&mut self, ctx: &mut Cx<'_>, id: TxnId, reason: AbortReason) {
+        let t = self.txns.remove(&id).expect("aborting a live transaction");
+        assert!(
+            !t.one_round,
+            "{id}: a one-round transaction is resolved, not aborted: its server may have \
+             committed it"
+        );
+        ctx.cancel_timer(t.timer);
+        for (node, pieces) in &t.participants {
+            if pieces.iter().any(|&i| t.sent[usize::from(i)]) {
+                self.send_server(ctx, *node, ToServer::Abort { txn: id });
+            }
+        }
+        ctx.respond(t.request, aborted(reason));
+    }
+
+    // ---- timers ------------------------------------------------------------------------
+
+    fn tick(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let Some(t) = self.txns.get(&id) else {
+            return;
+        };
+        let exhausted = t.retries >= self.opts.max_retries;
+        let step = match t.phase {
+            Phase::Executing if ctx.now_ns() < t.deadline_ns => TickStep::Retransmit,
+            Phase::Executing if t.one_round => TickStep::StartResolving,
+            Phase::Executing => TickStep::Abort,
+            Phase::Preparing { .. } if exhausted => TickStep::Abort,
+            Phase::Preparing { .. } => TickStep::Reprepare,
+            Phase::Resolving if exhausted => TickStep::GiveUp,
+            Phase::Resolving => TickStep::Resolve,
+        };
+        match step {
+            TickStep::Abort => return self.abort(ctx, id, AbortReason::Timeout),
+            TickStep::GiveUp => return self.give_up(ctx, id),
+            TickStep::Retransmit => self.retransmit(ctx, id),
+            TickStep::StartResolving => {
+                let t = self.txns.get_mut(&id).expect("live");
+                t.phase = Phase::Resolving;
+                t.retries = 0;
+                self.send_resolve(ctx, id);
+            }
+            TickStep::Reprepare => {
+                self.txns.get_mut(&id).expect("live").retries += 1;
+                self.send_prepares(ctx, id);
+            }
+            TickStep::Resolve => {
+                self.txns.get_mut(&id).expect("live").retries += 1;
+                self.send_resolve(ctx, id);
+            }
+        }
+        let timer = ctx.set_timer(self.opts.retry_ns, Timer::Txn(id));
+        self.txns.get_mut(&id).expect("live").timer = timer;
+    }
+
+    fn send_resolve(&self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = &self.txns[&id];
+        for node in t.participants.keys() {
+            self.send_server(ctx, *node, ToServer::Resolve { txn: id });
+        }
+    }
+
+    /// A one-round transaction whose server never answered: the client cannot be told
+    /// either way.
+    fn give_up(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = self.txns.remove(&id).expect("giving up a live transaction");
+        ctx.cancel_timer(t.timer);
+        let reason = "the shard's server did not answer; the transaction may have committed";
+        let outcome = Outcome::Unknown {
+            reason: reason.to_string(),
+        };
+        ctx.respond(t.request, ClientResponse::Outcome(outcome));
+    }
+
+    /// Retransmits COMMIT until every participant acknowledges: `max_retries` times every
+    /// `retry_ms`, then once per `idle_timeout_ms`. The decision must be remembered until
+    /// then anyway (a prepared participant may still ask), so this costs no extra memory, and
+    /// it lets the entry go once an acknowledgement finally gets through.
+    fn commit_tick(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let Some(commit) = self.commits.get_mut(&id) else {
+            return;
+        };
+        commit.retries = commit.retries.saturating_add(1);
+        let after = if commit.retries < self.opts.max_retries {
+            self.opts.retry_ns
+        } else {
+            self.opts.idle_timeout_ns
+        };
+        self.send_commits(ctx, id, after);
+    }
+
+    // ---- log ---------------------------------------------------------------------------
+
+    fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
+        ctx.persist(record);
+        self.since_checkpoint += 1;
+        if self.since_checkpoint >= self.opts.checkpoint_every {
+            self.checkpoint_due = true;
+        }
+    }
+
+    /// Ends every handler: writes a due checkpoint once the state matches the log.
+    fn settle(&mut self, ctx: &mut Cx<'_>) {
+        if !self.checkpoint_due {
+            return;
+        }
+        let pending = self
+            .commits
+            .iter()
+            .map(|(txn, c)| (*txn, c.waiting.iter().copied().collect()))
+            .collect();
+        let incarnation = self.incarnation;
+        ctx.persist(Record::CoordCheckpoint {
+            incarnation,
+            pending,
+        });
+        self.since_checkpoint = 0;
+        self.checkpoint_due = false;
+    }
+}
+
+fn aborted(reason: AbortReason) -> ClientResponse {
+    ClientResponse::Outcome(Outcome::Aborted { reason })
+}
+
+#[cfg(test)]
+impl Coordinator {
+    pub(crate) fn in_flight(&self) -> usize {
+        self.txns.len()
+    }
+
+    pub(crate) fn pending_commits(&self) -> usize {
+        self.commits.len()
+    }
+}

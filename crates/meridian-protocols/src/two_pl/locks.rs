@@ -1,0 +1,336 @@
+//! The lock table of one server: shared/exclusive locks per key, a FIFO queue of waiters per
+//! key, and WAIT-DIE deadlock prevention.
+//!
+//! WAIT-DIE: a requester that conflicts waits only if it is *older* than every transaction it
+//! would wait for (conflicting holders, and conflicting waiters ahead of it in the queue);
+//! otherwise it dies. Every wait edge therefore points from an older to a younger
+//! transaction, so the waits-for graph has no cycle and no deadlock can form.
+//!
+//! Fairness: a request that is compatible with the holders still queues behind earlier
+//! waiters (no barging), so a stream of readers cannot starve a writer. The one exception is
+//! an upgrade (shared → exclusive by a holder): it goes to the head of the queue, because
+//! everyone queued is already waiting for the upgrader's shared lock anyway.
+
+use super::wire::Age;
+use meridian_core::{Key, TxnId};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// A lock mode. `Exclusive > Shared`, so `max` gives the stronger one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LockMode {
+    Shared,
+    Exclusive,
+}
+
+impl LockMode {
+    fn compatible(self, other: LockMode) -> bool {
+        self == LockMode::Shared && other == LockMode::Shared
+    }
+}
+
+/// The answer to a lock request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    Granted,
+    /// Queued; [`LockTable::release`] reports the grant later.
+    Waiting,
+    /// WAIT-DIE says the requester is too young to wait: abort it.
+    Die,
+    /// The key's queue is at its cap (`max_waiters_per_key`): abort rather than grow.
+    QueueFull,
+}
+
+#[derive(Clone, Debug)]
+struct Holder {
+    age: Age,
+    mode: LockMode,
+}
+
+#[derive(Clone, Debug)]
+struct Waiter {
+    age: Age,
+    mode: LockMode,
+    /// The waiter already holds the key in shared mode and wants it exclusive.
+    upgrade: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct KeyLock {
+    holders: Vec<Holder>,
+    waiters: VecDeque<Waiter>,
+}
+
+impl KeyLock {
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Whether a holder other than `txn` blocks a request in `mode`.
+    fn blocked_by_holders(&self, txn: TxnId, mode: LockMode) -> bool {
+        self.holders
+            .iter()
+            .any(|h| h.age.txn != txn && !h.mode.compatible(mode))
+    }
+
+    fn acquire(&mut self, age: Age, mode: LockMode, max_waiters: usize) -> Acquire {
+        let txn = age.txn;
+        assert!(
+            self.waiters.iter().all(|w| w.age.txn != txn),
+            "{txn} requested a lock it is already queued for"
+        );
+        let held = self.holders.iter().position(|h| h.age.txn == txn);
+        if held.is_some_and(|i| self.holders[i].mode >= mode) {
+            return Acquire::Granted;
+        }
+        let upgrade = held.is_some();
+        if !self.blocked_by_holders(txn, mode) && (upgrade || self.waiters.is_empty()) {
+            match held {
+                Some(i) => self.holders[i].mode = mode,
+                None => self.holders.push(Holder { age, mode }),
+            }
+            self.check();
+            return Acquire::Granted;
+        }
+        // WAIT-DIE against everyone this request would wait for. An upgrade jumps the queue,
+        // so it waits for the holders only.
+        let older_than_holders = self
+            .holders
+            .iter()
+            .filter(|h| h.age.txn != txn && !h.mode.compatible(mode))
+            .all(|h| age < h.age);
+        let older_than_waiters = upgrade
+            || self
+                .waiters
+                .iter()
+                .filter(|w| !w.mode.compatible(mode))
+                .all(|w| age < w.age);
+        if !(older_than_holders && older_than_waiters) {
+            return Acquire::Die;
+        }
+        if self.waiters.len() >= max_waiters {
+            return Acquire::QueueFull;
+        }
+        let waiter = Waiter { age, mode, upgrade };
+        if upgrade {
+            // Two upgraders both hold the key shared; WAIT-DIE lets only the older one wait.
+            assert!(
+                !matches!(self.waiters.front(), Some(w) if w.upgrade),
+                "two upgrade waiters on one key"
+            );
+            self.waiters.push_front(waiter);
+        } else {
+            self.waiters.push_back(waiter);
+        }
+        Acquire::Waiting
+    }
+
+    /// Grants queued requests in FIFO order while they fit; returns the new holders.
+    fn grant(&mut self) -> Vec<TxnId> {
+        let mut granted = Vec::new();
+        while let Some(front) = self.waiters.front() {
+            if self.blocked_by_holders(front.age.txn, front.mode) {
+                break;
+            }
+            let w = self.waiters.pop_front().expect("front exists");
+            if w.upgrade {
+                let holder = self
+                    .holders
+                    .iter_mut()
+                    .find(|h| h.age.txn == w.age.txn)
+                    .expect("an upgrade waiter holds the key in shared mode");
+                holder.mode = w.mode;
+            } else {
+                self.holders.push(Holder {
+                    age: w.age,
+                    mode: w.mode,
+                });
+            }
+            granted.push(w.age.txn);
+        }
+        self.check();
+        granted
+    }
+
+    /// Holders are compatible: any number of shared, or one exclusive.
+    fn check(&self) {
+        let exclusive = self.holders.iter().any(|h| h.mode == LockMode::Exclusive);
+        assert!(
+            !exclusive || self.holders.len() == 1,
+            "lock held exclusively together with others: {:?}",
+            self.holders
+        );
+    }
+}
+
+/// All locks of one server. Keys appear when first locked and vanish when idle.
+#[derive(Clone, Debug)]
+pub(crate) struct LockTable {
+    keys: FxHashMap<Key, KeyLock>,
+    max_waiters: usize,
+}
+
+impl LockTable {
+    pub(crate) fn new(max_waiters: usize) -> LockTable {
+        LockTable {
+            keys: FxHashMap::default(),
+            max_waiters,
+        }
+    }
+
+    /// Requests `key` in `mode` for the transaction `age.txn`.
+    pub(crate) fn acquire(&mut self, key: &Key, age: Age, mode: LockMode) -> Acquire {
+        let max_waiters = self.max_waiters;
+        let lock = self.keys.entry(key.clone()).or_default();
+        let outcome = lock.acquire(age, mode, max_waiters);
+        if lock.is_idle() {
+            self.keys.remove(key);
+        }
+        outcome
+    }
+
+    /// Re-takes a lock a prepared transaction held before a crash. Prepared transactions held
+    /// their locks together, so the request cannot conflict.
+    pub(crate) fn restore(&mut self, key: &Key, age: Age, mode: LockMode) {
+        let outcome = self.acquire(key, age, mode);
+        assert_eq!(
+            outcome,
+            Acquire::Granted,
+            "restored prepared transactions conflict on {key:?}"
+        );
+    }
+
+    /// Drops `txn`'s hold on `key` and its place in the key's queue (either may be absent).
+    /// Returns the transactions granted as a result.
+    pub(crate) fn release(&mut self, key: &Key, txn: TxnId) -> Vec<TxnId> {
+        let Some(lock) = self.keys.get_mut(key) else {
+            return Vec::new();
+        };
+        lock.holders.retain(|h| h.age.txn != txn);
+        lock.waiters.retain(|w| w.age.txn != txn);
+        let granted = lock.grant();
+        if lock.is_idle() {
+            self.keys.remove(key);
+        }
+        granted
+    }
+
+    /// The mode in which `txn` holds `key`, if it does.
+    pub(crate) fn mode(&self, key: &Key, txn: TxnId) -> Option<LockMode> {
+        self.keys
+            .get(key)?
+            .holders
+            .iter()
+            .find(|h| h.age.txn == txn)
+            .map(|h| h.mode)
+    }
+
+    /// Whether no key is locked or awaited.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn waiters(&self, key: &Key) -> usize {
+        self.keys.get(key).map_or(0, |l| l.waiters.len())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn holders(&self, key: &Key) -> usize {
+        self.keys.get(key).map_or(0, |l| l.holders.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use meridian_core::NodeId;
+    use LockMode::{Exclusive, Shared};
+
+    /// Transaction `n`, with age `n` (smaller is older).
+    fn age(n: u64) -> Age {
+        Age {
+            time_ns: n,
+            txn: TxnId::new(NodeId(9), 0, n),
+        }
+    }
+
+    fn key() -> Key {
+        Bytes::from_static(b"k")
+    }
+
+    #[test]
+    fn older_requester_waits_and_younger_dies() {
+        let mut t = LockTable::new(8);
+        assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Granted);
+        // Older than the holder: waits.
+        assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
+        // Younger than the conflicting holder: dies.
+        assert_eq!(t.acquire(&key(), age(7), Shared), Acquire::Die);
+        assert_eq!(t.release(&key(), age(5).txn), vec![age(3).txn]);
+        assert_eq!(t.mode(&key(), age(3).txn), Some(Shared));
+    }
+
+    #[test]
+    fn compatible_requests_queue_behind_waiters_in_fifo_order() {
+        let mut t = LockTable::new(8);
+        assert_eq!(t.acquire(&key(), age(5), Shared), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(4), Exclusive), Acquire::Waiting);
+        // Compatible with the shared holder, but must not overtake the queued writer; it is
+        // older than the writer, so it waits behind it.
+        assert_eq!(t.acquire(&key(), age(2), Shared), Acquire::Waiting);
+        // A reader younger than the queued writer dies instead of barging.
+        assert_eq!(t.acquire(&key(), age(6), Shared), Acquire::Die);
+        assert_eq!(t.release(&key(), age(5).txn), vec![age(4).txn]);
+        assert_eq!(t.release(&key(), age(4).txn), vec![age(2).txn]);
+        assert_eq!(t.release(&key(), age(2).txn), vec![]);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn shared_waiters_are_granted_together() {
+        let mut t = LockTable::new(8);
+        assert_eq!(t.acquire(&key(), age(9), Exclusive), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
+        assert_eq!(t.acquire(&key(), age(2), Shared), Acquire::Waiting);
+        assert_eq!(t.release(&key(), age(9).txn), vec![age(3).txn, age(2).txn]);
+        assert_eq!(t.holders(&key()), 2);
+    }
+
+    #[test]
+    fn upgrades_wait_for_younger_readers_only() {
+        let mut t = LockTable::new(8);
+        assert_eq!(t.acquire(&key(), age(1), Shared), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(2), Shared), Acquire::Granted);
+        // Sole-holder upgrade is immediate; here 1 must wait for the younger reader 2.
+        assert_eq!(t.acquire(&key(), age(1), Exclusive), Acquire::Waiting);
+        // 2 upgrading too would deadlock with 1: it is younger, so it dies.
+        assert_eq!(t.acquire(&key(), age(2), Exclusive), Acquire::Die);
+        assert_eq!(t.release(&key(), age(2).txn), vec![age(1).txn]);
+        assert_eq!(t.mode(&key(), age(1).txn), Some(Exclusive));
+        assert_eq!(t.holders(&key()), 1);
+    }
+
+    #[test]
+    fn queues_are_bounded() {
+        let mut t = LockTable::new(1);
+        assert_eq!(t.acquire(&key(), age(9), Exclusive), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Waiting);
+        assert_eq!(t.acquire(&key(), age(1), Exclusive), Acquire::QueueFull);
+        assert_eq!(t.waiters(&key()), 1);
+    }
+
+    #[test]
+    fn releasing_a_waiter_unblocks_compatible_requests_behind_it() {
+        let mut t = LockTable::new(8);
+        assert_eq!(t.acquire(&key(), age(9), Shared), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Waiting);
+        assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
+        // The queued writer gives up (its transaction aborted elsewhere): the reader behind
+        // it is compatible with the shared holder and goes ahead.
+        assert_eq!(t.release(&key(), age(5).txn), vec![age(3).txn]);
+    }
+}

@@ -1,0 +1,125 @@
+//! Protocol options of `2pl-2pc` (`--protocol-options key=value,...`).
+
+use meridian_core::{Cluster, ProtocolConfig, RegionId};
+
+/// Every option this protocol understands; anything else is refused by name.
+pub const OPTIONS: [&str; 9] = [
+    "unsafe_early_release",
+    "retry_ms",
+    "exec_timeout_ms",
+    "idle_timeout_ms",
+    "query_ms",
+    "max_retries",
+    "max_inflight",
+    "max_waiters_per_key",
+    "checkpoint_every",
+];
+
+/// Parsed options. Durations default to multiples of the topology's largest round trip, so
+/// the same defaults suit `local` and `gcp-tiga`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// TEST-ONLY, deliberately broken: servers release a transaction's locks when they vote
+    /// yes on PREPARE instead of on the decision (writes are still applied on COMMIT). A
+    /// concurrent transaction then reads and overwrites keys whose new values are about to
+    /// be installed: lost updates and non-serializable histories. It exists so that the
+    /// simulator's swarm test can show the checker catching a real bug.
+    pub unsafe_early_release: bool,
+    /// Retransmission interval (`retry_ms`; default 2.5 × the largest RTT, at least 10 ms).
+    pub retry_ns: u64,
+    /// A coordinator aborts a transaction whose execution phase takes longer
+    /// (`exec_timeout_ms`; default 8 × retry).
+    pub exec_timeout_ns: u64,
+    /// A server aborts an unprepared transaction it has heard nothing about for this long
+    /// (`idle_timeout_ms`; default 2 × exec timeout; must not be shorter than it).
+    pub idle_timeout_ns: u64,
+    /// A prepared server asks the coordinator for the decision this often
+    /// (`query_ms`; default 2 × retry).
+    pub query_ns: u64,
+    /// Retransmissions of PREPARE and RESOLVE before giving up, and of COMMIT at the fast
+    /// `retry_ms` pace before slowing to one per `idle_timeout_ms` (`max_retries`; 4).
+    pub max_retries: u32,
+    /// Undecided transactions per coordinator; more are refused (`max_inflight`; 1024).
+    pub max_inflight: usize,
+    /// Waiters per key; a request beyond it aborts (`max_waiters_per_key`; 64; 0 = NO-WAIT).
+    pub max_waiters_per_key: usize,
+    /// A node writes a checkpoint record after this many records (`checkpoint_every`; 4096).
+    pub checkpoint_every: usize,
+}
+
+impl Options {
+    /// Parses `config`; `max_rtt_ms` scales the default durations.
+    pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
+        config.check_known(&OPTIONS)?;
+        let retry_ms = positive(
+            "retry_ms",
+            config.get("retry_ms", (2.5 * max_rtt_ms).max(10.0))?,
+        )?;
+        let exec_timeout_ms = positive(
+            "exec_timeout_ms",
+            config.get("exec_timeout_ms", 8.0 * retry_ms)?,
+        )?;
+        let idle_timeout_ms = positive(
+            "idle_timeout_ms",
+            config.get("idle_timeout_ms", 2.0 * exec_timeout_ms)?,
+        )?;
+        if idle_timeout_ms < exec_timeout_ms {
+            return Err(format!(
+                "protocol option `idle_timeout_ms` ({idle_timeout_ms}) must not be shorter than \
+                 `exec_timeout_ms` ({exec_timeout_ms}): servers would abort transactions their \
+                 coordinator is still executing"
+            ));
+        }
+        let query_ms = positive("query_ms", config.get("query_ms", 2.0 * retry_ms)?)?;
+        let max_inflight = config.get("max_inflight", 1024usize)?;
+        let checkpoint_every = config.get("checkpoint_every", 4096usize)?;
+        for (key, value) in [
+            ("max_inflight", max_inflight),
+            ("checkpoint_every", checkpoint_every),
+        ] {
+            if value == 0 {
+                return Err(format!("protocol option `{key}` must be at least 1"));
+            }
+        }
+        Ok(Options {
+            unsafe_early_release: config.get("unsafe_early_release", false)?,
+            retry_ns: ms_to_ns(retry_ms),
+            exec_timeout_ns: ms_to_ns(exec_timeout_ms),
+            idle_timeout_ns: ms_to_ns(idle_timeout_ms),
+            query_ns: ms_to_ns(query_ms),
+            max_retries: config.get("max_retries", 4u32)?,
+            max_inflight,
+            max_waiters_per_key: config.get("max_waiters_per_key", 64usize)?,
+            checkpoint_every,
+        })
+    }
+
+    /// Parses `config` with defaults scaled to `cluster`.
+    pub fn for_cluster(config: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::parse(config, max_rtt_ms(cluster))
+    }
+}
+
+fn positive(key: &str, ms: f64) -> Result<f64, String> {
+    // An upper bound keeps the conversion to nanoseconds far from overflow.
+    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
+        Ok(ms)
+    } else {
+        Err(format!(
+            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
+        ))
+    }
+}
+
+fn ms_to_ns(ms: f64) -> u64 {
+    (ms * 1e6).round() as u64
+}
+
+/// The largest round trip between any two regions of the cluster (intra-region included).
+fn max_rtt_ms(cluster: &Cluster) -> f64 {
+    let regions = cluster.topology.regions.len() as u16;
+    (0..regions)
+        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
+        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
+        .fold(0.0, f64::max)
+}

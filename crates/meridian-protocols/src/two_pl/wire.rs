@@ -1,0 +1,240 @@
+//! What `2pl-2pc` nodes say to each other (messages), to themselves (timers) and to their
+//! durable log (records).
+
+use super::locks::LockMode;
+use meridian_core::node::Context;
+use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
+use meridian_core::{NodeId, TxnId};
+use serde::{Deserialize, Serialize};
+
+/// The context every handler of this protocol receives.
+pub(crate) type Cx<'a> = Context<'a, Msg, Timer, Record>;
+
+/// A transaction's age for WAIT-DIE: the coordinator's local clock when the client submitted
+/// it, then its id as a unique tie-break. Smaller is older. Clock error only makes the order
+/// less fair, never inconsistent: every server compares the same pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Age {
+    pub time_ns: u64,
+    pub txn: TxnId,
+}
+
+/// One piece to execute, with the outputs of the pieces it depends on that the coordinator
+/// already holds. Dependencies on pieces of the same batch are resolved by the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceRun {
+    pub index: u16,
+    pub piece: Piece,
+    pub inputs: Vec<(u16, PieceResult)>,
+}
+
+/// A message of `2pl-2pc`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// Coordinator → server. `horizon`: every transaction of the sending coordinator (it is
+    /// `horizon.coordinator`) with a smaller id is decided, so a server may drop what it
+    /// remembers of them and ignore stale messages about them.
+    ToServer { horizon: TxnId, body: ToServer },
+    /// Server → coordinator (the coordinator is `txn.coordinator`).
+    ToCoord(ToCoord),
+}
+
+/// What a coordinator asks of a server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToServer {
+    /// Lock and execute these pieces (in order) against the transaction's buffered view.
+    /// `one_round`: the server holds every piece of the transaction; commit locally.
+    Execute {
+        txn: TxnId,
+        age_ns: u64,
+        one_round: bool,
+        pieces: Vec<PieceRun>,
+    },
+    /// Phase one of 2PC: vote yes iff you still hold the locks and results of exactly
+    /// `pieces`, produced in `incarnation` (the one your EXECUTED replies named).
+    Prepare {
+        txn: TxnId,
+        incarnation: u32,
+        pieces: Vec<u16>,
+    },
+    /// The decision: commit (also the answer to a `Query`).
+    Commit { txn: TxnId },
+    /// The decision: abort (also the presumed-abort answer to a `Query`).
+    Abort { txn: TxnId },
+    /// A single-shard transaction timed out at its coordinator: abort it unless it already
+    /// committed, and say which.
+    Resolve { txn: TxnId },
+}
+
+/// The end of a single-shard (one-round) transaction at its server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalOutcome {
+    Committed(Vec<PieceResult>),
+    Aborted(AbortReason),
+}
+
+/// What a server tells a coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToCoord {
+    /// Results of executed pieces, produced in the server's `incarnation`. A restart loses
+    /// unprepared state; a late duplicate EXECUTE may then re-run a piece against a changed
+    /// store, so PREPARE names the incarnation whose results the coordinator holds.
+    Executed {
+        txn: TxnId,
+        incarnation: u32,
+        results: Vec<(u16, PieceResult)>,
+    },
+    /// The server aborted the transaction (WAIT-DIE, a piece's abort, a timeout).
+    Failed {
+        txn: TxnId,
+        reason: AbortReason,
+    },
+    /// A one-round transaction's outcome.
+    Done {
+        txn: TxnId,
+        outcome: LocalOutcome,
+    },
+    Vote {
+        txn: TxnId,
+        yes: bool,
+    },
+    CommitAck {
+        txn: TxnId,
+    },
+    /// A prepared server asks for the decision.
+    Query {
+        txn: TxnId,
+    },
+}
+
+impl Msg {
+    /// The transaction the message is about.
+    pub fn txn(&self) -> TxnId {
+        match self {
+            Msg::ToServer { body, .. } => match body {
+                ToServer::Execute { txn, .. }
+                | ToServer::Prepare { txn, .. }
+                | ToServer::Commit { txn }
+                | ToServer::Abort { txn }
+                | ToServer::Resolve { txn } => *txn,
+            },
+            Msg::ToCoord(body) => match body {
+                ToCoord::Executed { txn, .. }
+                | ToCoord::Failed { txn, .. }
+                | ToCoord::Done { txn, .. }
+                | ToCoord::Vote { txn, .. }
+                | ToCoord::CommitAck { txn }
+                | ToCoord::Query { txn } => *txn,
+            },
+        }
+    }
+
+    /// A short name of the message kind, for traces and tests.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::ToServer { body, .. } => match body {
+                ToServer::Execute { .. } => "execute",
+                ToServer::Prepare { .. } => "prepare",
+                ToServer::Commit { .. } => "commit",
+                ToServer::Abort { .. } => "abort",
+                ToServer::Resolve { .. } => "resolve",
+            },
+            Msg::ToCoord(body) => match body {
+                ToCoord::Executed { .. } => "executed",
+                ToCoord::Failed { .. } => "failed",
+                ToCoord::Done { .. } => "done",
+                ToCoord::Vote { .. } => "vote",
+                ToCoord::CommitAck { .. } => "commit-ack",
+                ToCoord::Query { .. } => "query",
+            },
+        }
+    }
+}
+
+/// A timer of `2pl-2pc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// Coordinator: retransmit or time out an undecided transaction.
+    Txn(TxnId),
+    /// Coordinator: retransmit COMMIT to participants that have not acknowledged.
+    Commit(TxnId),
+    /// Server: abort a silent unprepared transaction, or ask for a prepared one's decision.
+    Server(TxnId),
+}
+
+/// A transaction a server has prepared: everything it needs to commit after a crash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedTxn {
+    pub age: Age,
+    /// The locks it holds (re-taken on restart: strict 2PL holds them until the decision).
+    pub locks: Vec<(Key, LockMode)>,
+    /// Its buffered writes, applied on COMMIT.
+    pub writes: Vec<(Key, Value)>,
+}
+
+/// The writes and results of a one-round commit (no Prepared record precedes it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalCommit {
+    pub writes: Vec<(Key, Value)>,
+    pub results: Vec<PieceResult>,
+}
+
+/// What a server remembers of a finished transaction, to answer duplicates idempotently.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Finished {
+    /// `results` for one-round transactions (a retransmitted EXECUTE gets them again).
+    Committed {
+        results: Option<Vec<PieceResult>>,
+    },
+    Aborted {
+        reason: AbortReason,
+    },
+}
+
+/// A server's whole durable state at one point: restore starts from the latest one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerSnapshot {
+    /// The committed store, sorted by key.
+    pub store: Vec<(Key, Value)>,
+    pub prepared: Vec<PreparedTxn>,
+    pub finished: Vec<(TxnId, Finished)>,
+    /// The latest horizon heard from each coordinator.
+    pub horizons: Vec<TxnId>,
+    /// The server's incarnation when the snapshot was taken.
+    pub incarnation: u32,
+}
+
+/// A durable record. Servers write `Prepared`, `Committed`, `Aborted`, `ServerCheckpoint` and
+/// `Started`; coordinators `Started`, `Decided` and `CoordCheckpoint`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// Written before voting yes.
+    Prepared(PreparedTxn),
+    /// Written before acknowledging a commit (or answering a one-round one).
+    Committed {
+        txn: TxnId,
+        local: Option<LocalCommit>,
+    },
+    /// Un-prepares a prepared transaction, or pins a one-round abort (so a late duplicate of
+    /// its EXECUTE cannot commit it after a restart).
+    Aborted {
+        txn: TxnId,
+        reason: AbortReason,
+    },
+    ServerCheckpoint(Box<ServerSnapshot>),
+    /// The node (re)started. A coordinator's transaction ids use its incarnation; a server
+    /// tags its executions with it.
+    Started {
+        incarnation: u32,
+    },
+    /// The commit decision, written before any COMMIT is sent. No record means abort.
+    Decided {
+        txn: TxnId,
+        participants: Vec<NodeId>,
+    },
+    /// A coordinator's state at one point: its incarnation and the commits still unacknowledged.
+    CoordCheckpoint {
+        incarnation: u32,
+        pending: Vec<(TxnId, Vec<NodeId>)>,
+    },
+}
