@@ -47,7 +47,9 @@ pub enum HistOp {
 impl HistOp {
     pub fn key(&self) -> &str {
         match self {
-            HistOp::Read { key, .. } | HistOp::Append { key, .. } | HistOp::Write { key, .. } => key,
+            HistOp::Read { key, .. } | HistOp::Append { key, .. } | HistOp::Write { key, .. } => {
+                key
+            }
         }
     }
 }
@@ -91,13 +93,21 @@ impl<'de> Deserialize<'de> for ReadValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match serde_json::Value::deserialize(d)? {
             serde_json::Value::Null => Ok(ReadValue::Null),
-            serde_json::Value::Number(n) => n.as_i64().map(ReadValue::Int).ok_or_else(|| de::Error::custom(format!("read value {n} is not a 64-bit integer"))),
+            serde_json::Value::Number(n) => n.as_i64().map(ReadValue::Int).ok_or_else(|| {
+                de::Error::custom(format!("read value {n} is not a 64-bit integer"))
+            }),
             serde_json::Value::Array(items) => items
                 .into_iter()
-                .map(|v| v.as_i64().ok_or_else(|| de::Error::custom(format!("list element {v} is not a 64-bit integer"))))
+                .map(|v| {
+                    v.as_i64().ok_or_else(|| {
+                        de::Error::custom(format!("list element {v} is not a 64-bit integer"))
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map(ReadValue::List),
-            other => Err(de::Error::custom(format!("read value must be null, an integer or a list of integers, got {other}"))),
+            other => Err(de::Error::custom(format!(
+                "read value must be null, an integer or a list of integers, got {other}"
+            ))),
         }
     }
 }
@@ -139,10 +149,23 @@ impl<'de> Deserialize<'de> for HistOp {
                 let kind: String = seq.next_element()?.ok_or_else(|| missing("kind"))?;
                 let key: String = seq.next_element()?.ok_or_else(|| missing("key"))?;
                 let op = match kind.as_str() {
-                    "r" => HistOp::Read { key, value: seq.next_element()?.ok_or_else(|| missing("value"))? },
-                    "append" => HistOp::Append { key, value: seq.next_element()?.ok_or_else(|| missing("value"))? },
-                    "w" => HistOp::Write { key, value: seq.next_element()?.ok_or_else(|| missing("value"))? },
-                    other => return Err(de::Error::custom(format!("unknown op kind `{other}` (expected r, append or w)"))),
+                    "r" => HistOp::Read {
+                        key,
+                        value: seq.next_element()?.ok_or_else(|| missing("value"))?,
+                    },
+                    "append" => HistOp::Append {
+                        key,
+                        value: seq.next_element()?.ok_or_else(|| missing("value"))?,
+                    },
+                    "w" => HistOp::Write {
+                        key,
+                        value: seq.next_element()?.ok_or_else(|| missing("value"))?,
+                    },
+                    other => {
+                        return Err(de::Error::custom(format!(
+                            "unknown op kind `{other}` (expected r, append or w)"
+                        )))
+                    }
                 };
                 if seq.next_element::<de::IgnoredAny>()?.is_some() {
                     return Err(de::Error::custom("op has more than three elements"));
@@ -163,10 +186,18 @@ pub fn read_jsonl(reader: impl BufRead) -> Result<History, HistoryError> {
         if line.trim().is_empty() {
             continue;
         }
-        let entry: Entry = serde_json::from_str(&line)
-            .map_err(|e| HistoryError::Malformed { line: number + 1, message: e.to_string() })?;
+        let entry: Entry = serde_json::from_str(&line).map_err(|e| HistoryError::Malformed {
+            line: number + 1,
+            message: e.to_string(),
+        })?;
         if entry.complete_ns < entry.invoke_ns {
-            return Err(HistoryError::Malformed { line: number + 1, message: format!("complete_ns {} is before invoke_ns {}", entry.complete_ns, entry.invoke_ns) });
+            return Err(HistoryError::Malformed {
+                line: number + 1,
+                message: format!(
+                    "complete_ns {} is before invoke_ns {}",
+                    entry.complete_ns, entry.invoke_ns
+                ),
+            });
         }
         history.push(entry);
     }
@@ -190,12 +221,45 @@ mod tests {
         let history = read_jsonl(LINE.as_bytes()).unwrap();
         assert_eq!(history.len(), 1);
         let e = &history[0];
-        assert_eq!((e.index, e.process, e.kind, e.invoke_ns, e.complete_ns), (17, 3, EntryType::Ok, 1200, 118500));
-        assert_eq!(e.ops[0], HistOp::Read { key: "x".into(), value: ReadValue::List(vec![1, 2]) });
-        assert_eq!(e.ops[1], HistOp::Append { key: "y".into(), value: 5 });
-        assert_eq!(e.ops[2], HistOp::Write { key: "z".into(), value: 9 });
-        assert_eq!(e.ops[3], HistOp::Read { key: "q".into(), value: ReadValue::Null });
-        assert_eq!(e.ops[4], HistOp::Read { key: "z".into(), value: ReadValue::Int(9) });
+        assert_eq!(
+            (e.index, e.process, e.kind, e.invoke_ns, e.complete_ns),
+            (17, 3, EntryType::Ok, 1200, 118500)
+        );
+        assert_eq!(
+            e.ops[0],
+            HistOp::Read {
+                key: "x".into(),
+                value: ReadValue::List(vec![1, 2])
+            }
+        );
+        assert_eq!(
+            e.ops[1],
+            HistOp::Append {
+                key: "y".into(),
+                value: 5
+            }
+        );
+        assert_eq!(
+            e.ops[2],
+            HistOp::Write {
+                key: "z".into(),
+                value: 9
+            }
+        );
+        assert_eq!(
+            e.ops[3],
+            HistOp::Read {
+                key: "q".into(),
+                value: ReadValue::Null
+            }
+        );
+        assert_eq!(
+            e.ops[4],
+            HistOp::Read {
+                key: "z".into(),
+                value: ReadValue::Int(9)
+            }
+        );
         let mut out = Vec::new();
         write_entry(&mut out, e).unwrap();
         assert_eq!(read_jsonl(out.as_slice()).unwrap(), history);
