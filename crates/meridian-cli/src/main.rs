@@ -27,7 +27,7 @@ enum Command {
     /// Check a recorded history (JSON Lines) against an isolation model.
     Check(CheckArgs),
     /// Run a protocol in the deterministic simulator.
-    Sim(sim::SimArgs),
+    Sim(Box<sim::SimArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Check(args) => check(args),
-        Command::Sim(args) => sim::main(args),
+        Command::Sim(args) => sim::main(*args),
     }
 }
 

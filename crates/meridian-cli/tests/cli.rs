@@ -1,0 +1,250 @@
+//! The `meridian` binary as a user meets it: exit codes, reports, replay commands, and clear
+//! errors (exit 2, no panic) for bad input.
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn meridian(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(args)
+        .output()
+        .expect("meridian runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn file_with(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+const STALE_READ: &str = r#"{"index": 0, "process": 0, "type": "ok", "invoke_ns": 0, "complete_ns": 10, "ops": [["append", "x", 1]]}
+{"index": 1, "process": 1, "type": "ok", "invoke_ns": 20, "complete_ns": 30, "ops": [["r", "x", []]]}
+"#;
+
+#[test]
+fn check_exits_0_for_valid_1_for_anomalies_2_for_malformed() {
+    let history = file_with(STALE_READ);
+    let path = history.path().to_str().unwrap();
+    let serializable = meridian(&["check", "--model", "serializable", path]);
+    assert_eq!(
+        serializable.status.code(),
+        Some(0),
+        "{}",
+        stdout(&serializable)
+    );
+    let strict = meridian(&["check", "--model", "strict-serializable", path]);
+    assert_eq!(strict.status.code(), Some(1));
+    assert!(
+        stdout(&strict).to_lowercase().contains("real"),
+        "{}",
+        stdout(&strict)
+    );
+
+    let broken = file_with(&format!("{STALE_READ}{{\"index\": 2, \"oops\n"));
+    let malformed = meridian(&[
+        "check",
+        "--model",
+        "serializable",
+        broken.path().to_str().unwrap(),
+    ]);
+    assert_eq!(malformed.status.code(), Some(2));
+    assert!(
+        stderr(&malformed).contains("line 3"),
+        "{}",
+        stderr(&malformed)
+    );
+
+    let unknown_model = meridian(&["check", "--model", "linearish", path]);
+    assert_eq!(unknown_model.status.code(), Some(2));
+    assert!(stderr(&unknown_model).contains("strict-serializable"));
+    let missing = meridian(&[
+        "check",
+        "--model",
+        "serializable",
+        "/nonexistent/history.jsonl",
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn sim_reports_json_with_per_region_latency_and_bound() {
+    let out = meridian(&[
+        "sim",
+        "--protocol",
+        "2pl-2pc",
+        "--topology",
+        "gcp-tiga",
+        "--workload",
+        "list-append",
+        "--seed",
+        "3",
+        "--duration",
+        "5s",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    for field in [
+        "protocol",
+        "topology",
+        "seed",
+        "committed",
+        "aborted",
+        "unknown",
+        "anomalies",
+        "regions",
+    ] {
+        assert!(report.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(report["protocol"], "2pl-2pc");
+    assert_eq!(report["valid"], true);
+    let regions = report["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), 4);
+    let hk = regions.iter().find(|r| r["region"] == "HK").unwrap();
+    for field in [
+        "committed",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "bound_ms",
+        "p50_wrtt",
+        "fast_path_ratio",
+    ] {
+        assert!(hk.get(field).is_some(), "missing regions[].{field}");
+    }
+    // HK's coordinators reach every shard's single copy in SC: bound = HK-SC round trip.
+    assert_eq!(hk["bound_ms"], 238.0);
+    let wrtt = hk["p50_wrtt"].as_f64().unwrap();
+    assert!((wrtt - hk["p50_ms"].as_f64().unwrap() / 238.0).abs() < 1e-3);
+}
+
+#[test]
+fn sim_is_reproducible_and_writes_a_checkable_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let run = |seed: &str| {
+        let out = meridian(&[
+            "sim",
+            "--topology",
+            "local",
+            "--seed",
+            seed,
+            "--duration",
+            "2s",
+            "--faults",
+            "random",
+            "--report",
+            "json",
+            "--history",
+            history.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        (
+            report["trace_hash"].as_str().unwrap().to_string(),
+            std::fs::read_to_string(&history).unwrap(),
+        )
+    };
+    let (hash_a, history_a) = run("8");
+    let (hash_b, history_b) = run("8");
+    assert_eq!(hash_a, hash_b);
+    assert_eq!(history_a, history_b);
+    assert!(history_a.lines().count() > 100);
+    let checked = meridian(&[
+        "check",
+        "--model",
+        "strict-serializable",
+        history.to_str().unwrap(),
+    ]);
+    assert_eq!(checked.status.code(), Some(0), "{}", stdout(&checked));
+}
+
+#[test]
+fn swarm_prints_a_replay_command_for_every_failing_seed() {
+    let out = meridian(&[
+        "sim",
+        "swarm",
+        "--seeds",
+        "3",
+        "--topology",
+        "local",
+        "--duration",
+        "3s",
+        "--protocol-opts",
+        "unsafe_early_release=true",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let replays: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("replay: "))
+        .collect();
+    assert!(!replays.is_empty(), "{text}");
+    // The replay command reproduces the failure.
+    let args: Vec<&str> = replays[0].split_whitespace().skip(1).collect();
+    let replay = meridian(&args);
+    assert_eq!(replay.status.code(), Some(1), "{}", stdout(&replay));
+
+    let ok = meridian(&[
+        "sim",
+        "swarm",
+        "--seeds",
+        "2",
+        "--topology",
+        "local",
+        "--duration",
+        "2s",
+        "--faults",
+        "random",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
+    assert!(stdout(&ok).contains("2 seeds, 0 failed"));
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_exit_code_2() {
+    let bad_topology =
+        file_with("name = \"t\"\nregions = [\"A\"]\nintra_region_rtt_ms = \"fast\"\n");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["sim", "--protocol", "paxos-made-complex"],
+            "unknown protocol",
+        ),
+        (vec!["sim", "--topology", "atlantis"], "atlantis"),
+        (
+            vec!["sim", "--topology", bad_topology.path().to_str().unwrap()],
+            "intra_region_rtt_ms",
+        ),
+        (vec!["sim", "--workload", "tpc-z"], "tpc-z"),
+        (vec!["sim", "--duration", "forever"], "--duration"),
+        (vec!["sim", "--faults", "crash:nobody@1s"], "nobody"),
+        (vec!["sim", "--clock", "sundial"], "sundial"),
+        (vec!["sim", "--check", "vibes"], "--check"),
+        (vec!["sim", "--protocol-opts", "warp=9"], "warp"),
+        (vec!["sim", "--workload-opts", "keys"], "keys"),
+        (vec!["sim", "--seed", "-1"], ""),
+        (vec!["sim", "swarm", "--seeds", "0"], "--seeds"),
+        (vec!["frobnicate"], ""),
+    ];
+    for (args, needle) in cases {
+        let out = meridian(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{args:?}");
+    }
+}
