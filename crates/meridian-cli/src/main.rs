@@ -8,6 +8,11 @@
 //!
 //! Bad input of any kind (arguments, topology, history) is a clear message and exit code 2.
 
+/// The simulator allocates many small, short-lived objects (messages, effects, records);
+/// mimalloc serves them markedly faster than the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod protocols;
 mod sim;
 

@@ -8,8 +8,9 @@
 //! code runs bit-for-bit the same under the simulator and in a real process.
 //!
 //! Crash and restart: a crashed node loses its memory. What it must keep it hands to the
-//! driver as [`Effect::Persist`] records (its write-ahead log); on restart the driver builds
-//! a new node with [`Protocol::build`] from those records, then calls [`Node::on_start`].
+//! driver as [`Effect::Persist`] records (its write-ahead log) and, to keep that log bounded,
+//! [`Effect::Checkpoint`] records that replace everything before them; on restart the driver
+//! builds a new node with [`Protocol::build`] from those records, then calls [`Node::on_start`].
 //!
 //! Timers measure durations on the node's local clock; a driver may let them fire a little
 //! early or late relative to the clock reading (drift, steps), so a handler that waits for
@@ -53,6 +54,9 @@ pub enum Effect<M, T, R> {
     },
     /// Append a record to this node's durable log; it survives a crash.
     Persist { record: R },
+    /// Append a record that subsumes every earlier one (a checkpoint): the driver may drop
+    /// the records before it, which keeps the durable log bounded.
+    Checkpoint { record: R },
 }
 
 /// The handle through which a handler acts. Built by drivers with [`Context::new`].
@@ -136,6 +140,11 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
 
     pub fn persist(&mut self, record: R) {
         self.effects.push(Effect::Persist { record });
+    }
+
+    /// Persists a record that makes every earlier record of this node redundant.
+    pub fn checkpoint(&mut self, record: R) {
+        self.effects.push(Effect::Checkpoint { record });
     }
 }
 

@@ -127,30 +127,88 @@ enum Event<M, T> {
 
 type EventOf<P> =
     Event<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
-type ScheduledOf<P> =
-    Scheduled<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
 
-struct Scheduled<M, T> {
+/// The event queue: a min-heap of small (time, sequence, slot) keys over a slab of events,
+/// so sifting moves 24 bytes instead of whole messages. The sequence number breaks ties
+/// deterministically (first scheduled, first run).
+struct Queue<E> {
+    heap: BinaryHeap<QueueKey>,
+    slab: Vec<Option<E>>,
+    free: Vec<u32>,
+}
+
+#[derive(PartialEq, Eq)]
+struct QueueKey {
     at_ns: u64,
     seq: u64,
-    event: Event<M, T>,
+    slot: u32,
 }
 
-impl<M, T> PartialEq for Scheduled<M, T> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at_ns, self.seq) == (other.at_ns, other.seq)
-    }
-}
-impl<M, T> Eq for Scheduled<M, T> {}
-impl<M, T> PartialOrd for Scheduled<M, T> {
+impl PartialOrd for QueueKey {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<M, T> Ord for Scheduled<M, T> {
+
+impl Ord for QueueKey {
     /// Reversed: `BinaryHeap` is a max-heap and the earliest event must come first.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.at_ns, other.seq).cmp(&(self.at_ns, self.seq))
+    }
+}
+
+impl<E> Queue<E> {
+    fn new() -> Self {
+        Queue {
+            heap: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, at_ns: u64, seq: u64, event: E) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                debug_assert!(self.slab[slot as usize].is_none());
+                self.slab[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                self.slab.push(Some(event));
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 pending events")
+            }
+        };
+        self.heap.push(QueueKey { at_ns, seq, slot });
+    }
+
+    fn pop(&mut self) -> Option<(u64, E)> {
+        let key = self.heap.pop()?;
+        let event = self.slab[key.slot as usize]
+            .take()
+            .expect("a queued slot holds its event");
+        self.free.push(key.slot);
+        Some((key.at_ns, event))
+    }
+
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Drops every queued event for which `keep` is false (O(n); amortized by the caller).
+    fn retain(&mut self, mut keep: impl FnMut(&E) -> bool) {
+        let (slab, free) = (&mut self.slab, &mut self.free);
+        self.heap.retain(|key| {
+            let kept = keep(
+                slab[key.slot as usize]
+                    .as_ref()
+                    .expect("a queued slot holds its event"),
+            );
+            if !kept {
+                slab[key.slot as usize] = None;
+                free.push(key.slot);
+            }
+            kept
+        });
     }
 }
 
@@ -195,7 +253,9 @@ struct Sim<'w, P: Protocol> {
     options: SimOptions,
     now_ns: u64,
     seq: u64,
-    queue: BinaryHeap<ScheduledOf<P>>,
+    queue: Queue<EventOf<P>>,
+    /// Cancelled timers still in the queue (an upper bound; reset by compaction).
+    dead_timers: usize,
     slots: Vec<Slot<P::Node>>,
     network: Network,
     net_rng: ChaCha8Rng,
@@ -220,12 +280,12 @@ pub fn run<P: Protocol>(
     let mut sim = Sim::<P>::new(setup.clone(), workload, options.clone());
     sim.boot();
     let end_ns = options.duration_ns + options.drain_ns;
-    while let Some(next) = sim.queue.pop() {
-        if next.at_ns > end_ns {
+    while let Some((at_ns, event)) = sim.queue.pop() {
+        if at_ns > end_ns {
             break;
         }
-        sim.now_ns = next.at_ns;
-        sim.dispatch(next.event);
+        sim.now_ns = at_ns;
+        sim.dispatch(event);
         sim.report.events += 1;
         if sim.report.events.is_multiple_of(65_536) {
             progress(Progress {
@@ -291,7 +351,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
             options,
             now_ns: 0,
             seq: 0,
-            queue: BinaryHeap::new(),
+            queue: Queue::new(),
+            dead_timers: 0,
             slots,
             clients,
             requests: FxHashMap::default(),
@@ -311,11 +372,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn push(&mut self, at_ns: u64, event: EventOf<P>) {
         self.seq += 1;
-        self.queue.push(Scheduled {
-            at_ns,
-            seq: self.seq,
-            event,
-        });
+        self.queue.push(at_ns, self.seq, event);
     }
 
     fn boot(&mut self) {
@@ -395,13 +452,43 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 );
             }
             Effect::CancelTimer { id } => {
-                self.slots[node.index()].live_timers.remove(&id);
+                if self.slots[node.index()].live_timers.remove(&id) {
+                    self.dead_timers += 1;
+                    self.compact_if_mostly_dead();
+                }
             }
             Effect::Respond { request, response } => {
                 self.push(self.now_ns, Event::Response { request, response })
             }
             Effect::Persist { record } => self.slots[node.index()].durable.push(record),
+            Effect::Checkpoint { record } => {
+                let durable = &mut self.slots[node.index()].durable;
+                durable.clear();
+                durable.push(record);
+            }
         }
+    }
+
+    /// Cancelled timers stay queued until their time; when they make up most of a large
+    /// queue, drop them so the heap stays small and cache-friendly.
+    fn compact_if_mostly_dead(&mut self) {
+        if self.dead_timers < 4096 || self.dead_timers * 2 < self.queue.len() {
+            return;
+        }
+        let slots = &self.slots;
+        self.queue.retain(|event| match event {
+            Event::Timer {
+                node,
+                incarnation,
+                id,
+                ..
+            } => {
+                let slot = &slots[node.index()];
+                slot.incarnation == *incarnation && slot.live_timers.contains(id)
+            }
+            _ => true,
+        });
+        self.dead_timers = 0;
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: <P::Node as Node>::Msg) {

@@ -621,7 +621,7 @@ impl Coordinator {
             .map(|(txn, c)| (*txn, c.waiting.iter().copied().collect()))
             .collect();
         let incarnation = self.incarnation;
-        ctx.persist(Record::CoordCheckpoint {
+        ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,
             pending,
         });

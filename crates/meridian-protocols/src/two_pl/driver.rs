@@ -319,6 +319,10 @@ impl Driver {
                     assert!(previous.is_none(), "{request} answered twice");
                 }
                 Effect::Persist { record } => self.records[node.index()].push(roundtrip(record)),
+                Effect::Checkpoint { record } => {
+                    self.records[node.index()].clear();
+                    self.records[node.index()].push(roundtrip(record));
+                }
             }
         }
     }
