@@ -3,6 +3,7 @@
 use crate::clock::ClockModel;
 use crate::faults::{ms_to_ns, Fault, FaultPlan};
 use crate::network::{Fate, Network};
+use crate::queue::Queue;
 use crate::report::{path_name, RegionStats, SimReport};
 use meridian_check::{Entry, EntryType};
 use meridian_core::node::{Effect, NodeEffect, Setup};
@@ -17,8 +18,6 @@ use meridian_workload::{InteractiveOp, TxnPlan, Workload};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -127,90 +126,6 @@ enum Event<M, T> {
 
 type EventOf<P> =
     Event<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
-
-/// The event queue: a min-heap of small (time, sequence, slot) keys over a slab of events,
-/// so sifting moves 24 bytes instead of whole messages. The sequence number breaks ties
-/// deterministically (first scheduled, first run).
-struct Queue<E> {
-    heap: BinaryHeap<QueueKey>,
-    slab: Vec<Option<E>>,
-    free: Vec<u32>,
-}
-
-#[derive(PartialEq, Eq)]
-struct QueueKey {
-    at_ns: u64,
-    seq: u64,
-    slot: u32,
-}
-
-impl PartialOrd for QueueKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for QueueKey {
-    /// Reversed: `BinaryHeap` is a max-heap and the earliest event must come first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at_ns, other.seq).cmp(&(self.at_ns, self.seq))
-    }
-}
-
-impl<E> Queue<E> {
-    fn new() -> Self {
-        Queue {
-            heap: BinaryHeap::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, at_ns: u64, seq: u64, event: E) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                debug_assert!(self.slab[slot as usize].is_none());
-                self.slab[slot as usize] = Some(event);
-                slot
-            }
-            None => {
-                self.slab.push(Some(event));
-                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 pending events")
-            }
-        };
-        self.heap.push(QueueKey { at_ns, seq, slot });
-    }
-
-    fn pop(&mut self) -> Option<(u64, E)> {
-        let key = self.heap.pop()?;
-        let event = self.slab[key.slot as usize]
-            .take()
-            .expect("a queued slot holds its event");
-        self.free.push(key.slot);
-        Some((key.at_ns, event))
-    }
-
-    fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    /// Drops every queued event for which `keep` is false (O(n); amortized by the caller).
-    fn retain(&mut self, mut keep: impl FnMut(&E) -> bool) {
-        let (slab, free) = (&mut self.slab, &mut self.free);
-        self.heap.retain(|key| {
-            let kept = keep(
-                slab[key.slot as usize]
-                    .as_ref()
-                    .expect("a queued slot holds its event"),
-            );
-            if !kept {
-                slab[key.slot as usize] = None;
-                free.push(key.slot);
-            }
-            kept
-        });
-    }
-}
 
 /// A node slot: the live state machine (None while crashed) and what survives a crash.
 struct Slot<N: Node> {

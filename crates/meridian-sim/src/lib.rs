@@ -23,6 +23,7 @@ pub mod clock;
 mod driver;
 pub mod faults;
 pub mod network;
+mod queue;
 pub mod report;
 
 pub use driver::{run, setup, Progress, SimOptions};
