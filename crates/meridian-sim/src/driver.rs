@@ -728,7 +728,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 ops,
             });
         }
-        self.push(self.now_ns, Event::ClientNext { client });
+        if self.loading {
+            self.push(self.now_ns, Event::ClientNext { client });
+        }
     }
 
     fn count_outcome(&mut self, coordinator: NodeId, flight: &InFlight, outcome: &Outcome) {

@@ -163,7 +163,7 @@ mod tests {
                 if pop {
                     let expected = if model.is_empty() { None } else { Some(model.remove(0)) };
                     let got = queue.pop();
-                    prop_assert_eq!(got.map(|(t, s)| (t, s)), expected);
+                    prop_assert_eq!(got, expected);
                     if let Some((t, _)) = expected { now = t; }
                 } else {
                     for _ in 0..=spread {
