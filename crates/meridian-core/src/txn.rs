@@ -242,6 +242,16 @@ pub trait KvAccess {
     fn put(&mut self, key: Key, value: Value);
 }
 
+/// A plain map is a single-version store: what tests and simple protocols execute pieces on.
+impl<S: std::hash::BuildHasher> KvAccess for std::collections::HashMap<Key, Value, S> {
+    fn get(&mut self, key: &Key) -> Option<Value> {
+        std::collections::HashMap::get(self, key).cloned()
+    }
+    fn put(&mut self, key: Key, value: Value) {
+        self.insert(key, value);
+    }
+}
+
 /// A stored procedure: deterministic given its arguments and the store it reads. It may
 /// refuse (a user abort, e.g. TPC-C's invalid item), which aborts the whole transaction.
 pub type ProcedureFn = fn(&mut dyn KvAccess, &[Value]) -> Result<Vec<Option<Value>>, AbortReason>;
@@ -481,16 +491,7 @@ mod tests {
     use super::*;
     use crate::value::{decode_int, decode_list, encode_int};
 
-    #[derive(Default)]
-    struct MapStore(FxHashMap<Key, Value>);
-    impl KvAccess for MapStore {
-        fn get(&mut self, key: &Key) -> Option<Value> {
-            self.0.get(key).cloned()
-        }
-        fn put(&mut self, key: Key, value: Value) {
-            self.0.insert(key, value);
-        }
-    }
+    type MapStore = FxHashMap<Key, Value>;
 
     fn key(s: &str) -> Key {
         Bytes::copy_from_slice(s.as_bytes())
@@ -519,13 +520,13 @@ mod tests {
             Some(vec![7, 8])
         );
         assert_eq!(result.outputs[6], None);
-        assert_eq!(decode_int(&store.0[&key("r")]), Some(42));
+        assert_eq!(decode_int(&store[&key("r")]), Some(42));
     }
 
     #[test]
     fn value_dependencies_feed_outputs_into_later_pieces() {
         let mut store = MapStore::default();
-        store.put(key("src"), encode_int(9));
+        KvAccess::put(&mut store, key("src"), encode_int(9));
         let txn = Txn {
             pieces: vec![
                 Piece::ops(ShardId(0), vec![Op::Get(key("src"))]),
@@ -551,7 +552,7 @@ mod tests {
             &mut store,
         )
         .unwrap();
-        assert_eq!(decode_int(&store.0[&key("dst")]), Some(9));
+        assert_eq!(decode_int(&store[&key("dst")]), Some(9));
         // Without the input, the piece refuses rather than inventing a value.
         let missing = execute_piece(&txn.pieces[1], &[None], &Procedures::new(), &mut store);
         assert_eq!(
@@ -613,13 +614,13 @@ mod tests {
             }),
         };
         let mut store = MapStore::default();
-        store.put(key("from"), encode_int(10));
+        KvAccess::put(&mut store, key("from"), encode_int(10));
         assert!(execute_piece(&call(4), &[], &procedures, &mut store).is_ok());
         assert_eq!(
             execute_piece(&call(7), &[], &procedures, &mut store),
             Err(AbortReason::User)
         );
-        assert_eq!(decode_int(&store.0[&key("from")]), Some(6));
+        assert_eq!(decode_int(&store[&key("from")]), Some(6));
         let unknown = Piece {
             shard: ShardId(0),
             body: PieceBody::Procedure(ProcedureCall {

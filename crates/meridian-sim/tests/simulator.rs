@@ -36,16 +36,7 @@ enum Msg {
     },
 }
 
-#[derive(Default)]
-struct Map(FxHashMap<Key, Value>);
-impl KvAccess for Map {
-    fn get(&mut self, key: &Key) -> Option<Value> {
-        self.0.get(key).cloned()
-    }
-    fn put(&mut self, key: Key, value: Value) {
-        self.0.insert(key, value);
-    }
-}
+type Map = FxHashMap<Key, Value>;
 
 struct Toy {
     setup: Setup,
@@ -154,7 +145,7 @@ impl Toy {
                 self.next += 1;
                 ClientResponse::Began(TxnId::new(ctx.id(), 0, self.next))
             }
-            Step::Get { key, .. } => ClientResponse::Read(self.store.get(&key)),
+            Step::Get { key, .. } => ClientResponse::Read(self.store.get(&key).cloned()),
             Step::Put { key, value, .. } => {
                 self.store.put(key, value);
                 ClientResponse::Written

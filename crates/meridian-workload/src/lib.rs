@@ -333,17 +333,7 @@ pub(crate) mod test_support {
         NodeRng::seed_from_u64(seed)
     }
 
-    #[derive(Default)]
-    pub(crate) struct MapStore(pub(crate) FxHashMap<Key, Value>);
-
-    impl KvAccess for MapStore {
-        fn get(&mut self, key: &Key) -> Option<Value> {
-            self.0.get(key).cloned()
-        }
-        fn put(&mut self, key: Key, value: Value) {
-            self.0.insert(key, value);
-        }
-    }
+    pub(crate) type MapStore = FxHashMap<Key, Value>;
 
     /// Executes `txn`'s pieces in order against `store` and returns the committed outcome.
     pub(crate) fn execute(txn: &Txn, store: &mut MapStore) -> Outcome {
@@ -372,13 +362,13 @@ pub(crate) mod test_support {
             use crate::InteractiveOp;
             ops.iter()
                 .map(|op| match op {
-                    InteractiveOp::Get(k) => self.store.get(k),
+                    InteractiveOp::Get(k) => self.store.get(k).cloned(),
                     InteractiveOp::Put(k, v) => {
                         self.store.put(k.clone(), v.clone());
                         None
                     }
                     InteractiveOp::Append(k, v) => {
-                        let old = self.store.get(k);
+                        let old = self.store.get(k).cloned();
                         self.store
                             .put(k.clone(), meridian_core::value::concat(old.as_ref(), v));
                         old

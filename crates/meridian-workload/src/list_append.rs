@@ -404,9 +404,7 @@ mod tests {
         };
         txn.validate(2).unwrap();
         let mut store = MapStore::default();
-        store
-            .0
-            .insert(k0.clone(), meridian_core::value::encode_list(&[1, 2]));
+        store.insert(k0.clone(), meridian_core::value::encode_list(&[1, 2]));
         let plan = TxnPlan::OneShot(txn.clone());
         let hist = w.history_ops(&plan, &execute(&txn, &mut store), &[]);
         let r = |k: &str, v: &[i64]| HistOp::Read {

@@ -200,9 +200,9 @@ mod tests {
                 .history_ops(&TxnPlan::OneShot(txn.clone()), &outcome, &[])
                 .is_empty());
         }
-        let total: i64 = store.0.values().map(|v| decode_int(v).unwrap()).sum();
+        let total: i64 = store.values().map(|v| decode_int(v).unwrap()).sum();
         assert_eq!(total, 300);
-        assert!(store.0.len() <= 30);
+        assert!(store.len() <= 30);
     }
 
     #[test]
