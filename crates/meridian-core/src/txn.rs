@@ -372,11 +372,27 @@ fn execute_op(
 /// with [`ClientResponse::Began`] and every later step names the returned transaction.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Step {
-    Begin,
-    Get { txn: TxnId, key: Key },
-    Put { txn: TxnId, key: Key, value: Value },
-    Commit { txn: TxnId },
-    Abort { txn: TxnId },
+    /// Opens a session. `latest_seen` is the largest commit timestamp this client has seen
+    /// (Clock-SI §III-E's LatestTime): a protocol offering session consistency starts the
+    /// snapshot at or after it; others may ignore it.
+    Begin {
+        latest_seen: Option<Timestamp>,
+    },
+    Get {
+        txn: TxnId,
+        key: Key,
+    },
+    Put {
+        txn: TxnId,
+        key: Key,
+        value: Value,
+    },
+    Commit {
+        txn: TxnId,
+    },
+    Abort {
+        txn: TxnId,
+    },
 }
 
 /// A request a client hands to a coordinator.

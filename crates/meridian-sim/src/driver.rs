@@ -12,7 +12,7 @@ use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Valu
 use meridian_core::value::concat;
 use meridian_core::{
     ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
-    RequestId, ShardId, TimerId, Topology, TxnId,
+    RequestId, ShardId, TimerId, Timestamp, Topology, TxnId,
 };
 use meridian_workload::{InteractiveOp, TxnPlan, Workload};
 use rand::SeedableRng;
@@ -159,6 +159,8 @@ struct InFlight {
 
 struct Client {
     coordinator: NodeId,
+    /// The largest commit timestamp this client has seen (its session's LatestTime).
+    latest_seen: Option<Timestamp>,
     rng: NodeRng,
     current: Option<InFlight>,
 }
@@ -240,6 +242,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             .enumerate()
             .map(|(i, coordinator)| Client {
                 coordinator,
+                latest_seen: None,
                 rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xC11E, i as u64)),
                 current: None,
             })
@@ -582,7 +585,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     reads: Vec::new(),
                     appending: None,
                 }),
-                ClientRequest::Interactive(Step::Begin),
+                ClientRequest::Interactive(Step::Begin {
+                    latest_seen: self.clients[client as usize].latest_seen,
+                }),
             ),
         };
         let commit_sent = session.is_none();
@@ -710,6 +715,14 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Outcome::Unknown { .. } => EntryType::Info,
         };
         self.count_outcome(coordinator, &flight, &outcome);
+        if let Outcome::Committed {
+            commit_ts: Some(ts),
+            ..
+        } = &outcome
+        {
+            let seen = &mut self.clients[client as usize].latest_seen;
+            *seen = (*seen).max(Some(*ts));
+        }
         self.trace.write_u8(kind as u8);
         if self.options.record_history {
             let reads = flight

@@ -141,7 +141,7 @@ impl Toy {
     /// Interactive steps run against the coordinator's own map (enough to drive sessions).
     fn interactive(&mut self, ctx: &mut Ctx<'_, Self>, request: RequestId, step: Step) {
         let response = match step {
-            Step::Begin => {
+            Step::Begin { .. } => {
                 self.next += 1;
                 ClientResponse::Began(TxnId::new(ctx.id(), 0, self.next))
             }
