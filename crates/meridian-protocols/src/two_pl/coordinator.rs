@@ -2,11 +2,13 @@
 //! as their value dependencies resolve) and two-phase commit, and answers its client.
 
 use super::options::Options;
+use super::vecmap::{VecMap, VecSet};
 use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToServer};
 use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome};
-use meridian_core::txn::{PieceResult, Txn};
+use meridian_core::txn::{Op, Operand, Piece, PieceBody, PieceResult, Txn};
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, TxnId};
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -14,9 +16,37 @@ enum Phase {
     /// Pieces go out as their inputs arrive.
     Executing,
     /// Every piece has a result; collecting votes.
-    Preparing { yes: BTreeSet<NodeId> },
+    Preparing { yes: VecSet<NodeId> },
     /// A one-round transaction timed out: asking its server whether it committed.
     Resolving,
+}
+
+/// Calls `f` with every piece `piece` depends on (`Piece::dependencies`, unsorted and with
+/// repeats, without collecting them).
+fn for_each_dependency(piece: &Piece, mut f: impl FnMut(u16)) {
+    let mut visit = |operand: &Operand| {
+        if let Operand::Input { piece, .. } = operand {
+            f(*piece);
+        }
+    };
+    match &piece.body {
+        PieceBody::Ops(ops) => {
+            for op in ops {
+                match op {
+                    Op::Get(_) => {}
+                    Op::Put(_, o) | Op::Add(_, o) | Op::Append(_, o) => visit(o),
+                }
+            }
+        }
+        PieceBody::Procedure(call) => call.args.iter().for_each(visit),
+    }
+}
+
+/// Whether `pred` holds for every piece `piece` depends on.
+fn all_dependencies(piece: &Piece, mut pred: impl FnMut(u16) -> bool) -> bool {
+    let mut all = true;
+    for_each_dependency(piece, |d| all = all && pred(d));
+    all
 }
 
 /// An undecided transaction.
@@ -28,9 +58,9 @@ struct CoordTxn {
     /// Single shard: the server executes and commits in one round (`CommitPath::Local`).
     one_round: bool,
     /// Each participant (a shard's data node) with the indices of its pieces, in order.
-    participants: BTreeMap<NodeId, Vec<u16>>,
+    participants: VecMap<NodeId, Vec<u16>>,
     /// The incarnation each participant executed in; all its results must share one.
-    incarnations: BTreeMap<NodeId, u32>,
+    incarnations: VecMap<NodeId, u32>,
     phase: Phase,
     results: Vec<Option<PieceResult>>,
     sent: Vec<bool>,
@@ -42,7 +72,7 @@ struct CoordTxn {
 /// A committed transaction whose participants have not all acknowledged.
 #[derive(Debug)]
 struct PendingCommit {
-    waiting: BTreeSet<NodeId>,
+    waiting: VecSet<NodeId>,
     retries: u32,
     timer: Option<TimerId>,
 }
@@ -66,10 +96,16 @@ pub struct Coordinator {
     incarnation: u32,
     next_counter: u64,
     /// Undecided transactions. The smallest id is the horizon sent to servers.
-    txns: BTreeMap<TxnId, CoordTxn>,
+    txns: FxHashMap<TxnId, CoordTxn>,
+    /// Whether each id from `oldest` on is still undecided (ids are handed out in order; the
+    /// front is popped as soon as it is decided, so the front, if any, is the smallest
+    /// undecided id).
+    undecided: VecDeque<bool>,
+    /// The counter of `undecided`'s front (or `next_counter` when it is empty).
+    oldest: u64,
     /// Committed transactions not yet acknowledged by every participant (and restored from
     /// the log after a restart): the decisions a server may still ask for.
-    commits: BTreeMap<TxnId, PendingCommit>,
+    commits: FxHashMap<TxnId, PendingCommit>,
     since_checkpoint: usize,
     checkpoint_due: bool,
 }
@@ -124,7 +160,9 @@ impl Coordinator {
             cluster,
             incarnation: last_incarnation.map_or(0, |i| i + 1),
             next_counter: 0,
-            txns: BTreeMap::new(),
+            txns: FxHashMap::default(),
+            undecided: VecDeque::new(),
+            oldest: 0,
             commits,
             since_checkpoint: tail.len(),
             checkpoint_due: false,
@@ -135,7 +173,8 @@ impl Coordinator {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
-        let restored: Vec<TxnId> = self.commits.keys().copied().collect();
+        let mut restored: Vec<TxnId> = self.commits.keys().copied().collect();
+        restored.sort_unstable();
         for txn in restored {
             self.send_commits(ctx, txn, self.opts.retry_ns);
         }
@@ -213,10 +252,12 @@ impl Coordinator {
         }
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
-        let mut participants: BTreeMap<NodeId, Vec<u16>> = BTreeMap::new();
+        let mut participants: VecMap<NodeId, Vec<u16>> = VecMap::new();
         for (i, piece) in txn.pieces.iter().enumerate() {
             let node = self.cluster.initial_leader(piece.shard);
-            participants.entry(node).or_default().push(i as u16);
+            participants
+                .get_or_insert_with(node, Vec::new)
+                .push(i as u16);
         }
         let n = txn.pieces.len();
         let now = ctx.now_ns();
@@ -225,7 +266,7 @@ impl Coordinator {
             age_ns: now,
             one_round: participants.len() == 1,
             participants,
-            incarnations: BTreeMap::new(),
+            incarnations: VecMap::new(),
             txn,
             phase: Phase::Executing,
             results: vec![None; n],
@@ -235,16 +276,31 @@ impl Coordinator {
             timer: ctx.set_timer(self.opts.retry_ns, Timer::Txn(id)),
         };
         self.txns.insert(id, t);
+        self.undecided.push_back(true);
         self.dispatch(ctx, id);
+    }
+
+    /// Removes a transaction once decided (or given up).
+    fn remove_txn(&mut self, id: TxnId) -> CoordTxn {
+        let t = self.txns.remove(&id).expect("removing a live transaction");
+        let counter = id.seq & ((1 << TxnId::INCARNATION_SHIFT) - 1);
+        let slot = usize::try_from(counter - self.oldest).expect("a live id");
+        self.undecided[slot] = false;
+        while self.undecided.front() == Some(&false) {
+            self.undecided.pop_front();
+            self.oldest += 1;
+        }
+        t
     }
 
     /// The smallest undecided id: every transaction of this coordinator below it is decided.
     fn horizon(&self) -> TxnId {
-        self.txns
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or_else(|| TxnId::new(self.id, self.incarnation, self.next_counter))
+        let counter = if self.undecided.is_empty() {
+            self.next_counter
+        } else {
+            self.oldest
+        };
+        TxnId::new(self.id, self.incarnation, counter)
     }
 
     fn send_server(&self, ctx: &mut Cx<'_>, to: NodeId, body: ToServer) {
@@ -261,24 +317,29 @@ impl Coordinator {
             .txns
             .get_mut(&id)
             .expect("dispatching a live transaction");
-        let mut batches: BTreeMap<ShardId, Vec<u16>> = BTreeMap::new();
-        let mut blocked: BTreeSet<ShardId> = BTreeSet::new();
+        let mut batches: Batches = Vec::new();
+        let mut blocked: Vec<ShardId> = Vec::new();
         for (i, piece) in t.txn.pieces.iter().enumerate() {
             if t.results[i].is_some() {
                 continue;
             }
             let shard = piece.shard;
-            let batch = batches.get(&shard);
+            let batch = batches.iter().position(|(s, _)| *s == shard);
             let ready = !t.sent[i]
                 && !blocked.contains(&shard)
-                && piece.dependencies().iter().all(|&d| {
-                    t.results[usize::from(d)].is_some() || batch.is_some_and(|b| b.contains(&d))
+                && all_dependencies(piece, |d| {
+                    t.results[usize::from(d)].is_some()
+                        || batch.is_some_and(|b| batches[b].1.iter().any(|r| r.index == d))
                 });
             if ready {
-                batches.entry(shard).or_default().push(i as u16);
+                let run = piece_run(&t.txn, &t.results, i);
+                match batch {
+                    Some(b) => batches[b].1.push(run),
+                    None => batches.push((shard, vec![run])),
+                }
                 t.sent[i] = true;
-            } else {
-                blocked.insert(shard);
+            } else if !blocked.contains(&shard) {
+                blocked.push(shard);
             }
         }
         self.send_batches(ctx, id, batches);
@@ -287,34 +348,24 @@ impl Coordinator {
     /// Resends the pieces that went out but have no result yet.
     fn retransmit(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
         let t = &self.txns[&id];
-        let mut batches: BTreeMap<ShardId, Vec<u16>> = BTreeMap::new();
+        let mut batches: Batches = Vec::new();
         for (i, piece) in t.txn.pieces.iter().enumerate() {
             if t.sent[i] && t.results[i].is_none() {
-                batches.entry(piece.shard).or_default().push(i as u16);
+                let run = piece_run(&t.txn, &t.results, i);
+                match batches.iter_mut().find(|(s, _)| *s == piece.shard) {
+                    Some((_, runs)) => runs.push(run),
+                    None => batches.push((piece.shard, vec![run])),
+                }
             }
         }
         self.send_batches(ctx, id, batches);
     }
 
-    fn send_batches(&self, ctx: &mut Cx<'_>, id: TxnId, batches: BTreeMap<ShardId, Vec<u16>>) {
+    /// Sends one EXECUTE per shard, in shard order.
+    fn send_batches(&self, ctx: &mut Cx<'_>, id: TxnId, mut batches: Batches) {
         let t = &self.txns[&id];
-        for (shard, indices) in batches {
-            let pieces = indices
-                .iter()
-                .map(|&i| {
-                    let piece = t.txn.pieces[usize::from(i)].clone();
-                    let inputs = piece
-                        .dependencies()
-                        .into_iter()
-                        .filter_map(|d| Some((d, t.results[usize::from(d)].clone()?)))
-                        .collect();
-                    PieceRun {
-                        index: i,
-                        piece,
-                        inputs,
-                    }
-                })
-                .collect();
+        batches.sort_unstable_by_key(|(shard, _)| *shard);
+        for (shard, pieces) in batches {
             let body = ToServer::Execute {
                 txn: id,
                 age_ns: t.age_ns,
@@ -339,7 +390,7 @@ impl Coordinator {
         if t.one_round || !matches!(t.phase, Phase::Executing) {
             return;
         }
-        if *t.incarnations.entry(from).or_insert(incarnation) != incarnation {
+        if *t.incarnations.get_or_insert_with(from, || incarnation) != incarnation {
             // The participant restarted mid-transaction: its earlier results are gone.
             return self.abort(ctx, id, AbortReason::Failure);
         }
@@ -370,7 +421,7 @@ impl Coordinator {
         if !self.txns.get(&id).is_some_and(|t| t.one_round) {
             return;
         }
-        let t = self.txns.remove(&id).expect("checked");
+        let t = self.remove_txn(id);
         ctx.cancel_timer(t.timer);
         let response = match outcome {
             LocalOutcome::Committed(results) => {
@@ -393,9 +444,7 @@ impl Coordinator {
             .txns
             .get_mut(&id)
             .expect("preparing a live transaction");
-        t.phase = Phase::Preparing {
-            yes: BTreeSet::new(),
-        };
+        t.phase = Phase::Preparing { yes: VecSet::new() };
         t.retries = 0;
         self.send_prepares(ctx, id);
     }
@@ -406,11 +455,14 @@ impl Coordinator {
         let Phase::Preparing { yes } = &t.phase else {
             panic!("{id}: PREPARE outside the prepare phase");
         };
-        for (node, pieces) in &t.participants {
+        for (node, pieces) in t.participants.iter() {
             if !yes.contains(node) {
                 let body = ToServer::Prepare {
                     txn: id,
-                    incarnation: t.incarnations[node],
+                    incarnation: *t
+                        .incarnations
+                        .get(node)
+                        .expect("a participant's incarnation"),
                     pieces: pieces.clone(),
                 };
                 self.send_server(ctx, *node, body);
@@ -443,7 +495,7 @@ impl Coordinator {
     /// it. Servers keep their locks until COMMIT arrives, so nothing can observe the
     /// transaction half-applied.
     fn decide_commit(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
-        let t = self.txns.remove(&id).expect("deciding a live transaction");
+        let t = self.remove_txn(id);
         ctx.cancel_timer(t.timer);
         let participants: Vec<NodeId> = t.participants.keys().copied().collect();
         self.persist(
@@ -475,9 +527,10 @@ impl Coordinator {
 
     /// Sends COMMIT to the participants that have not acknowledged and arms the retry.
     fn send_commits(&mut self, ctx: &mut Cx<'_>, id: TxnId, retry_after_ns: u64) {
-        let waiting: Vec<NodeId> = self.commits[&id].waiting.iter().copied().collect();
-        for node in waiting {
-            self.send_server(ctx, node, ToServer::Commit { txn: id });
+        let horizon = self.horizon();
+        for &node in self.commits[&id].waiting.iter() {
+            let body = ToServer::Commit { txn: id };
+            ctx.send(node, Msg::ToServer { horizon, body });
         }
         let timer = ctx.set_timer(retry_after_ns, Timer::Commit(id));
         self.commits.get_mut(&id).expect("pending").timer = Some(timer);
@@ -510,14 +563,14 @@ impl Coordinator {
     /// Decides abort (nothing to log: no record means abort) and tells every participant
     /// that may hold locks.
     fn abort(&mut self, ctx: &mut Cx<'_>, id: TxnId, reason: AbortReason) {
-        let t = self.txns.remove(&id).expect("aborting a live transaction");
+        let t = self.remove_txn(id);
         assert!(
             !t.one_round,
             "{id}: a one-round transaction is resolved, not aborted: its server may have \
              committed it"
         );
         ctx.cancel_timer(t.timer);
-        for (node, pieces) in &t.participants {
+        for (node, pieces) in t.participants.iter() {
             if pieces.iter().any(|&i| t.sent[usize::from(i)]) {
                 self.send_server(ctx, *node, ToServer::Abort { txn: id });
             }
@@ -574,7 +627,7 @@ impl Coordinator {
     /// A one-round transaction whose server never answered: the client cannot be told
     /// either way.
     fn give_up(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
-        let t = self.txns.remove(&id).expect("giving up a live transaction");
+        let t = self.remove_txn(id);
         ctx.cancel_timer(t.timer);
         let reason = "the shard's server did not answer; the transaction may have committed";
         let outcome = Outcome::Unknown {
@@ -615,11 +668,12 @@ impl Coordinator {
         if !self.checkpoint_due {
             return;
         }
-        let pending = self
+        let mut pending: Vec<(TxnId, Vec<NodeId>)> = self
             .commits
             .iter()
             .map(|(txn, c)| (*txn, c.waiting.iter().copied().collect()))
             .collect();
+        pending.sort_unstable_by_key(|(txn, _)| *txn);
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,
@@ -627,6 +681,30 @@ impl Coordinator {
         });
         self.since_checkpoint = 0;
         self.checkpoint_due = false;
+    }
+}
+
+/// EXECUTE batches being assembled: the pieces for each shard.
+type Batches = Vec<(ShardId, Vec<PieceRun>)>;
+
+/// Piece `i` of `txn` with the results it depends on that are already known.
+fn piece_run(txn: &Txn, results: &[Option<PieceResult>], i: usize) -> PieceRun {
+    let piece = txn.pieces[i].clone();
+    let mut inputs: Vec<(u16, PieceResult)> = Vec::new();
+    for_each_dependency(&piece, |d| {
+        if let Some(result) = &results[usize::from(d)] {
+            inputs.push((d, result.clone()));
+        }
+    });
+    if inputs.len() > 1 {
+        // `Piece::dependencies` order: sorted, each once.
+        inputs.sort_by_key(|(d, _)| *d);
+        inputs.dedup_by_key(|(d, _)| *d);
+    }
+    PieceRun {
+        index: i as u16,
+        piece,
+        inputs,
     }
 }
 

@@ -126,9 +126,9 @@ impl KeyLock {
         Acquire::Waiting
     }
 
-    /// Grants queued requests in FIFO order while they fit; returns the new holders.
-    fn grant(&mut self) -> Vec<TxnId> {
-        let mut granted = Vec::new();
+    /// Grants queued requests in FIFO order while they fit; appends the new holders to
+    /// `granted`.
+    fn grant(&mut self, granted: &mut impl Extend<TxnId>) {
         while let Some(front) = self.waiters.front() {
             if self.blocked_by_holders(front.age.txn, front.mode) {
                 break;
@@ -147,10 +147,9 @@ impl KeyLock {
                     mode: w.mode,
                 });
             }
-            granted.push(w.age.txn);
+            granted.extend(Some(w.age.txn));
         }
         self.check();
-        granted
     }
 
     /// Holders are compatible: any number of shared, or one exclusive.
@@ -169,25 +168,52 @@ impl KeyLock {
 pub(crate) struct LockTable {
     keys: FxHashMap<Key, KeyLock>,
     max_waiters: usize,
+    /// Idle entries kept for reuse, so that locking a fresh key does not allocate.
+    spare: Vec<KeyLock>,
 }
+
+/// Initial room in the lock table. Locks come and go all the time; a table well above the
+/// number of locked keys keeps removals from leaving tombstones that force periodic rehashes.
+const LOCK_TABLE_CAPACITY: usize = 1024;
+
+/// At most this many idle entries are kept for reuse.
+const SPARE_LOCKS: usize = 64;
 
 impl LockTable {
     pub(crate) fn new(max_waiters: usize) -> LockTable {
         LockTable {
-            keys: FxHashMap::default(),
+            keys: FxHashMap::with_capacity_and_hasher(LOCK_TABLE_CAPACITY, Default::default()),
             max_waiters,
+            spare: Vec::new(),
         }
     }
 
     /// Requests `key` in `mode` for the transaction `age.txn`.
     pub(crate) fn acquire(&mut self, key: &Key, age: Age, mode: LockMode) -> Acquire {
         let max_waiters = self.max_waiters;
-        let lock = self.keys.entry(key.clone()).or_default();
+        if let Some(lock) = self.keys.get_mut(key) {
+            let outcome = lock.acquire(age, mode, max_waiters);
+            if lock.is_idle() {
+                let lock = self.keys.remove(key).expect("present");
+                self.recycle(lock);
+            }
+            return outcome;
+        }
+        let mut lock = self.spare.pop().unwrap_or_default();
         let outcome = lock.acquire(age, mode, max_waiters);
         if lock.is_idle() {
-            self.keys.remove(key);
+            self.recycle(lock);
+        } else {
+            self.keys.insert(key.clone(), lock);
         }
         outcome
+    }
+
+    fn recycle(&mut self, lock: KeyLock) {
+        debug_assert!(lock.is_idle());
+        if self.spare.len() < SPARE_LOCKS {
+            self.spare.push(lock);
+        }
     }
 
     /// Re-takes a lock a prepared transaction held before a crash. Prepared transactions held
@@ -203,17 +229,25 @@ impl LockTable {
 
     /// Drops `txn`'s hold on `key` and its place in the key's queue (either may be absent).
     /// Returns the transactions granted as a result.
+    #[cfg(test)]
     pub(crate) fn release(&mut self, key: &Key, txn: TxnId) -> Vec<TxnId> {
+        let mut granted = Vec::new();
+        self.release_into(key, txn, &mut granted);
+        granted
+    }
+
+    /// [`LockTable::release`], appending the transactions granted to `granted`.
+    pub(crate) fn release_into(&mut self, key: &Key, txn: TxnId, granted: &mut impl Extend<TxnId>) {
         let Some(lock) = self.keys.get_mut(key) else {
-            return Vec::new();
+            return;
         };
         lock.holders.retain(|h| h.age.txn != txn);
         lock.waiters.retain(|w| w.age.txn != txn);
-        let granted = lock.grant();
+        lock.grant(granted);
         if lock.is_idle() {
-            self.keys.remove(key);
+            let lock = self.keys.remove(key).expect("present");
+            self.recycle(lock);
         }
-        granted
     }
 
     /// The mode in which `txn` holds `key`, if it does.

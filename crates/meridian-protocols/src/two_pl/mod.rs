@@ -90,6 +90,7 @@ mod coordinator;
 mod locks;
 mod options;
 mod server;
+mod vecmap;
 mod wire;
 
 #[cfg(test)]

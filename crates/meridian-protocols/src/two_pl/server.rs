@@ -3,14 +3,19 @@
 
 use super::locks::{Acquire, LockMode, LockTable};
 use super::options::Options;
+use super::vecmap::VecMap;
 use super::wire::{
     Age, Cx, Finished, LocalCommit, LocalOutcome, Msg, PieceRun, PreparedTxn, Record,
     ServerSnapshot, Timer, ToCoord, ToServer,
 };
-use meridian_core::txn::{execute_piece, AbortReason, KvAccess, PieceResult, Procedures};
+use meridian_core::txn::{
+    execute_piece, AbortReason, KvAccess, PieceBody, PieceResult, Procedures,
+};
 use meridian_core::{Key, NodeId, TimerId, TxnId, Value};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// A server's state for one live (unfinished) transaction.
@@ -19,12 +24,12 @@ struct ServerTxn {
     age: Age,
     one_round: bool,
     prepared: bool,
-    /// Locks held, with the strongest mode. Strict 2PL: kept until the decision.
-    held: BTreeMap<Key, LockMode>,
-    /// Buffered writes; the store sees them only on commit.
-    writes: BTreeMap<Key, Value>,
-    /// Results of the pieces executed here.
-    results: BTreeMap<u16, PieceResult>,
+    /// Locks held, with the strongest mode, in key order. Strict 2PL: kept until the decision.
+    held: VecMap<Key, LockMode>,
+    /// Buffered writes, in key order; the store sees them only on commit.
+    writes: VecMap<Key, Value>,
+    /// Results of the pieces executed here, in piece order.
+    results: VecMap<u16, PieceResult>,
     /// Pieces being executed: locks are taken one by one, then the pieces run.
     batch: Option<Batch>,
     /// Local clock when the coordinator last spoke about this transaction.
@@ -36,9 +41,41 @@ struct ServerTxn {
 struct Batch {
     runs: Vec<PieceRun>,
     /// Every lock the batch needs, sorted by key; `needs[next]` is the one being acquired.
+    /// The keys before `next` have moved to [`ServerTxn::held`] (an empty key is left).
     needs: Vec<(Key, LockMode)>,
     next: usize,
 }
+
+/// What a server tracks per coordinator (by node index).
+#[derive(Clone, Debug, Default)]
+struct PerCoordinator {
+    /// The latest horizon heard from the coordinator (see [`Msg::ToServer`]).
+    horizon: Option<TxnId>,
+    /// Nothing below `horizon` is remembered as finished, and no transaction below it is live
+    /// and unprepared. False after a restart, until the coordinator's next message: the
+    /// records replayed since the checkpoint may have brought back forgotten transactions.
+    swept: bool,
+    /// The `seq` of every entry of [`Server::finished`] for this coordinator, smallest
+    /// first (possibly repeated), so the horizon forgets them in order.
+    finished: BinaryHeap<Reverse<u64>>,
+    /// The `seq` of every transaction of this coordinator that went live unprepared,
+    /// smallest first. Entries that have since prepared or finished are skipped when popped.
+    unprepared: BinaryHeap<Reverse<u64>>,
+}
+
+/// A finished transaction's buffers, kept for the next one (they keep their capacity).
+#[derive(Debug, Default)]
+struct Spare {
+    held: VecMap<Key, LockMode>,
+    writes: VecMap<Key, Value>,
+    results: VecMap<u16, PieceResult>,
+}
+
+/// At most this many spare buffer sets are kept.
+const SPARES: usize = 64;
+
+/// Initial room for live transactions: removals from a roomy table leave no tombstones.
+const TXN_TABLE_CAPACITY: usize = 256;
 
 /// The data node of one shard.
 #[derive(Debug)]
@@ -50,12 +87,16 @@ pub struct Server {
     procedures: Arc<Procedures>,
     store: FxHashMap<Key, Value>,
     locks: LockTable,
-    txns: BTreeMap<TxnId, ServerTxn>,
+    txns: FxHashMap<TxnId, ServerTxn>,
     /// Recently finished transactions, for idempotent answers to duplicates. Entries below
     /// their coordinator's horizon are dropped: no message about them can matter any more.
-    finished: BTreeMap<TxnId, Finished>,
-    /// The latest horizon of each coordinator (see [`Msg::ToServer`]).
-    horizons: BTreeMap<NodeId, TxnId>,
+    finished: FxHashMap<TxnId, Finished>,
+    /// Horizons and the order in which to forget, by coordinator node index.
+    coords: Vec<PerCoordinator>,
+    /// Scratch list of transaction ids (reused to avoid allocating per message).
+    scratch: Vec<TxnId>,
+    spares: Vec<Spare>,
+    spare_needs: Vec<Vec<(Key, LockMode)>>,
     /// Transactions granted a lock they were waiting for, to resume before the handler ends.
     wakeups: VecDeque<TxnId>,
     since_checkpoint: usize,
@@ -66,8 +107,8 @@ pub struct Server {
 /// store, restricted to the keys it has locked.
 struct View<'a> {
     store: &'a FxHashMap<Key, Value>,
-    writes: &'a mut BTreeMap<Key, Value>,
-    held: &'a BTreeMap<Key, LockMode>,
+    writes: &'a mut VecMap<Key, Value>,
+    held: &'a VecMap<Key, LockMode>,
     /// The first key touched without the lock it needs (a procedure that misdeclared keys).
     undeclared: Option<Key>,
 }
@@ -92,30 +133,74 @@ impl KvAccess for View<'_> {
     }
 }
 
-/// The locks a batch needs: shared for read keys, exclusive for written ones.
-fn lock_needs(runs: &[PieceRun]) -> Vec<(Key, LockMode)> {
-    let mut needs: BTreeMap<Key, LockMode> = BTreeMap::new();
+/// The locks a batch needs, sorted by key: shared for read keys, exclusive for written ones
+/// (`Piece::read_keys` and `Piece::write_keys`, without collecting them), into `needs`
+/// (empty).
+fn lock_needs(runs: &[PieceRun], mut needs: Vec<(Key, LockMode)>) -> Vec<(Key, LockMode)> {
+    debug_assert!(needs.is_empty());
     for run in runs {
-        for key in run.piece.read_keys() {
-            needs.entry(key).or_insert(LockMode::Shared);
-        }
-        for key in run.piece.write_keys() {
-            needs.insert(key, LockMode::Exclusive);
+        match &run.piece.body {
+            PieceBody::Ops(ops) => {
+                needs.reserve(ops.len());
+                for op in ops {
+                    // `Op::writes` implies exclusive; a read-only op takes it shared.
+                    let mode = if op.writes() {
+                        LockMode::Exclusive
+                    } else if op.reads() {
+                        LockMode::Shared
+                    } else {
+                        continue;
+                    };
+                    needs.push((op.key().clone(), mode));
+                }
+            }
+            PieceBody::Procedure(call) => {
+                needs.extend(call.read_keys.iter().map(|k| (k.clone(), LockMode::Shared)));
+                needs.extend(
+                    call.write_keys
+                        .iter()
+                        .map(|k| (k.clone(), LockMode::Exclusive)),
+                );
+            }
         }
     }
-    needs.into_iter().collect()
+    if needs.len() > 1 {
+        needs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // One entry per key, in the strongest mode asked.
+        needs.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = kept.1.max(later.1);
+            }
+            same
+        });
+    }
+    needs
 }
 
-/// Runs a batch's pieces in order against the transaction's view.
+/// Pieces with at most this many predecessors gather their inputs on the stack.
+const STACK_INPUTS: usize = 16;
+
+/// Runs a batch's pieces in order against the transaction's view, recording their results
+/// in `t.results` and, if asked, in `out`.
 fn run_batch(
     store: &FxHashMap<Key, Value>,
     procedures: &Procedures,
     t: &mut ServerTxn,
     runs: &[PieceRun],
-) -> Result<Vec<(u16, PieceResult)>, AbortReason> {
-    let mut out = Vec::with_capacity(runs.len());
+    mut out: Option<&mut Vec<(u16, PieceResult)>>,
+) -> Result<(), AbortReason> {
     for run in runs {
-        let mut inputs: Vec<Option<&PieceResult>> = vec![None; usize::from(run.index)];
+        let n = usize::from(run.index);
+        let mut on_stack: [Option<&PieceResult>; STACK_INPUTS] = [None; STACK_INPUTS];
+        let mut on_heap: Vec<Option<&PieceResult>>;
+        let inputs: &mut [Option<&PieceResult>] = if n <= STACK_INPUTS {
+            &mut on_stack[..n]
+        } else {
+            on_heap = vec![None; n];
+            &mut on_heap
+        };
+        // The coordinator's inputs, overridden by results produced here.
         for (piece, result) in run
             .inputs
             .iter()
@@ -132,7 +217,7 @@ fn run_batch(
             held: &t.held,
             undeclared: None,
         };
-        let result = execute_piece(&run.piece, &inputs, procedures, &mut view);
+        let result = execute_piece(&run.piece, inputs, procedures, &mut view);
         if let Some(key) = view.undeclared {
             return Err(AbortReason::Invalid(format!(
                 "piece {} touched key {key:?} without declaring it",
@@ -140,10 +225,28 @@ fn run_batch(
             )));
         }
         let result = result?;
-        t.results.insert(run.index, result.clone());
-        out.push((run.index, result));
+        if let Some(out) = out.as_deref_mut() {
+            out.push((run.index, result.clone()));
+        }
+        t.results.insert(run.index, result);
     }
-    Ok(out)
+    Ok(())
+}
+
+fn below(coords: &[PerCoordinator], txn: TxnId) -> bool {
+    coords
+        .get(txn.coordinator.index())
+        .and_then(|c| c.horizon)
+        .is_some_and(|h| txn < h)
+}
+
+/// The entry of `coordinator` in `coords`, created if needed.
+fn per_coordinator(coords: &mut Vec<PerCoordinator>, coordinator: NodeId) -> &mut PerCoordinator {
+    let i = coordinator.index();
+    if coords.len() <= i {
+        coords.resize_with(i + 1, PerCoordinator::default);
+    }
+    &mut coords[i]
 }
 
 impl Server {
@@ -161,9 +264,12 @@ impl Server {
             opts,
             procedures,
             store: FxHashMap::default(),
-            txns: BTreeMap::new(),
-            finished: BTreeMap::new(),
-            horizons: BTreeMap::new(),
+            txns: FxHashMap::with_capacity_and_hasher(TXN_TABLE_CAPACITY, Default::default()),
+            finished: FxHashMap::with_capacity_and_hasher(TXN_TABLE_CAPACITY, Default::default()),
+            coords: Vec::new(),
+            scratch: Vec::new(),
+            spares: Vec::new(),
+            spare_needs: Vec::new(),
             wakeups: VecDeque::new(),
             since_checkpoint: 0,
             checkpoint_due: false,
@@ -192,12 +298,15 @@ impl Server {
 
     fn load(&mut self, snapshot: &ServerSnapshot, prepared: &mut BTreeMap<TxnId, PreparedTxn>) {
         self.store = snapshot.store.iter().cloned().collect();
-        self.finished = snapshot.finished.iter().cloned().collect();
-        self.horizons = snapshot
-            .horizons
-            .iter()
-            .map(|h| (h.coordinator, *h))
-            .collect();
+        for (txn, f) in &snapshot.finished {
+            self.insert_finished(*txn, f.clone());
+        }
+        for h in &snapshot.horizons {
+            let c = per_coordinator(&mut self.coords, h.coordinator);
+            c.horizon = Some(*h);
+            // The replayed records may bring back what the horizon had let go.
+            c.swept = false;
+        }
         for p in &snapshot.prepared {
             prepared.insert(p.age.txn, p.clone());
         }
@@ -215,20 +324,19 @@ impl Server {
             } => {
                 self.store.extend(local.writes.iter().cloned());
                 let results = Some(local.results.clone());
-                self.finished.insert(*txn, Finished::Committed { results });
+                self.insert_finished(*txn, Finished::Committed { results });
             }
             Record::Committed { txn, local: None } => {
                 let p = prepared
                     .remove(txn)
                     .unwrap_or_else(|| panic!("log of {}: {txn} committed unprepared", self.id));
                 self.store.extend(p.writes);
-                self.finished
-                    .insert(*txn, Finished::Committed { results: None });
+                self.insert_finished(*txn, Finished::Committed { results: None });
             }
             Record::Aborted { txn, reason } => {
                 prepared.remove(txn);
                 let reason = reason.clone();
-                self.finished.insert(*txn, Finished::Aborted { reason });
+                self.insert_finished(*txn, Finished::Aborted { reason });
             }
             Record::Started { incarnation } => self.incarnation = *incarnation,
             other => panic!("log of server {} holds {other:?}", self.id),
@@ -237,7 +345,7 @@ impl Server {
 
     /// Re-installs a prepared transaction after a restart, with its locks.
     fn revive(&mut self, p: PreparedTxn) {
-        let mut held = BTreeMap::new();
+        let mut held = VecMap::new();
         // The unsafe variant released them when it voted; it does not hold them now either.
         if !self.opts.unsafe_early_release {
             for (key, mode) in &p.locks {
@@ -251,7 +359,7 @@ impl Server {
             prepared: true,
             held,
             writes: p.writes.into_iter().collect(),
-            results: BTreeMap::new(),
+            results: VecMap::new(),
             batch: None,
             last_heard_ns: 0,
             timer: None,
@@ -264,7 +372,8 @@ impl Server {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
-        let prepared: Vec<TxnId> = self.txns.keys().copied().collect();
+        let mut prepared: Vec<TxnId> = self.txns.keys().copied().collect();
+        prepared.sort_unstable();
         for txn in prepared {
             self.tick(ctx, txn);
         }
@@ -315,46 +424,65 @@ impl Server {
     // ---- horizon and idempotence -------------------------------------------------------
 
     fn below_horizon(&self, txn: TxnId) -> bool {
-        self.horizons
-            .get(&txn.coordinator)
-            .is_some_and(|h| txn < *h)
+        below(&self.coords, txn)
     }
 
     /// Learns that everything of `horizon.coordinator` below `horizon` is decided: forgets
     /// those finished transactions and aborts those still unprepared here (they can no
     /// longer commit: the coordinator decided without this server's yes vote).
+    ///
+    /// Once swept, nothing below a coordinator's horizon is remembered or live and
+    /// unprepared (`remember` and `on_execute` refuse what is below it), so there is nothing
+    /// to do until the horizon moves; then the per-coordinator heaps yield exactly the
+    /// transactions it passed, smallest first.
     fn advance_horizon(&mut self, ctx: &mut Cx<'_>, horizon: TxnId) {
         let coordinator = horizon.coordinator;
-        let current = self.horizons.entry(coordinator).or_insert(horizon);
-        if horizon > *current {
-            *current = horizon;
+        let c = per_coordinator(&mut self.coords, coordinator);
+        match c.horizon {
+            Some(current) if horizon <= current => {
+                if c.swept {
+                    return;
+                }
+            }
+            _ => c.horizon = Some(horizon),
         }
-        let range = TxnId {
-            coordinator,
-            seq: 0,
-        }..*current;
-        let forgotten: Vec<TxnId> = self
-            .finished
-            .range(range.clone())
-            .map(|(t, _)| *t)
-            .collect();
-        for txn in forgotten {
-            self.finished.remove(&txn);
+        c.swept = true;
+        let below = c.horizon.expect("just set").seq;
+        while let Some(&Reverse(seq)) = c.finished.peek() {
+            if seq >= below {
+                break;
+            }
+            c.finished.pop();
+            self.finished.remove(&TxnId { coordinator, seq });
         }
-        let doomed: Vec<TxnId> = self
-            .txns
-            .range(range)
-            .filter(|(_, t)| !t.prepared)
-            .map(|(txn, _)| *txn)
-            .collect();
-        for txn in doomed {
+        let mut doomed = std::mem::take(&mut self.scratch);
+        while let Some(&Reverse(seq)) = c.unprepared.peek() {
+            if seq >= below {
+                break;
+            }
+            c.unprepared.pop();
+            let txn = TxnId { coordinator, seq };
+            if self.txns.get(&txn).is_some_and(|t| !t.prepared) && doomed.last() != Some(&txn) {
+                doomed.push(txn);
+            }
+        }
+        for txn in doomed.drain(..) {
             self.abort_txn(ctx, txn, AbortReason::Failure, false);
+        }
+        self.scratch = doomed;
+    }
+
+    /// Records a finished transaction (replacing what was known of it).
+    fn insert_finished(&mut self, txn: TxnId, finished: Finished) {
+        if self.finished.insert(txn, finished).is_none() {
+            let c = per_coordinator(&mut self.coords, txn.coordinator);
+            c.finished.push(Reverse(txn.seq));
         }
     }
 
     fn remember(&mut self, txn: TxnId, finished: Finished) {
         if !self.below_horizon(txn) {
-            self.finished.insert(txn, finished);
+            self.insert_finished(txn, finished);
         }
     }
 
@@ -397,43 +525,55 @@ impl Server {
         if let Some(f) = self.finished.get(&txn) {
             return self.reply_finished(ctx, txn, one_round, f.clone());
         }
-        if !self.txns.contains_key(&txn) {
-            if self.below_horizon(txn) {
-                return; // a stale duplicate of a decided transaction
-            }
-            let timer = ctx.set_timer(self.opts.idle_timeout_ns, Timer::Server(txn));
-            self.txns.insert(
-                txn,
-                ServerTxn {
+        let t = match self.txns.entry(txn) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                if below(&self.coords, txn) {
+                    return; // a stale duplicate of a decided transaction
+                }
+                let timer = ctx.set_timer(self.opts.idle_timeout_ns, Timer::Server(txn));
+                per_coordinator(&mut self.coords, txn.coordinator)
+                    .unprepared
+                    .push(Reverse(txn.seq));
+                let spare = self.spares.pop().unwrap_or_default();
+                e.insert(ServerTxn {
                     age,
                     one_round,
                     prepared: false,
-                    held: BTreeMap::new(),
-                    writes: BTreeMap::new(),
-                    results: BTreeMap::new(),
+                    held: spare.held,
+                    writes: spare.writes,
+                    results: spare.results,
                     batch: None,
                     last_heard_ns: ctx.now_ns(),
                     timer: Some(timer),
-                },
-            );
-        }
-        let t = self.txns.get_mut(&txn).expect("just ensured");
+                })
+            }
+        };
         t.last_heard_ns = ctx.now_ns();
         if t.prepared || t.batch.is_some() {
             return; // a retransmission of what is already under way
         }
-        let (done, todo): (Vec<PieceRun>, Vec<PieceRun>) = pieces
-            .into_iter()
-            .partition(|run| t.results.contains_key(&run.index));
+        let todo = if pieces.iter().all(|run| !t.results.contains_key(&run.index)) {
+            pieces
+        } else {
+            let (done, todo): (Vec<PieceRun>, Vec<PieceRun>) = pieces
+                .into_iter()
+                .partition(|run| t.results.contains_key(&run.index));
+            if todo.is_empty() {
+                // The reply was lost: send the results again.
+                let results = done
+                    .iter()
+                    .map(|run| (run.index, t.results.get(&run.index).expect("done").clone()))
+                    .collect();
+                return self.reply_executed(ctx, txn, results);
+            }
+            todo
+        };
         if todo.is_empty() {
-            // The reply was lost: send the results again.
-            let results = done
-                .iter()
-                .map(|run| (run.index, t.results[&run.index].clone()))
-                .collect();
-            return self.reply_executed(ctx, txn, results);
+            // Nothing to run (and nothing that ran): an empty EXECUTED.
+            return self.reply_executed(ctx, txn, Vec::new());
         }
-        let needs = lock_needs(&todo);
+        let needs = lock_needs(&todo, self.spare_needs.pop().unwrap_or_default());
         t.batch = Some(Batch {
             runs: todo,
             needs,
@@ -444,19 +584,18 @@ impl Server {
 
     /// Takes the batch's remaining locks in order; runs the batch once it has them all.
     fn advance(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        loop {
-            let t = self
-                .txns
-                .get_mut(&txn)
-                .expect("advancing a live transaction");
-            let batch = t.batch.as_mut().expect("advancing needs a batch");
-            let Some((key, mode)) = batch.needs.get(batch.next).cloned() else {
-                break;
-            };
-            match self.locks.acquire(&key, t.age, mode) {
+        let t = self
+            .txns
+            .get_mut(&txn)
+            .expect("advancing a live transaction");
+        let batch = t.batch.as_mut().expect("advancing needs a batch");
+        while let Some((key, mode)) = batch.needs.get(batch.next) {
+            let mode = *mode;
+            match self.locks.acquire(key, t.age, mode) {
                 Acquire::Granted => {
+                    let key = std::mem::take(&mut batch.needs[batch.next].0);
                     batch.next += 1;
-                    let held = t.held.entry(key).or_insert(mode);
+                    let held = t.held.get_or_insert_with(key, || mode);
                     *held = (*held).max(mode);
                 }
                 Acquire::Waiting => return,
@@ -472,13 +611,15 @@ impl Server {
     fn on_granted(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
         let t = self.txns.get_mut(&txn).expect("a granted waiter is live");
         let batch = t.batch.as_mut().expect("a granted waiter has a batch");
-        let (key, mode) = batch.needs[batch.next].clone();
+        let (key, mode) = &mut batch.needs[batch.next];
+        let mode = *mode;
         assert!(
-            self.locks.mode(&key, txn) >= Some(mode),
+            self.locks.mode(key, txn) >= Some(mode),
             "{txn} was woken without its lock on {key:?}"
         );
+        let key = std::mem::take(key);
         batch.next += 1;
-        let held = t.held.entry(key).or_insert(mode);
+        let held = t.held.get_or_insert_with(key, || mode);
         *held = (*held).max(mode);
         self.advance(ctx, txn);
     }
@@ -489,16 +630,22 @@ impl Server {
             .get_mut(&txn)
             .expect("executing a live transaction");
         let batch = t.batch.take().expect("executing a batch");
-        match run_batch(&self.store, &self.procedures, t, &batch.runs) {
+        // A one-round transaction answers with all its results at commit, not per batch.
+        let mut out = (!t.one_round).then(|| Vec::with_capacity(batch.runs.len()));
+        let ran = run_batch(&self.store, &self.procedures, t, &batch.runs, out.as_mut());
+        self.recycle_needs(batch.needs);
+        match ran {
             Err(reason) => self.abort_txn(ctx, txn, reason, true),
-            Ok(_) if t.one_round => self.commit_local(ctx, txn),
-            Ok(results) => self.reply_executed(ctx, txn, results),
+            Ok(()) => match out {
+                None => self.commit_local(ctx, txn),
+                Some(results) => self.reply_executed(ctx, txn, results),
+            },
         }
     }
 
     /// One-round commit of a single-shard transaction: apply, log, release, answer.
     fn commit_local(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let t = self
+        let mut t = self
             .txns
             .remove(&txn)
             .expect("committing a live transaction");
@@ -506,8 +653,8 @@ impl Server {
             t.results.keys().copied().eq(0..t.results.len() as u16),
             "{txn}: a one-round commit without every piece's result"
         );
-        let results: Vec<PieceResult> = t.results.into_values().collect();
-        let writes: Vec<(Key, Value)> = t.writes.into_iter().collect();
+        let results: Vec<PieceResult> = t.results.drain().map(|(_, r)| r).collect();
+        let writes: Vec<(Key, Value)> = t.writes.drain().collect();
         self.store.extend(writes.iter().cloned());
         let local = LocalCommit {
             writes,
@@ -524,10 +671,13 @@ impl Server {
         if let Some(timer) = t.timer {
             ctx.cancel_timer(timer);
         }
-        let finished = Finished::Committed {
-            results: Some(results.clone()),
-        };
-        self.remember(txn, finished);
+        if !self.below_horizon(txn) {
+            let finished = Finished::Committed {
+                results: Some(results.clone()),
+            };
+            self.insert_finished(txn, finished);
+        }
+        self.recycle(t);
         let outcome = LocalOutcome::Committed(results);
         self.reply(ctx, txn, ToCoord::Done { txn, outcome });
     }
@@ -559,31 +709,31 @@ impl Server {
     }
 
     fn prepare(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let t = &self.txns[&txn];
-        let record = PreparedTxn {
-            age: t.age,
-            locks: t.held.iter().map(|(k, m)| (k.clone(), *m)).collect(),
-            writes: t
-                .writes
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        };
-        // Write-ahead: the vote promises to commit even after a crash.
-        self.persist(ctx, Record::Prepared(record));
         let t = self
             .txns
             .get_mut(&txn)
             .expect("preparing a live transaction");
+        let record = PreparedTxn {
+            age: t.age,
+            locks: t.held.as_slice().to_vec(),
+            writes: t.writes.as_slice().to_vec(),
+        };
+        // Write-ahead: the vote promises to commit even after a crash.
+        ctx.persist(Record::Prepared(record));
         t.prepared = true;
         if let Some(timer) = t.timer.take() {
             ctx.cancel_timer(timer);
         }
         t.timer = Some(ctx.set_timer(self.opts.query_ns, Timer::Server(txn)));
-        if self.opts.unsafe_early_release {
+        let held = if self.opts.unsafe_early_release {
             // THE DELIBERATE BUG (test-only): give up the locks at the vote, before the
             // decision installs the writes.
-            let held = std::mem::take(&mut t.held);
+            Some(std::mem::take(&mut t.held))
+        } else {
+            None
+        };
+        self.persisted();
+        if let Some(held) = held {
             self.release_all(txn, held.keys());
         }
     }
@@ -609,17 +759,18 @@ impl Server {
     }
 
     fn commit_prepared(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let t = self
+        let mut t = self
             .txns
             .remove(&txn)
             .expect("committing a live transaction");
-        self.store.extend(t.writes);
+        self.store.extend(t.writes.drain());
         self.persist(ctx, Record::Committed { txn, local: None });
         self.release_all(txn, t.held.keys());
         if let Some(timer) = t.timer {
             ctx.cancel_timer(timer);
         }
         self.remember(txn, Finished::Committed { results: None });
+        self.recycle(t);
     }
 
     fn on_abort(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
@@ -664,11 +815,8 @@ impl Server {
         let Some(t) = self.txns.remove(&txn) else {
             return;
         };
-        let mut keys: Vec<&Key> = t.held.keys().collect();
-        if let Some((waiting, _)) = t.batch.as_ref().and_then(|b| b.needs.get(b.next)) {
-            keys.push(waiting);
-        }
-        self.release_all(txn, keys);
+        let waiting = t.batch.as_ref().and_then(|b| b.needs.get(b.next));
+        self.release_all(txn, t.held.keys().chain(waiting.map(|(key, _)| key)));
         if let Some(timer) = t.timer {
             ctx.cancel_timer(timer);
         }
@@ -678,14 +826,14 @@ impl Server {
             let reason = reason.clone();
             self.persist(ctx, Record::Aborted { txn, reason });
         }
-        self.remember(
-            txn,
-            Finished::Aborted {
-                reason: reason.clone(),
-            },
-        );
+        if !self.below_horizon(txn) {
+            let reason = reason.clone();
+            self.insert_finished(txn, Finished::Aborted { reason });
+        }
+        let one_round = t.one_round;
+        self.recycle(t);
         if notify {
-            let body = if t.one_round {
+            let body = if one_round {
                 let outcome = LocalOutcome::Aborted(reason);
                 ToCoord::Done { txn, outcome }
             } else {
@@ -695,10 +843,39 @@ impl Server {
         }
     }
 
+    fn recycle_needs(&mut self, mut needs: Vec<(Key, LockMode)>) {
+        if self.spare_needs.len() < SPARES {
+            needs.clear();
+            self.spare_needs.push(needs);
+        }
+    }
+
+    /// Keeps a finished transaction's buffers for the next one.
+    fn recycle(&mut self, t: ServerTxn) {
+        if let Some(batch) = t.batch {
+            self.recycle_needs(batch.needs);
+        }
+        if self.spares.len() < SPARES {
+            let ServerTxn {
+                mut held,
+                mut writes,
+                mut results,
+                ..
+            } = t;
+            held.clear();
+            writes.clear();
+            results.clear();
+            self.spares.push(Spare {
+                held,
+                writes,
+                results,
+            });
+        }
+    }
+
     fn release_all<'k>(&mut self, txn: TxnId, keys: impl IntoIterator<Item = &'k Key>) {
         for key in keys {
-            let granted = self.locks.release(key, txn);
-            self.wakeups.extend(granted);
+            self.locks.release_into(key, txn, &mut self.wakeups);
         }
     }
 
@@ -724,6 +901,11 @@ impl Server {
 
     fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
         ctx.persist(record);
+        self.persisted();
+    }
+
+    /// Counts a record just written towards the next checkpoint.
+    fn persisted(&mut self) {
         self.since_checkpoint += 1;
         // A checkpoint copies the whole store; spacing them at least a store's size apart
         // keeps their cost amortized O(1) per record however large the store grows.
@@ -745,32 +927,38 @@ impl Server {
         }
     }
 
+    /// The server's durable state. The store is copied in the hash map's order: restore
+    /// reads it back into a hash map, so sorting it would only cost time. (The order is
+    /// still deterministic: the same run builds the same map.)
     fn snapshot(&self) -> ServerSnapshot {
-        let mut store: Vec<(Key, Value)> = self
+        let store: Vec<(Key, Value)> = self
             .store
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        store.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let prepared = self
+        let mut prepared: Vec<(TxnId, &ServerTxn)> = self
             .txns
-            .values()
-            .filter(|t| t.prepared)
-            .map(|t| PreparedTxn {
+            .iter()
+            .filter(|(_, t)| t.prepared)
+            .map(|(txn, t)| (*txn, t))
+            .collect();
+        prepared.sort_unstable_by_key(|(txn, _)| *txn);
+        let prepared = prepared
+            .into_iter()
+            .map(|(_, t)| PreparedTxn {
                 age: t.age,
-                locks: t.held.iter().map(|(k, m)| (k.clone(), *m)).collect(),
-                writes: t
-                    .writes
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
+                locks: t.held.as_slice().to_vec(),
+                writes: t.writes.as_slice().to_vec(),
             })
             .collect();
+        let mut finished: Vec<(TxnId, Finished)> =
+            self.finished.iter().map(|(t, f)| (*t, f.clone())).collect();
+        finished.sort_unstable_by_key(|(txn, _)| *txn);
         ServerSnapshot {
             store,
             prepared,
-            finished: self.finished.iter().map(|(t, f)| (*t, f.clone())).collect(),
-            horizons: self.horizons.values().copied().collect(),
+            finished,
+            horizons: self.coords.iter().filter_map(|c| c.horizon).collect(),
             incarnation: self.incarnation,
         }
     }
@@ -798,7 +986,10 @@ impl Server {
         self.locks.waiters(&Key::copy_from_slice(key))
     }
 
+    /// The committed store as a checkpoint holds it, sorted by key (canonical).
     pub(crate) fn store_snapshot(&self) -> Vec<(Key, Value)> {
-        self.snapshot().store
+        let mut store = self.snapshot().store;
+        store.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        store
     }
 }

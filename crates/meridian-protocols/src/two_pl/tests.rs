@@ -694,7 +694,10 @@ fn checkpoints_restore_the_same_state() {
 #[test]
 fn unsupported_invalid_and_excess_requests_are_refused() {
     let mut d = driver("max_inflight=1");
-    let r = d.request(0, ClientRequest::Interactive(Step::Begin));
+    let r = d.request(
+        0,
+        ClientRequest::Interactive(Step::Begin { latest_seen: None }),
+    );
     assert!(matches!(abort_reason(&d, r), AbortReason::Unsupported(_)));
     let r = d.submit(0, txn(vec![append(7, "x", 1)]));
     assert!(matches!(abort_reason(&d, r), AbortReason::Invalid(_)));

@@ -194,7 +194,8 @@ pub enum Finished {
 /// A server's whole durable state at one point: restore starts from the latest one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerSnapshot {
-    /// The committed store, sorted by key.
+    /// The committed store, in no particular order (the server's hash-map order, which is
+    /// deterministic for a given run). Restore reads it back into a hash map.
     pub store: Vec<(Key, Value)>,
     pub prepared: Vec<PreparedTxn>,
     pub finished: Vec<(TxnId, Finished)>,
