@@ -5,6 +5,7 @@
 //!   single copy, strict serializability. It exercises the harness; the papers' protocols
 //!   are judged by the same simulator and checker.
 
+pub mod clock_si;
 pub mod two_pl;
 
 pub use two_pl::TwoPlTwoPc;

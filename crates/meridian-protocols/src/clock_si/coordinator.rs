@@ -1,0 +1,893 @@
+//! The coordinator: hosts the client's interactive session (the paper's "originating
+//! partition" role for timestamps, §II-A), assigns the snapshot timestamp (Algorithm 1
+//! lines 1–3, §III-C's Δ, §III-E's session consistency), buffers writes, routes reads, and
+//! runs Algorithm 2's commit: no round for read-only transactions, a local commit at the
+//! one updated partition, or two-phase commit with commit timestamp = max(prepare ts).
+//! Conventional SI takes both timestamps from the oracle instead.
+
+use super::options::Options;
+use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
+use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
+use meridian_core::txn::{
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step, Value,
+};
+use meridian_core::{Cluster, NodeId, RequestId, TimerId, Timestamp, TxnId};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug)]
+enum State {
+    /// Conventional SI: waiting for the oracle's snapshot timestamp.
+    Starting,
+    /// Waiting for the client's next step.
+    Idle,
+    Reading {
+        op: u64,
+        key: Key,
+        node: NodeId,
+    },
+    /// A one-shot transaction: reading every key its pieces read, at the snapshot.
+    Prefetching {
+        pending: BTreeMap<u64, (Key, NodeId)>,
+    },
+    /// Algorithm 2 lines 5–10 at the one updated partition.
+    CommittingLocal {
+        node: NodeId,
+    },
+    /// Algorithm 2 lines 12–15: `Some(prepare ts)` per participant once it voted yes.
+    Preparing {
+        votes: BTreeMap<NodeId, Option<Timestamp>>,
+    },
+    /// Conventional SI: every participant prepared; waiting for the oracle's commit ts.
+    AwaitingCommitTs {
+        participants: Vec<NodeId>,
+    },
+}
+
+#[derive(Debug)]
+struct Session {
+    /// The client request waiting for an answer, if any.
+    request: Option<RequestId>,
+    snapshot: Timestamp,
+    /// The write set (buffered, §III-B "modifies items in its workspace"), by key.
+    writes: BTreeMap<Key, Value>,
+    state: State,
+    next_op: u64,
+    retries: u32,
+    timer: Option<TimerId>,
+    /// A one-shot transaction run as a session: its pieces, the values read, and (once
+    /// executed) one result per piece.
+    one_shot: Option<OneShot>,
+}
+
+#[derive(Debug)]
+struct OneShot {
+    txn: Txn,
+    values: BTreeMap<Key, Option<Value>>,
+    results: Vec<PieceResult>,
+}
+
+/// A one-shot transaction's view while its pieces run: its own writes over the values it
+/// read at the snapshot.
+struct Overlay<'a> {
+    values: &'a BTreeMap<Key, Option<Value>>,
+    writes: &'a mut BTreeMap<Key, Value>,
+    /// A key read without being declared (a stored procedure that misdeclared its keys).
+    undeclared: Option<Key>,
+}
+
+impl KvAccess for Overlay<'_> {
+    fn get(&mut self, key: &Key) -> Option<Value> {
+        if let Some(v) = self.writes.get(key) {
+            return Some(v.clone());
+        }
+        match self.values.get(key) {
+            Some(v) => v.clone(),
+            None => {
+                self.undeclared.get_or_insert_with(|| key.clone());
+                None
+            }
+        }
+    }
+
+    fn put(&mut self, key: Key, value: Value) {
+        self.writes.insert(key, value);
+    }
+}
+
+/// A decided commit not yet acknowledged by every participant.
+#[derive(Debug)]
+struct Decision {
+    commit_ts: Timestamp,
+    waiting: Vec<NodeId>,
+    retries: u32,
+    timer: Option<TimerId>,
+}
+
+/// A coordinator node.
+#[derive(Debug)]
+pub struct Coordinator {
+    id: NodeId,
+    opts: Options,
+    cluster: Arc<Cluster>,
+    procedures: Arc<Procedures>,
+    /// Conventional SI: the timestamp oracle. Clock-SI: `None`.
+    oracle: Option<NodeId>,
+    /// Δ of Algorithm 1 line 2 for transactions starting here.
+    delta_ns: u64,
+    incarnation: u32,
+    next_counter: u64,
+    sessions: FxHashMap<TxnId, Session>,
+    commits: FxHashMap<TxnId, Decision>,
+    since_checkpoint: usize,
+}
+
+fn respond(ctx: &mut Cx<'_>, request: Option<RequestId>, response: ClientResponse) {
+    if let Some(request) = request {
+        ctx.respond(request, response);
+    }
+}
+
+fn aborted(reason: AbortReason) -> ClientResponse {
+    ClientResponse::Outcome(Outcome::Aborted { reason })
+}
+
+impl Coordinator {
+    pub(crate) fn restore(
+        id: NodeId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        procedures: Arc<Procedures>,
+        oracle: Option<NodeId>,
+        records: &[Record],
+    ) -> Coordinator {
+        let start = records
+            .iter()
+            .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
+        let mut last_incarnation = None;
+        let mut pending: BTreeMap<TxnId, (Timestamp, Vec<NodeId>)> = BTreeMap::new();
+        if let Some(Record::CoordCheckpoint {
+            incarnation,
+            pending: p,
+        }) = start.map(|i| &records[i])
+        {
+            last_incarnation = Some(*incarnation);
+            for (txn, ts, nodes) in p {
+                pending.insert(*txn, (*ts, nodes.clone()));
+            }
+        }
+        let tail = &records[start.map_or(0, |i| i + 1)..];
+        for record in tail {
+            match record {
+                Record::Started { incarnation } => last_incarnation = Some(*incarnation),
+                Record::Decided {
+                    txn,
+                    commit_ts,
+                    participants,
+                } => {
+                    pending.insert(*txn, (*commit_ts, participants.clone()));
+                }
+                Record::Acked { txn } => {
+                    pending.remove(txn);
+                }
+                other => panic!("log of coordinator {id} holds {other:?}"),
+            }
+        }
+        let commits = pending
+            .into_iter()
+            .map(|(txn, (commit_ts, waiting))| {
+                let d = Decision {
+                    commit_ts,
+                    waiting,
+                    retries: 0,
+                    timer: None,
+                };
+                (txn, d)
+            })
+            .collect();
+        let delta_ns = opts.delta_for(&cluster, id);
+        Coordinator {
+            id,
+            opts,
+            cluster,
+            procedures,
+            oracle,
+            delta_ns,
+            incarnation: last_incarnation.map_or(0, |i| i + 1),
+            next_counter: 0,
+            sessions: FxHashMap::default(),
+            commits,
+            since_checkpoint: tail.len(),
+        }
+    }
+
+    /// Logs the new incarnation before any of its ids is used, and re-sends the decided
+    /// commits that were not acknowledged before the crash.
+    pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
+        let incarnation = self.incarnation;
+        self.persist(ctx, Record::Started { incarnation });
+        let mut txns: Vec<TxnId> = self.commits.keys().copied().collect();
+        txns.sort_unstable();
+        for txn in txns {
+            self.send_commits(ctx, txn);
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_client_request(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match req {
+            ClientRequest::OneShot(txn) => self.one_shot(ctx, request, txn),
+            ClientRequest::Interactive(step) => self.step(ctx, request, step),
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::ReadReply { txn, op, result } => self.on_read_reply(ctx, txn, op, result),
+            Msg::LocalDone { txn, result } => self.on_local_done(ctx, from, txn, result),
+            Msg::Vote { txn, result } => self.on_vote(ctx, from, txn, result),
+            Msg::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
+            Msg::Query { txn } => self.on_query(ctx, from, txn),
+            Msg::TsReply { txn, purpose, ts } => self.on_ts(ctx, txn, purpose, ts),
+            _ => {}
+        }
+        self.settle(ctx);
+    }
+
+    pub(crate) fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
+        match timer {
+            Timer::Session(txn) => self.session_tick(ctx, txn),
+            Timer::Commit(txn) => self.commit_tick(ctx, txn),
+            other => panic!("coordinator {} fired {other:?}", self.id),
+        }
+        self.settle(ctx);
+    }
+
+    // ---- the session --------------------------------------------------------------------
+
+    fn step(&mut self, ctx: &mut Cx<'_>, request: RequestId, step: Step) {
+        let txn = match &step {
+            Step::Begin { latest_seen } => return self.begin(ctx, request, *latest_seen),
+            Step::Get { txn, .. }
+            | Step::Put { txn, .. }
+            | Step::Commit { txn }
+            | Step::Abort { txn } => *txn,
+        };
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            // Never begun here, forgotten after idling, or begun before a restart. None of
+            // its writes reached a partition outside a decided commit, so it did not commit.
+            let reason = AbortReason::Failure;
+            return ctx.respond(request, aborted(reason));
+        };
+        if !matches!(s.state, State::Idle) {
+            let why = format!("{txn}: a step arrived while the previous one is running");
+            return ctx.respond(request, aborted(AbortReason::Invalid(why)));
+        }
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        s.request = Some(request);
+        s.retries = 0;
+        match step {
+            Step::Begin { .. } => unreachable!("handled above"),
+            Step::Get { key, .. } => {
+                // Algorithm 1 line 5: read your own writes from the workspace.
+                if let Some(value) = s.writes.get(&key) {
+                    let value = Some(value.clone());
+                    s.request = None;
+                    ctx.respond(request, ClientResponse::Read(value));
+                    return self.arm_idle(ctx, txn);
+                }
+                let op = s.next_op;
+                s.next_op += 1;
+                let node = self
+                    .cluster
+                    .initial_leader(self.cluster.partitioner.shard_of(&key));
+                s.state = State::Reading { op, key, node };
+                self.send_step(ctx, txn);
+            }
+            Step::Put { key, value, .. } => {
+                s.writes.insert(key, value);
+                s.request = None;
+                ctx.respond(request, ClientResponse::Written);
+                self.arm_idle(ctx, txn);
+            }
+            Step::Commit { .. } => self.commit(ctx, txn),
+            Step::Abort { .. } => {
+                self.sessions.remove(&txn);
+                ctx.respond(request, aborted(AbortReason::User));
+            }
+        }
+    }
+
+    /// Algorithm 1 lines 1–3 at the coordinator (see the module doc for why its clock).
+    fn begin(&mut self, ctx: &mut Cx<'_>, request: RequestId, latest_seen: Option<Timestamp>) {
+        self.open(ctx, request, latest_seen, None);
+    }
+
+    /// A one-shot transaction runs as a session (see the module doc): a snapshot, a
+    /// parallel read of every key its pieces read, the pieces executed here on those
+    /// values, then the commit of the write set like an interactive transaction's.
+    fn one_shot(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: Txn) {
+        if let Err(e) = txn.validate(self.cluster.shard_count()) {
+            return ctx.respond(request, aborted(AbortReason::Invalid(e.to_string())));
+        }
+        let run = OneShot {
+            txn,
+            values: BTreeMap::new(),
+            results: Vec::new(),
+        };
+        self.open(ctx, request, None, Some(run));
+    }
+
+    /// Algorithm 1 lines 1–3 at the coordinator (see the module doc for why its clock).
+    fn open(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        request: RequestId,
+        latest_seen: Option<Timestamp>,
+        one_shot: Option<OneShot>,
+    ) {
+        let txn = TxnId::new(self.id, self.incarnation, self.next_counter);
+        self.next_counter += 1;
+        let mut s = Session {
+            request: Some(request),
+            snapshot: Timestamp::ZERO,
+            writes: BTreeMap::new(),
+            state: State::Starting,
+            next_op: 0,
+            retries: 0,
+            timer: None,
+            one_shot,
+        };
+        if self.oracle.is_some() {
+            // Conventional SI: one round trip to the oracle (its timestamps only grow, so
+            // the snapshot is above every commit timestamp the client has seen).
+            self.sessions.insert(txn, s);
+            return self.send_step(ctx, txn);
+        }
+        // Clock-SI: local clock − Δ, and at least just above the session's LatestTime
+        // (§III-E). The paper blocks Begin until the clock passes LatestTime; here every
+        // partition already delays a request until its own clock passes the snapshot
+        // (Algorithm 1 lines 19–22), which gives the same guarantee without blocking.
+        let clock = ctx.now_ns().saturating_sub(self.delta_ns);
+        let after_seen = latest_seen.map_or(0, |t| t.time_ns + 1);
+        s.snapshot = Timestamp::new(clock.max(after_seen), 0);
+        self.sessions.insert(txn, s);
+        self.started(ctx, txn);
+    }
+
+    /// The snapshot is known: an interactive session waits for its first step, a one-shot
+    /// transaction starts reading.
+    fn started(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let s = self.sessions.get_mut(&txn).expect("live session");
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        s.retries = 0;
+        let Some(run) = &s.one_shot else {
+            let request = s.request.take();
+            respond(ctx, request, ClientResponse::Began(txn));
+            return self.arm_idle(ctx, txn);
+        };
+        let mut keys: Vec<Key> = run.txn.pieces.iter().flat_map(|p| p.read_keys()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return self.execute(ctx, txn);
+        }
+        let mut pending = BTreeMap::new();
+        for key in keys {
+            let node = self
+                .cluster
+                .initial_leader(self.cluster.partitioner.shard_of(&key));
+            pending.insert(s.next_op, (key, node));
+            s.next_op += 1;
+        }
+        s.state = State::Prefetching { pending };
+        self.send_step(ctx, txn);
+    }
+
+    /// Runs a one-shot transaction's pieces on the values read, then commits.
+    fn execute(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let s = self.sessions.get_mut(&txn).expect("live session");
+        let run = s.one_shot.as_mut().expect("a one-shot session");
+        let mut overlay = Overlay {
+            values: &run.values,
+            writes: &mut s.writes,
+            undeclared: None,
+        };
+        let mut results: Vec<PieceResult> = Vec::with_capacity(run.txn.pieces.len());
+        let mut failure = None;
+        for (i, piece) in run.txn.pieces.iter().enumerate() {
+            let inputs: Vec<Option<&PieceResult>> = results.iter().map(Some).collect();
+            debug_assert_eq!(inputs.len(), i);
+            match execute_piece(piece, &inputs, &self.procedures, &mut overlay) {
+                Ok(result) => results.push(result),
+                Err(reason) => {
+                    failure = Some(reason);
+                    break;
+                }
+            }
+            if let Some(key) = overlay.undeclared.take() {
+                let why = format!("piece {i} read key {key:?} without declaring it");
+                failure = Some(AbortReason::Invalid(why));
+                break;
+            }
+        }
+        run.results = results;
+        if let Some(reason) = failure {
+            return self.abort(ctx, txn, reason);
+        }
+        self.commit(ctx, txn);
+    }
+
+    fn commit(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let s = self.sessions.get_mut(&txn).expect("live session");
+        if s.writes.is_empty() {
+            // §III-B: a read-only transaction commits without further checks or messages.
+            // Its commit timestamp is its snapshot (§III-E: the client's LatestTime).
+            let outcome = Outcome::Committed {
+                results: s.one_shot.take().map(|o| o.results).unwrap_or_default(),
+                commit_ts: Some(s.snapshot),
+                path: CommitPath::ReadOnly,
+            };
+            let request = s.request.take();
+            self.sessions.remove(&txn);
+            return respond(ctx, request, ClientResponse::Outcome(outcome));
+        }
+        let mut nodes: Vec<NodeId> = s
+            .writes
+            .keys()
+            .map(|k| {
+                self.cluster
+                    .initial_leader(self.cluster.partitioner.shard_of(k))
+            })
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        // Algorithm 2 lines 2–4. Conventional SI always prepares first: the oracle's commit
+        // timestamp must be drawn after the versions are in place (see the module doc).
+        s.state = if nodes.len() == 1 && self.oracle.is_none() {
+            State::CommittingLocal { node: nodes[0] }
+        } else {
+            State::Preparing {
+                votes: nodes.into_iter().map(|n| (n, None)).collect(),
+            }
+        };
+        self.send_step(ctx, txn);
+    }
+
+    /// The writes of `txn` that live on partition `node`.
+    fn writes_for(&self, s: &Session, node: NodeId) -> Vec<(Key, Value)> {
+        s.writes
+            .iter()
+            .filter(|(k, _)| {
+                self.cluster
+                    .initial_leader(self.cluster.partitioner.shard_of(k))
+                    == node
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// (Re)sends what the session's state waits for and arms the retry timer.
+    fn send_step(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let s = &self.sessions[&txn];
+        let snapshot = s.snapshot;
+        match &s.state {
+            State::Starting => {
+                let oracle = self
+                    .oracle
+                    .expect("only conventional SI starts at the oracle");
+                ctx.send(
+                    oracle,
+                    Msg::TsRequest {
+                        txn,
+                        purpose: TsPurpose::Snapshot,
+                    },
+                );
+            }
+            State::Idle => return,
+            State::Prefetching { pending } => {
+                for (op, (key, node)) in pending {
+                    let msg = Msg::Read {
+                        txn,
+                        op: *op,
+                        key: key.clone(),
+                        snapshot,
+                    };
+                    ctx.send(*node, msg);
+                }
+            }
+            State::Reading { op, key, node } => {
+                let msg = Msg::Read {
+                    txn,
+                    op: *op,
+                    key: key.clone(),
+                    snapshot,
+                };
+                ctx.send(*node, msg);
+            }
+            State::CommittingLocal { node } => {
+                let writes = self.writes_for(s, *node);
+                ctx.send(
+                    *node,
+                    Msg::CommitLocal {
+                        txn,
+                        snapshot,
+                        writes,
+                    },
+                );
+            }
+            State::Preparing { votes } => {
+                for (node, vote) in votes {
+                    if vote.is_none() {
+                        let writes = self.writes_for(s, *node);
+                        ctx.send(
+                            *node,
+                            Msg::Prepare {
+                                txn,
+                                snapshot,
+                                writes,
+                            },
+                        );
+                    }
+                }
+            }
+            State::AwaitingCommitTs { .. } => {
+                let oracle = self
+                    .oracle
+                    .expect("only conventional SI asks for a commit ts");
+                ctx.send(
+                    oracle,
+                    Msg::TsRequest {
+                        txn,
+                        purpose: TsPurpose::Commit,
+                    },
+                );
+            }
+        }
+        let timer = ctx.set_timer(self.opts.retry_ns, Timer::Session(txn));
+        self.sessions.get_mut(&txn).expect("live").timer = Some(timer);
+    }
+
+    /// Waits for the client's next step; a session idle too long is forgotten.
+    fn arm_idle(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let timer = ctx.set_timer(self.opts.session_idle_ns, Timer::Session(txn));
+        let s = self.sessions.get_mut(&txn).expect("live");
+        s.state = State::Idle;
+        s.timer = Some(timer);
+    }
+
+    fn session_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            return;
+        };
+        s.timer = None;
+        if matches!(s.state, State::Idle) {
+            self.sessions.remove(&txn);
+            return;
+        }
+        if s.retries < self.opts.max_retries {
+            s.retries += 1;
+            return self.send_step(ctx, txn);
+        }
+        match s.state {
+            State::CommittingLocal { .. } => {
+                // The partition may have committed: the client cannot be told either way.
+                let request = s.request.take();
+                self.sessions.remove(&txn);
+                let reason = "the partition did not answer the local commit".to_string();
+                respond(
+                    ctx,
+                    request,
+                    ClientResponse::Outcome(Outcome::Unknown { reason }),
+                );
+            }
+            _ => self.abort(ctx, txn, AbortReason::Timeout),
+        }
+    }
+
+    /// Ends an undecided session with an abort (nothing to log: presumed abort) and tells
+    /// every partition that may have prepared it.
+    fn abort(&mut self, ctx: &mut Cx<'_>, txn: TxnId, reason: AbortReason) {
+        let Some(mut s) = self.sessions.remove(&txn) else {
+            return;
+        };
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        let participants: Vec<NodeId> = match &s.state {
+            State::Preparing { votes } => votes.keys().copied().collect(),
+            State::AwaitingCommitTs { participants } => participants.clone(),
+            _ => Vec::new(),
+        };
+        for node in participants {
+            ctx.send(node, Msg::Abort { txn });
+        }
+        respond(ctx, s.request.take(), aborted(reason));
+    }
+
+    // ---- replies ------------------------------------------------------------------------
+
+    fn on_read_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        txn: TxnId,
+        op: u64,
+        result: Result<Option<Value>, AbortReason>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            return;
+        };
+        if let State::Prefetching { pending } = &mut s.state {
+            let Some((key, _)) = pending.remove(&op) else {
+                return;
+            };
+            let value = match result {
+                Ok(value) => value,
+                Err(reason) => return self.abort(ctx, txn, reason),
+            };
+            let done = pending.is_empty();
+            let run = s.one_shot.as_mut().expect("prefetching is one-shot");
+            run.values.insert(key, value);
+            if done {
+                if let Some(timer) = s.timer.take() {
+                    ctx.cancel_timer(timer);
+                }
+                s.retries = 0;
+                self.execute(ctx, txn);
+            }
+            return;
+        }
+        if !matches!(&s.state, State::Reading { op: o, .. } if *o == op) {
+            return;
+        }
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        match result {
+            Ok(value) => {
+                let request = s.request.take();
+                respond(ctx, request, ClientResponse::Read(value));
+                self.arm_idle(ctx, txn);
+            }
+            Err(reason) => self.abort(ctx, txn, reason),
+        }
+    }
+
+    fn on_local_done(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        txn: TxnId,
+        result: Result<Timestamp, AbortReason>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            return;
+        };
+        if !matches!(s.state, State::CommittingLocal { node } if node == from) {
+            return;
+        }
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        let request = s.request.take();
+        let results = s.one_shot.take().map(|o| o.results).unwrap_or_default();
+        self.sessions.remove(&txn);
+        let response = match result {
+            Ok(commit_ts) => ClientResponse::Outcome(Outcome::Committed {
+                results,
+                commit_ts: Some(commit_ts),
+                path: CommitPath::Local,
+            }),
+            Err(reason) => aborted(reason),
+        };
+        respond(ctx, request, response);
+    }
+
+    fn on_vote(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        txn: TxnId,
+        result: Result<Timestamp, AbortReason>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            return;
+        };
+        let State::Preparing { votes } = &mut s.state else {
+            return;
+        };
+        let Some(vote) = votes.get_mut(&from) else {
+            return;
+        };
+        let prepare_ts = match result {
+            Ok(ts) => ts,
+            Err(reason) => return self.abort(ctx, txn, reason),
+        };
+        *vote = Some(prepare_ts);
+        if votes.values().any(Option::is_none) {
+            return;
+        }
+        // Line 18: the commit timestamp is the largest prepare timestamp.
+        let max_prepare = votes
+            .values()
+            .flatten()
+            .copied()
+            .max()
+            .expect("participants");
+        let participants: Vec<NodeId> = votes.keys().copied().collect();
+        if self.oracle.is_some() {
+            if let Some(timer) = s.timer.take() {
+                ctx.cancel_timer(timer);
+            }
+            s.retries = 0;
+            s.state = State::AwaitingCommitTs { participants };
+            return self.send_step(ctx, txn);
+        }
+        self.decide(ctx, txn, max_prepare, participants);
+    }
+
+    fn on_ts(&mut self, ctx: &mut Cx<'_>, txn: TxnId, purpose: TsPurpose, ts: Timestamp) {
+        let Some(s) = self.sessions.get_mut(&txn) else {
+            return;
+        };
+        match (&s.state, purpose) {
+            (State::Starting, TsPurpose::Snapshot) => {
+                if let Some(timer) = s.timer.take() {
+                    ctx.cancel_timer(timer);
+                }
+                s.snapshot = ts;
+                self.started(ctx, txn);
+            }
+            (State::AwaitingCommitTs { participants }, TsPurpose::Commit) => {
+                debug_assert!(ts > s.snapshot, "the oracle's timestamps grow");
+                let participants = participants.clone();
+                self.decide(ctx, txn, ts, participants);
+            }
+            _ => {}
+        }
+    }
+
+    /// Algorithm 2 lines 16–22: log the decision, answer the client, send COMMIT.
+    fn decide(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        txn: TxnId,
+        commit_ts: Timestamp,
+        participants: Vec<NodeId>,
+    ) {
+        let mut s = self.sessions.remove(&txn).expect("live session");
+        if let Some(timer) = s.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        self.persist(
+            ctx,
+            Record::Decided {
+                txn,
+                commit_ts,
+                participants: participants.clone(),
+            },
+        );
+        let d = Decision {
+            commit_ts,
+            waiting: participants,
+            retries: 0,
+            timer: None,
+        };
+        self.commits.insert(txn, d);
+        self.send_commits(ctx, txn);
+        let outcome = Outcome::Committed {
+            results: s.one_shot.take().map(|o| o.results).unwrap_or_default(),
+            commit_ts: Some(commit_ts),
+            path: CommitPath::TwoPhase,
+        };
+        respond(ctx, s.request.take(), ClientResponse::Outcome(outcome));
+    }
+
+    fn send_commits(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        let d = &self.commits[&txn];
+        for &node in &d.waiting {
+            ctx.send(
+                node,
+                Msg::Commit {
+                    txn,
+                    commit_ts: d.commit_ts,
+                },
+            );
+        }
+        let after = if d.retries < self.opts.max_retries {
+            self.opts.retry_ns
+        } else {
+            self.opts.retry_ns.saturating_mul(4)
+        };
+        let timer = ctx.set_timer(after, Timer::Commit(txn));
+        self.commits.get_mut(&txn).expect("pending").timer = Some(timer);
+    }
+
+    fn commit_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        if let Some(d) = self.commits.get_mut(&txn) {
+            d.retries = d.retries.saturating_add(1);
+            self.send_commits(ctx, txn);
+        }
+    }
+
+    fn on_commit_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
+        let Some(d) = self.commits.get_mut(&txn) else {
+            return;
+        };
+        d.waiting.retain(|n| *n != from);
+        if d.waiting.is_empty() {
+            if let Some(timer) = d.timer.take() {
+                ctx.cancel_timer(timer);
+            }
+            self.commits.remove(&txn);
+            self.persist(ctx, Record::Acked { txn });
+        }
+    }
+
+    /// A partition asks about a prepared transaction (a blocked read, or recovery): the
+    /// commit timestamp if decided, nothing while undecided, else presumed abort.
+    fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
+        if let Some(d) = self.commits.get(&txn) {
+            ctx.send(
+                from,
+                Msg::Commit {
+                    txn,
+                    commit_ts: d.commit_ts,
+                },
+            );
+            return;
+        }
+        let undecided = self.sessions.get(&txn).is_some_and(|s| {
+            matches!(
+                s.state,
+                State::Preparing { .. } | State::AwaitingCommitTs { .. }
+            )
+        });
+        if !undecided {
+            ctx.send(from, Msg::Abort { txn });
+        }
+    }
+
+    // ---- log ----------------------------------------------------------------------------
+
+    fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
+        ctx.persist(record);
+        self.since_checkpoint += 1;
+    }
+
+    fn settle(&mut self, ctx: &mut Cx<'_>) {
+        if self.since_checkpoint < self.opts.checkpoint_every {
+            return;
+        }
+        let mut pending: Vec<(TxnId, Timestamp, Vec<NodeId>)> = self
+            .commits
+            .iter()
+            .map(|(txn, d)| (*txn, d.commit_ts, d.waiting.clone()))
+            .collect();
+        pending.sort_unstable_by_key(|(txn, _, _)| *txn);
+        let incarnation = self.incarnation;
+        ctx.checkpoint(Record::CoordCheckpoint {
+            incarnation,
+            pending,
+        });
+        self.since_checkpoint = 0;
+    }
+}
+
+#[cfg(test)]
+impl Coordinator {
+    pub(crate) fn delta_ns(&self) -> u64 {
+        self.delta_ns
+    }
+}

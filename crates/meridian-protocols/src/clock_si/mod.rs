@@ -1,0 +1,298 @@
+//! # `clock-si` and `conventional-si`: snapshot isolation for partitioned stores
+//!
+//! **Guarantee: snapshot isolation** (checker model `snapshot-isolation`). Every
+//! transaction reads the consistent snapshot named by its snapshot timestamp; update
+//! transactions commit in the total order of their commit timestamps; of two concurrent
+//! transactions that write a common key, at most one commits (first committer wins). Write
+//! skew is allowed, as SI allows it. Both protocols also give §III-E's session consistency:
+//! a client's next snapshot is at or above the last commit (or snapshot) timestamp it saw.
+//!
+//! `clock-si` is Clock-SI (Du, Elnikety, Zwaenepoel, SRDS 2013; `papers/clock-si.md`):
+//! timestamps come from loosely synchronized local clocks. `conventional-si` is the baseline
+//! the paper measures against: the same store, certification, 2PC and code, except that
+//! the snapshot and commit timestamps come from one centralized timestamp oracle.
+//!
+//! ## Files and the paper
+//! * `coordinator.rs` — Algorithm 1 lines 1–3 (snapshot = clock − Δ, §III-C), §III-E's
+//!   session consistency (LatestTime), Algorithm 1 line 5 (read your own buffered
+//!   writes), Algorithm 2 lines 1–4 and 11–22 (commit: read-only without a round, local
+//!   commit, 2PC coordinator with commit ts = max prepare ts), answering partitions' queries
+//!   for a prepared transaction's commit timestamp (Algorithm 1 lines 14–15) and recovery
+//!   queries (§III-E, presumed abort).
+//! * `server.rs` — Algorithm 1 lines 4–22 (the prepared-version delay and the clock-skew
+//!   delay, also applied to updates), Algorithm 2 lines 5–10 (local commit) and 23–31
+//!   (participant), first-committer-wins certification (§II-B), §III-E's write-ahead log
+//!   (prepare records with the coordinator id, commit records with the write set for local
+//!   commits), checkpoints and recovery.
+//! * `oracle.rs` — conventional SI's timestamp authority (§I, §V-A).
+//! * `options.rs` — `delta_ms` (Δ, with §III-C's `auto` rule) and the timeouts.
+//! * `wire.rs` — messages, timers, records.
+//!
+//! ## Roles and placement (faithful mode)
+//! One server per partition (§II-A): a shard's data lives on its *initial leader*; its
+//! other replicas are inert. Coordinators host clients' interactive sessions. The oracle
+//! of `conventional-si` is a service node (`ts-oracle0`) in the topology's **first region**
+//! (`Protocol::services` is given the cluster but not the options, so the region is not an
+//! option; on `gcp-tiga` that is SC, beside every shard's data).
+//!
+//! ## Choices the paper leaves open
+//! * **Whose clock is the "originating partition's"?** The paper's client talks to one
+//!   partition that executes its operations and reads its snapshot time from its clock.
+//!   Here the client talks to a coordinator in its own region, and the coordinator plays
+//!   that role: **the snapshot timestamp is read from the coordinator's local clock**.
+//!   Forwarding Begin to a partition would cost a wide-area round trip for clients in a
+//!   region without data (HK on `gcp-tiga`), which is exactly the round trip Clock-SI
+//!   exists to save, and correctness does not depend on which clock is used: every
+//!   partition delays a request until its own clock passes the snapshot (lines 19–22), and
+//!   commit timestamps come from the partitions' clocks. The coordinator also runs the 2PC
+//!   (the paper's "coordinator runs at the originating partition").
+//! * **Session consistency without blocking.** §III-E blocks Begin until the clock passes
+//!   LatestTime; we instead take snapshot = max(clock − Δ, LatestTime + 1 ns). The
+//!   partitions' clock-skew delay then makes the snapshot available, as it does for any
+//!   snapshot from a clock that is ahead. A read-only transaction's commit timestamp (in
+//!   the outcome) is its snapshot timestamp, so LatestTime never goes down.
+//! * **Timestamps.** `Timestamp { time_ns, tiebreak }`: snapshots use tiebreak 0, prepare
+//!   and local-commit timestamps the partition's node id + 1 (§III-D: ties broken by
+//!   partition id), so a snapshot never equals a version's timestamp, and a version at
+//!   commit ts `c` is visible to snapshot `s` iff `c < s`.
+//! * **Monotone partition clocks.** The paper assumes clocks never go back; the simulator's
+//!   clocks step (both ways) and restart. Each partition keeps a *floor*: every timestamp
+//!   it issues is above it and every snapshot it served is at or below it, so a served
+//!   snapshot can never be invalidated by a later commit below it. The floor survives a
+//!   crash through `ClockLease` records (one per second of timestamps). A snapshot at or
+//!   below the floor needs no clock wait. The oracle keeps the same kind of lease.
+//! * **Committing state.** A local commit (Algorithm 2 lines 7–10) happens inside one
+//!   handler — the record is appended and the versions installed atomically — so no read
+//!   ever observes the *committing* state of lines 6–10; a distributed transaction's
+//!   committing window is its prepared (pending) version, which readers with a snapshot at
+//!   or above the prepare timestamp wait for (lines 11–17). Versions are created at the
+//!   prepare timestamp and moved to the commit timestamp (footnote 1, `MvStore::commit_at`).
+//! * **Asking for the commit timestamp** (line 15): a partition holding a read behind a
+//!   prepared version sends `Query` to that transaction's coordinator; the answer is the
+//!   `Commit` (or `Abort`) message itself, which resolves the version there and wakes the
+//!   read. So the read learns the commit timestamp and the version is visible at once.
+//! * **Certification** is first-committer-wins at each updated partition: a written key
+//!   with a committed version newer than the snapshot, or with another transaction's
+//!   prepared version, makes the partition refuse (`AbortReason::Conflict`). Refusing on a
+//!   prepared version is conservative (it might abort), never unsafe.
+//! * **Which transactions are local.** "Updates a single partition" is judged on the write
+//!   set; reads may have gone to several partitions (they leave no state). A read-only
+//!   transaction sends nothing at commit.
+//! * **Conventional SI's commit** always prepares first, even on one partition, then asks
+//!   the oracle for the commit timestamp (Percolator-style): a reader whose snapshot the
+//!   oracle issued after that commit timestamp must find the prepared version and wait. A
+//!   pending version sits just above its transaction's snapshot (its commit ts, drawn
+//!   later, is larger), and conventional partitions never wait for clocks.
+//! * **Failures.** Every request is retransmitted every `retry_ms`, at most `max_retries`
+//!   times; then the session aborts (`Timeout`) — or, for a local commit whose answer never
+//!   came, reports `Unknown`. A decided commit is retransmitted until acknowledged (it is
+//!   logged first; a restarted coordinator re-sends it). A prepared partition asks the
+//!   coordinator every `query_ms`; presumed abort answers for any transaction the
+//!   coordinator has neither decided nor is still preparing (e.g. lost in its crash). A
+//!   restarted coordinator takes a new incarnation (new transaction ids) and answers steps
+//!   of sessions it no longer knows with `Aborted{Failure}` — they never committed. Finished
+//!   transactions are remembered at partitions for ≥ 30 s to answer duplicates; a duplicate
+//!   arriving later is refused by certification (its own committed version is newer than
+//!   its snapshot). An ABORT that overtakes its PREPARE pins the abort.
+//! * **GC and checkpoints.** Partitions garbage-collect versions older than their clock
+//!   minus `gc_lag_ms`; a read with an older snapshot aborts (`Failure`). Every
+//!   `checkpoint_every` records a node checkpoints its whole state (committed versions,
+//!   prepared transactions, finished outcomes, clock floor), which bounds its log.
+//! * **One-shot requests** (`ClientRequest::OneShot`) run as a session at the
+//!   coordinator: a snapshot as for Begin, one parallel round of reads of every key the
+//!   pieces declare they read (all at the snapshot, so it is the same as reading them one
+//!   by one), the pieces executed at the coordinator on those values with
+//!   `execute_piece` (value dependencies and stored procedures included), then the write
+//!   set commits exactly like an interactive transaction's. A piece's abort aborts the
+//!   transaction; a procedure reading an undeclared key aborts it as `Invalid`.
+//! * **Not implemented yet:** the replicated (Raft) mode of issue 4; the `clock-si-wan`
+//!   topology and the §IV analytical model.
+//!
+//! ## Options (`ProtocolConfig`)
+//! `delta_ms` (a number, default 0, or `auto`), `retry_ms`, `max_retries`, `query_ms`,
+//! `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see [`Options`]).
+
+mod coordinator;
+mod options;
+mod oracle;
+mod server;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use coordinator::Coordinator;
+pub use options::{Delta, Options, OPTIONS};
+pub use oracle::Oracle;
+pub use server::{Server, ServerStats};
+pub use wire::{Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer, TsPurpose};
+
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, Outcome};
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
+};
+
+/// The service name of conventional SI's timestamp oracle.
+pub const ORACLE_SERVICE: &str = "ts-oracle";
+
+/// Clock-SI. Implements [`Protocol`] as `clock-si`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClockSi;
+
+/// Conventional SI with a centralized timestamp oracle. Implements [`Protocol`] as
+/// `conventional-si`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConventionalSi;
+
+/// A node of `clock-si` or `conventional-si`.
+#[derive(Debug)]
+pub enum SiNode {
+    Server(Box<Server>),
+    Coordinator(Box<Coordinator>),
+    Oracle(Oracle),
+    /// A replica that is not its shard's initial leader.
+    Inert,
+}
+
+fn build(node: NodeId, setup: &Setup, recovered: &[Record], conventional: bool) -> SiNode {
+    let cluster = &setup.cluster;
+    let opts = Options::for_cluster(&setup.config, cluster)
+        .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
+    match &cluster.node(node).role {
+        NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
+            SiNode::Server(Box::new(Server::restore(
+                node,
+                opts,
+                !conventional,
+                recovered,
+            )))
+        }
+        NodeRole::Coordinator { .. } => {
+            let oracle = conventional.then(|| {
+                *cluster
+                    .services(ORACLE_SERVICE)
+                    .first()
+                    .expect("conventional-si places an oracle")
+            });
+            SiNode::Coordinator(Box::new(Coordinator::restore(
+                node,
+                opts,
+                cluster.clone(),
+                setup.procedures.clone(),
+                oracle,
+                recovered,
+            )))
+        }
+        NodeRole::Service { name, .. } if name == ORACLE_SERVICE => {
+            SiNode::Oracle(Oracle::restore(recovered))
+        }
+        _ => SiNode::Inert,
+    }
+}
+
+/// The largest round trip from the coordinator to the data node of an involved shard: a
+/// transaction that reads a shard needs at least that.
+fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+    shards
+        .iter()
+        .map(|&s| cluster.rtt_ms(coordinator, cluster.initial_leader(s)))
+        .fold(0.0, f64::max)
+}
+
+fn check_config(config: &ProtocolConfig) -> Result<(), String> {
+    Options::parse(config, 100.0).map(|_| ())
+}
+
+impl Protocol for ClockSi {
+    type Node = SiNode;
+
+    const NAME: &'static str = "clock-si";
+    const GUARANTEE: &'static str = "snapshot-isolation";
+
+    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
+        check_config(config)
+    }
+
+    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> SiNode {
+        build(node, setup, recovered, false)
+    }
+
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        bound_ms(cluster, coordinator, shards)
+    }
+}
+
+impl Protocol for ConventionalSi {
+    type Node = SiNode;
+
+    const NAME: &'static str = "conventional-si";
+    const GUARANTEE: &'static str = "snapshot-isolation";
+
+    /// One timestamp oracle, in the first region.
+    fn services(_cluster: &Cluster) -> Vec<(String, RegionId)> {
+        vec![(ORACLE_SERVICE.to_string(), RegionId(0))]
+    }
+
+    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
+        check_config(config)
+    }
+
+    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> SiNode {
+        build(node, setup, recovered, true)
+    }
+
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        bound_ms(cluster, coordinator, shards)
+    }
+}
+
+impl Node for SiNode {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self {
+            SiNode::Server(s) => s.on_start(ctx),
+            SiNode::Coordinator(c) => c.on_start(ctx),
+            SiNode::Oracle(_) | SiNode::Inert => {}
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            SiNode::Server(s) => s.on_message(ctx, from, msg),
+            SiNode::Coordinator(c) => c.on_message(ctx, from, msg),
+            SiNode::Oracle(o) => o.on_message(ctx, from, msg),
+            SiNode::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        match self {
+            SiNode::Server(s) => s.on_timer(ctx, timer),
+            SiNode::Coordinator(c) => c.on_timer(ctx, timer),
+            SiNode::Oracle(_) | SiNode::Inert => {}
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match self {
+            SiNode::Coordinator(c) => c.on_client_request(ctx, request, req),
+            _ => {
+                let reason =
+                    AbortReason::Unsupported(format!("node {} is not a coordinator", ctx.id()));
+                ctx.respond(
+                    request,
+                    ClientResponse::Outcome(Outcome::Aborted { reason }),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Protocol options of `clock-si` and `conventional-si` (`--protocol-options key=value,...`).
+
+use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
+
+/// Every option these protocols understand; anything else is refused by name.
+pub const OPTIONS: [&str; 7] = [
+    "delta_ms",
+    "retry_ms",
+    "max_retries",
+    "query_ms",
+    "session_idle_ms",
+    "gc_lag_ms",
+    "checkpoint_every",
+];
+
+/// How the snapshot age Δ (Algorithm 1 line 2) is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Delta {
+    /// A fixed Δ in ns (`delta_ms=N`; default 0: fresh snapshots).
+    Fixed(u64),
+    /// `delta_ms=auto`: §III-C's Δ = max(CW, SK_max − RRD/2), computed per coordinator
+    /// (see [`Options::delta_for`]).
+    Auto,
+}
+
+/// Parsed options. Durations default to multiples of the topology's largest round trip.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub delta: Delta,
+    /// Retransmission interval (`retry_ms`; default 2.5 × the largest RTT, at least 10 ms).
+    pub retry_ns: u64,
+    /// Retransmissions of a read, a commit request or a timestamp request before giving up
+    /// (`max_retries`; 4). COMMIT decisions are retransmitted until acknowledged.
+    pub max_retries: u32,
+    /// A partition asks the coordinator of a prepared transaction for its outcome this
+    /// often (`query_ms`; default = retry).
+    pub query_ns: u64,
+    /// A coordinator forgets a session the client has not used for this long
+    /// (`session_idle_ms`; default 10 s).
+    pub session_idle_ns: u64,
+    /// Partitions garbage-collect versions older than their clock minus this; a read with
+    /// an older snapshot aborts (`gc_lag_ms`; default 10 s).
+    pub gc_lag_ns: u64,
+    /// A node writes a checkpoint after this many records (`checkpoint_every`; 2048).
+    pub checkpoint_every: usize,
+}
+
+impl Options {
+    /// Parses `config`; `max_rtt_ms` scales the default durations.
+    pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
+        config.check_known(&OPTIONS)?;
+        let delta = match config.get::<String>("delta_ms", "0".to_string())?.as_str() {
+            "auto" => Delta::Auto,
+            text => {
+                let ms: f64 = text
+                    .parse()
+                    .map_err(|_| format!("protocol option `delta_ms` has bad value `{text}` (a number of ms, or `auto`)"))?;
+                if !(ms.is_finite() && (0.0..=1e6).contains(&ms)) {
+                    return Err(format!(
+                        "protocol option `delta_ms` must be in 0..=1000000, got {ms}"
+                    ));
+                }
+                Delta::Fixed(ms_to_ns(ms))
+            }
+        };
+        let retry_ms = positive(
+            "retry_ms",
+            config.get("retry_ms", (2.5 * max_rtt_ms).max(10.0))?,
+        )?;
+        let query_ms = positive("query_ms", config.get("query_ms", retry_ms)?)?;
+        let session_idle_ms =
+            positive("session_idle_ms", config.get("session_idle_ms", 10_000.0)?)?;
+        let gc_lag_ms = positive("gc_lag_ms", config.get("gc_lag_ms", 10_000.0)?)?;
+        let checkpoint_every = config.get("checkpoint_every", 2048usize)?;
+        if checkpoint_every == 0 {
+            return Err("protocol option `checkpoint_every` must be at least 1".to_string());
+        }
+        Ok(Options {
+            delta,
+            retry_ns: ms_to_ns(retry_ms),
+            max_retries: config.get("max_retries", 4u32)?,
+            query_ns: ms_to_ns(query_ms),
+            session_idle_ns: ms_to_ns(session_idle_ms),
+            gc_lag_ns: ms_to_ns(gc_lag_ms),
+            checkpoint_every,
+        })
+    }
+
+    /// Parses `config` with defaults scaled to `cluster`.
+    pub fn for_cluster(config: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::parse(config, max_rtt_ms(cluster))
+    }
+
+    /// Δ in ns for transactions that start at `coordinator`.
+    ///
+    /// `auto` is §III-C's rule Δ = max(CW, SK_max − RRD/2) with, on this substrate: the
+    /// committing window CW = S + RRD where S (a synchronous log write) is 0 in the simulator
+    /// and RRD is the largest round trip from the coordinator to a partition; SK_max = twice
+    /// the largest clock error any node's profile states (error bound if given, else the
+    /// typical error); and RRD/2 uses the *smallest* coordinator–partition round trip
+    /// (the worst case for skew delays).
+    pub fn delta_for(&self, cluster: &Cluster, coordinator: NodeId) -> u64 {
+        match self.delta {
+            Delta::Fixed(ns) => ns,
+            Delta::Auto => {
+                let rtts: Vec<f64> = (0..cluster.shard_count())
+                    .map(|s| {
+                        cluster.rtt_ms(
+                            coordinator,
+                            cluster.initial_leader(meridian_core::ShardId(s)),
+                        )
+                    })
+                    .collect();
+                let max_rrd = rtts.iter().copied().fold(0.0, f64::max);
+                let min_rrd = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+                let max_err = cluster
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        n.clock
+                            .params
+                            .error_bound_ms
+                            .unwrap_or(n.clock.params.error_ms)
+                    })
+                    .fold(0.0, f64::max);
+                let skew = 2.0 * max_err - min_rrd / 2.0;
+                ms_to_ns(max_rrd.max(skew).max(0.0))
+            }
+        }
+    }
+}
+
+fn positive(key: &str, ms: f64) -> Result<f64, String> {
+    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
+        Ok(ms)
+    } else {
+        Err(format!(
+            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
+        ))
+    }
+}
+
+pub(crate) fn ms_to_ns(ms: f64) -> u64 {
+    (ms * 1e6).round() as u64
+}
+
+/// The largest round trip between any two regions of the cluster.
+fn max_rtt_ms(cluster: &Cluster) -> f64 {
+    let regions = cluster.topology.regions.len() as u16;
+    (0..regions)
+        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
+        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
+        .fold(0.0, f64::max)
+}
