@@ -2,6 +2,7 @@
 
 use meridian_core::Protocol;
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
+use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
 
 /// Every protocol `--protocol` accepts, with the model it promises.
@@ -10,6 +11,7 @@ pub fn names() -> Vec<(&'static str, &'static str)> {
         (TwoPlTwoPc::NAME, TwoPlTwoPc::GUARANTEE),
         (ClockSi::NAME, ClockSi::GUARANTEE),
         (ConventionalSi::NAME, ConventionalSi::GUARANTEE),
+        (Tiga::NAME, Tiga::GUARANTEE),
     ]
 }
 
@@ -29,6 +31,10 @@ macro_rules! with_protocol {
                 == <meridian_protocols::clock_si::ConventionalSi as meridian_core::Protocol>::NAME =>
             {
                 type $p = meridian_protocols::clock_si::ConventionalSi;
+                $body
+            }
+            n if n == <meridian_protocols::tiga::Tiga as meridian_core::Protocol>::NAME => {
+                type $p = meridian_protocols::tiga::Tiga;
                 $body
             }
             _ => $unknown,

@@ -1,0 +1,371 @@
+//! Tiga's coordinator (§3.1, §3.4, §3.7; Algorithm 3): OWD probes, future timestamps,
+//! multicast, and the fast/slow quorum checks.
+
+use super::options::Options;
+use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+use super::{super_quorum, TigaNode};
+use meridian_core::node::Ctx;
+use meridian_core::txn::{
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome, PieceResult,
+};
+use meridian_core::{Cluster, NodeId, RequestId, ShardId, Timestamp, TxnId};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// Replies of one shard for one transaction.
+#[derive(Debug, Default)]
+struct ShardReplies {
+    /// The leader's fast reply with the largest timestamp (a leader's timestamp only grows).
+    leader: Option<FastReply>,
+    /// Fast replies by replica index: (timestamp, hash).
+    fast: BTreeMap<u32, (Timestamp, meridian_store::Hash160)>,
+    /// Slow replies by replica index: timestamp.
+    slow: BTreeMap<u32, Timestamp>,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    request: RequestId,
+    pieces: usize,
+    bodies: Vec<TxnBody>,
+    replies: Vec<ShardReplies>,
+    started_ns: u64,
+    last_sent_ns: u64,
+}
+
+/// The coordinator state machine.
+#[derive(Debug)]
+pub struct Coordinator {
+    id: NodeId,
+    cluster: Arc<Cluster>,
+    opts: Options,
+    incarnation: u32,
+    counter: u64,
+    last_ts: u64,
+    /// Recent OWD samples (server clock at receipt − our clock at sending), per node index.
+    samples: Vec<VecDeque<i64>>,
+    inflight: FxHashMap<TxnId, Inflight>,
+}
+
+impl Coordinator {
+    pub fn restore(
+        id: NodeId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        recovered: &[Record],
+    ) -> Coordinator {
+        let incarnation = recovered
+            .iter()
+            .filter(|r| matches!(r, Record::CoordinatorStarted))
+            .count() as u32;
+        Coordinator {
+            id,
+            samples: vec![VecDeque::new(); cluster.nodes.len()],
+            cluster,
+            opts,
+            incarnation,
+            counter: 0,
+            last_ts: 0,
+            inflight: FxHashMap::default(),
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        ctx.persist(Record::CoordinatorStarted);
+        self.probe(ctx);
+        let tick = (self.opts.retry_ns / 4).max(1);
+        ctx.set_timer(tick, Timer::CoordTick);
+    }
+
+    fn probe(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let msg = Msg::Probe {
+            sent_ns: ctx.now_ns(),
+        };
+        let servers: Vec<NodeId> = self.cluster.shards.iter().flatten().copied().collect();
+        ctx.multicast(servers, &msg);
+        ctx.set_timer(self.opts.probe_ns, Timer::Probe);
+    }
+
+    /// The OWD estimate to `server` in ns: the configured percentile of the recent samples,
+    /// or, before any sample arrived, the topology's mean one-way delay.
+    pub fn owd_ns(&self, server: NodeId) -> u64 {
+        let samples = &self.samples[server.index()];
+        if samples.is_empty() {
+            return (self.cluster.one_way_ms(self.id, server) * 1e6) as u64;
+        }
+        let mut sorted: Vec<i64> = samples.iter().copied().collect();
+        sorted.sort_unstable();
+        let rank = ((self.opts.probe_percentile / 100.0) * (sorted.len() - 1) as f64).round();
+        sorted[rank as usize].max(0) as u64
+    }
+
+    /// §3.1: the largest OWD to the closest super quorum of each shard, maximized over the
+    /// shards, plus Δ.
+    pub fn headroom_ns(&self, shards: &[ShardId]) -> u64 {
+        let mut worst = 0;
+        for &s in shards {
+            let mut owds: Vec<u64> = self
+                .cluster
+                .replicas(s)
+                .iter()
+                .map(|&r| self.owd_ns(r))
+                .collect();
+            owds.sort_unstable();
+            let sq = super_quorum(self.cluster.f(s)).min(owds.len());
+            worst = worst.max(owds[sq - 1]);
+        }
+        worst + self.opts.delta_ns
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::ProbeReply { sent_ns, server_ns } => {
+                let window = self.opts.probe_window;
+                let samples = &mut self.samples[from.index()];
+                samples.push_back(server_ns as i64 - sent_ns as i64);
+                while samples.len() > window {
+                    samples.pop_front();
+                }
+            }
+            Msg::FastReply(reply) => {
+                let txn = reply.txn;
+                let Some(inf) = self.inflight.get_mut(&txn) else {
+                    return;
+                };
+                let Some(i) = inf.bodies.iter().position(|b| shard_of(b) == reply.shard) else {
+                    return;
+                };
+                let shard = &mut inf.replies[i];
+                let leader_idx = leader_index(&self.cluster, reply.shard);
+                if reply.replica == leader_idx {
+                    if shard.leader.as_ref().is_none_or(|l| l.ts <= reply.ts) {
+                        shard.fast.insert(reply.replica, (reply.ts, reply.hash));
+                        shard.leader = Some(*reply);
+                    }
+                } else {
+                    shard.fast.insert(reply.replica, (reply.ts, reply.hash));
+                }
+                self.try_commit(ctx, txn);
+            }
+            Msg::SlowReply {
+                txn,
+                shard,
+                replica,
+                ts,
+            } => {
+                let Some(inf) = self.inflight.get_mut(&txn) else {
+                    return;
+                };
+                let Some(i) = inf.bodies.iter().position(|b| shard_of(b) == shard) else {
+                    return;
+                };
+                inf.replies[i].slow.insert(replica, ts);
+                self.try_commit(ctx, txn);
+            }
+            _ => {}
+        }
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
+        match timer {
+            Timer::Probe => self.probe(ctx),
+            Timer::CoordTick => {
+                let now = ctx.now_ns();
+                let mut expired = Vec::new();
+                for (&txn, inf) in self.inflight.iter_mut() {
+                    if now.saturating_sub(inf.started_ns) >= self.opts.commit_timeout_ns {
+                        expired.push(txn);
+                    } else if now.saturating_sub(inf.last_sent_ns) >= self.opts.retry_ns {
+                        inf.last_sent_ns = now;
+                        for body in &inf.bodies {
+                            let msg = Msg::Submit(Box::new(body.clone()));
+                            ctx.multicast(self.cluster.replicas(shard_of(body)).to_vec(), &msg);
+                        }
+                    }
+                }
+                expired.sort_unstable();
+                for txn in expired {
+                    let inf = self.inflight.remove(&txn).expect("listed");
+                    ctx.respond(
+                        inf.request,
+                        ClientResponse::Outcome(Outcome::Unknown {
+                            reason: format!("{txn} not committed in time"),
+                        }),
+                    );
+                }
+                let tick = (self.opts.retry_ns / 4).max(1);
+                ctx.set_timer(tick, Timer::CoordTick);
+            }
+            _ => {}
+        }
+    }
+
+    pub fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        let abort = |ctx: &mut Ctx<'_, TigaNode>, reason: AbortReason| {
+            ctx.respond(
+                request,
+                ClientResponse::Outcome(Outcome::Aborted { reason }),
+            );
+        };
+        let txn = match req {
+            ClientRequest::OneShot(txn) => txn,
+            ClientRequest::Interactive(_) => {
+                return abort(
+                    ctx,
+                    AbortReason::Unsupported(
+                        "tiga: interactive transactions (decomposition comes later)".into(),
+                    ),
+                )
+            }
+        };
+        if let Err(e) = txn.validate(self.cluster.shard_count()) {
+            return abort(ctx, AbortReason::Invalid(e.to_string()));
+        }
+        for piece in &txn.pieces {
+            for d in piece.dependencies() {
+                if txn.pieces[usize::from(d)].shard != piece.shard {
+                    return abort(
+                        ctx,
+                        AbortReason::Unsupported("tiga: value dependencies across shards".into()),
+                    );
+                }
+            }
+        }
+        let shards = txn.shards();
+        self.counter += 1;
+        let id = TxnId::new(self.id, self.incarnation, self.counter);
+        let now = ctx.now_ns();
+        let mut t = now + self.headroom_ns(&shards);
+        if t <= self.last_ts {
+            t = self.last_ts + 1;
+        }
+        self.last_ts = t;
+        let ts = Timestamp::new(t, self.id.0);
+        let mut bodies = Vec::with_capacity(shards.len());
+        for &s in &shards {
+            let pieces = txn
+                .pieces
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.shard == s)
+                .map(|(i, p)| (i as u16, p.clone()))
+                .collect();
+            let body = TxnBody {
+                id,
+                ts,
+                shards: shards.clone(),
+                pieces,
+            };
+            let msg = Msg::Submit(Box::new(body.clone()));
+            ctx.multicast(self.cluster.replicas(s).to_vec(), &msg);
+            bodies.push(body);
+        }
+        self.inflight.insert(
+            id,
+            Inflight {
+                request,
+                pieces: txn.pieces.len(),
+                replies: (0..bodies.len()).map(|_| ShardReplies::default()).collect(),
+                bodies,
+                started_ns: now,
+                last_sent_ns: now,
+            },
+        );
+    }
+
+    /// Algorithm 3 lines 8–34.
+    fn try_commit(&mut self, ctx: &mut Ctx<'_, TigaNode>, txn: TxnId) {
+        let inf = &self.inflight[&txn];
+        let mut all_fast = true;
+        let mut reexecuted = false;
+        let mut leader_ts = None;
+        for (body, replies) in inf.bodies.iter().zip(&inf.replies) {
+            let shard = shard_of(body);
+            let Some(leader) = &replies.leader else {
+                return;
+            };
+            let f = self.cluster.f(shard);
+            let n = self.cluster.replicas(shard).len() as u32;
+            let (mut fast_q, mut slow_q, mut pure_fast) = (0, 0, 0);
+            for r in 0..n {
+                let matches_fast = replies.fast.get(&r) == Some(&(leader.ts, leader.hash));
+                if matches_fast {
+                    pure_fast += 1;
+                }
+                if replies.slow.get(&r) == Some(&leader.ts) {
+                    slow_q += 1;
+                    fast_q += 1;
+                } else if matches_fast {
+                    fast_q += 1;
+                }
+            }
+            let fast = fast_q >= super_quorum(f);
+            if !fast && slow_q < f {
+                return;
+            }
+            all_fast &= pure_fast >= super_quorum(f);
+            reexecuted |= leader.reexecuted;
+            match leader_ts {
+                None => leader_ts = Some(leader.ts),
+                Some(t) if t != leader.ts => return,
+                _ => {}
+            }
+        }
+        let inf = self.inflight.remove(&txn).expect("present");
+        let results: Vec<&ShardResult> = inf
+            .replies
+            .iter()
+            .map(|r| {
+                r.leader
+                    .as_ref()
+                    .and_then(|l| l.result.as_ref())
+                    .expect("leader result")
+            })
+            .collect();
+        let failed: Vec<&AbortReason> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        let outcome = if failed.len() == results.len() {
+            Outcome::Aborted {
+                reason: failed[0].clone(),
+            }
+        } else if !failed.is_empty() {
+            Outcome::Unknown {
+                reason: format!("{txn}: a piece aborted on some shards only: {}", failed[0]),
+            }
+        } else {
+            let mut out = vec![PieceResult::default(); inf.pieces];
+            for r in results.into_iter().flatten() {
+                for (i, res) in r {
+                    out[usize::from(*i)] = res.clone();
+                }
+            }
+            let path = if reexecuted {
+                CommitPath::ReExecuted
+            } else if all_fast {
+                CommitPath::Fast
+            } else {
+                CommitPath::Slow
+            };
+            Outcome::Committed {
+                results: out,
+                commit_ts: leader_ts,
+                path,
+            }
+        };
+        ctx.respond(inf.request, ClientResponse::Outcome(outcome));
+    }
+}
+
+fn shard_of(body: &TxnBody) -> ShardId {
+    body.pieces[0].1.shard
+}
+
+/// The replica index of `shard`'s (initial) leader.
+pub(crate) fn leader_index(cluster: &Cluster, shard: ShardId) -> u32 {
+    cluster.topology.shards[shard.index()].leader.0
+}

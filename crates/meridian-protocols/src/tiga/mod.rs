@@ -1,0 +1,251 @@
+//! # `tiga`: Tiga's normal processing (Geng et al., SOSP '25, §3; technical report
+//! Algorithms 2–3, Appendices D–E)
+//!
+//! **Guarantee: strict serializability** (paper §2, proof in the report's Appendix C),
+//! for one-shot transactions, under message loss, duplication, reordering and clock error
+//! of any size (clocks matter for performance only). Failures (§4: view change, view
+//! manager, coordinator recovery, rejoin) are not implemented yet; the state is laid out
+//! for them (see *Not yet* below).
+//!
+//! ## Paper → code
+//! | paper | code |
+//! |---|---|
+//! | §3.1 timestamp initialization, OWD measurement | `coordinator.rs`: [`Coordinator::owd_ns`], [`Coordinator::headroom_ns`], `on_client_request` |
+//! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute) |
+//! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
+//! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
+//! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp) |
+//! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
+//! | §3.8 preventive vs detective | [`Tiga::build`]: chosen per run from the initial leaders' topology OWDs against `colocation_threshold_ms` |
+//!
+//! ## Choices the paper leaves open
+//! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
+//!   clock; the server answers with its local clock at receipt; a sample is the difference
+//!   (so clock error shows up, as in §5.7). The estimate is the `probe_percentile` (50th: the median)
+//!   of the last `probe_window` (16) samples per server, clamped at 0; before the first
+//!   sample the topology's mean one-way delay is used.
+//! * **Unique timestamps**: a coordinator's timestamps are `(t, coordinator node id)` with
+//!   `t` strictly increasing per coordinator; a leader's updated timestamps are
+//!   `(max(clock, conflicting + 1 ns, last + 1 ns), leader node id)` — above every released
+//!   conflicting timestamp even after a backward clock step.
+//! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
+//!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
+//!   A sealed T stays at the head of the queue and blocks conflicting successors until it
+//!   is released after agreement. In the preventive approach a leader seals T (rMap/wMap)
+//!   and notifies, and executes only after agreement; sealing before notifying is what
+//!   makes the notification a promise that no conflicting transaction will be ordered
+//!   before T on this shard below T's timestamp.
+//! * **Second round**: notifications carry the sender's current timestamp; a leader keeps
+//!   the largest per shard. Case 2 releases once every involved leader's latest
+//!   notification equals the agreed timestamp. A case-3 leader revokes, repositions, and
+//!   notifies the agreed timestamp only when T reaches the head again (and, detective, is
+//!   re-executed) — the ordering the proof of Theorem C.5 needs (exec before any dequeue).
+//! * **Fast-reply hash** = Appendix D's per-key hash over T's read ∪ write keys with T's own
+//!   entry included at its timestamp; a leader computes it at execution (T not yet in its
+//!   log), a follower at release. Read-only transactions contribute no entry.
+//! * **Log positions**: the leader's log (`OrderedLog`, timestamp order) is synchronized
+//!   through its *release stream* — entries in the order the leader released them, which
+//!   orders conflicting entries by agreed timestamp. Sync-point and commit-point are
+//!   positions in that stream; a follower applies it strictly in order (buffering gaps,
+//!   fetching bodies it never received from the leader), re-timestamping or inserting its
+//!   own entries to match. Without view changes a leader's log eventually contains every
+//!   transaction (coordinators retransmit), so the "remove" case of §3.7 (1) only arises
+//!   with §4's log reconstruction and is not exercised yet.
+//! * **Slow replies**: a follower sends one per synced entry (§3.7 main text), not the
+//!   batched inquiry of Appendix E. The coordinator counts a slow reply only if its
+//!   timestamp equals the leader's fast reply's.
+//! * **Commit-point**: the (f+1)-th largest of the leader's stream length and the
+//!   followers' reported sync-points (reported every `tick_ms` when changed, else every
+//!   `retry_ms`); followers execute synced entries up to it in stream order.
+//! * **Retransmission**: coordinators resubmit (same id, same timestamp) every `retry_ms`
+//!   until committed; servers deduplicate by id and repeat their last fast/slow reply.
+//!   Leaders re-notify sealed transactions every `retry_ms` and answer a notification for a
+//!   released transaction with their final timestamp. Leaders resend log syncs to followers
+//!   lagging for `retry_ms`. A coordinator that cannot commit within `commit_timeout_ms`
+//!   answers `Outcome::Unknown` — never a guess.
+//! * **Aborting pieces** (a stored procedure's user abort, a type mismatch) are executed
+//!   deterministically and revoked; the coordinator reports `Aborted` if every shard
+//!   aborted and `Unknown` if only some did (Tiga has no cross-shard abort; the other
+//!   shards' writes stand).
+//!
+//! ## Limits (this session)
+//! * One-shot transactions only: `ClientRequest::Interactive` is answered
+//!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
+//!   between pieces on *different* shards are refused `Unsupported`; within a shard they
+//!   are resolved by the server.
+//! * Not yet: §4 (view manager, view change, recovery coordinator, rejoin, checkpoints —
+//!   servers persist nothing and a crashed server restarts empty), the approach carried
+//!   in a view, the leader-to-leader fetch of Appendix B, log truncation and store GC, §6.
+//!
+//! ## Options
+//! `delta_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
+//! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
+//! `retry_ms`, `commit_timeout_ms`, `tick_ms`, and the **test-only**
+//! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
+//! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
+//! it. Never use it otherwise.
+
+mod coordinator;
+mod options;
+mod queue;
+mod server;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use coordinator::Coordinator;
+pub use options::{Approach, Options, OPTIONS};
+pub use queue::{conflicts, KeyMaps};
+pub use server::{Server, State};
+pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, Outcome};
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId,
+};
+
+/// Size of Tiga's fast-path super quorum: 1 + f + ⌈f/2⌉ (§3.1, §3.4).
+pub fn super_quorum(f: usize) -> usize {
+    1 + f + f.div_ceil(2)
+}
+
+/// Tiga. Implements [`Protocol`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tiga;
+
+/// A node of `tiga`.
+#[derive(Debug)]
+pub enum TigaNode {
+    Server(Box<Server>),
+    Coordinator(Box<Coordinator>),
+    Inert,
+}
+
+/// Whether the initial leaders are co-located (§3.8): every pair's one-way delay is at
+/// most `threshold_ms`.
+pub fn leaders_colocated(cluster: &Cluster, threshold_ms: f64) -> bool {
+    let leaders: Vec<NodeId> = (0..cluster.shard_count())
+        .map(|s| cluster.initial_leader(ShardId(s)))
+        .collect();
+    leaders.iter().all(|&a| {
+        leaders
+            .iter()
+            .all(|&b| a == b || cluster.one_way_ms(a, b) <= threshold_ms)
+    })
+}
+
+impl Protocol for Tiga {
+    type Node = TigaNode;
+
+    const NAME: &'static str = "tiga";
+    const GUARANTEE: &'static str = "strict-serializable";
+
+    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
+        Options::parse(config).map(|_| ())
+    }
+
+    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> TigaNode {
+        let cluster = &setup.cluster;
+        let opts = Options::parse(&setup.config)
+            .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
+        match cluster.node(node).role {
+            NodeRole::Replica { shard, replica } => {
+                let preventive = match opts.approach {
+                    Approach::Preventive => true,
+                    Approach::Detective => false,
+                    Approach::Auto => leaders_colocated(cluster, opts.colocation_threshold_ms),
+                };
+                let leaders = (0..cluster.shard_count())
+                    .map(|s| cluster.initial_leader(ShardId(s)))
+                    .collect();
+                TigaNode::Server(Box::new(Server::new(
+                    node,
+                    shard,
+                    replica.0,
+                    leaders,
+                    cluster.replicas(shard).to_vec(),
+                    preventive,
+                    opts,
+                    setup.procedures.clone(),
+                )))
+            }
+            NodeRole::Coordinator { .. } => TigaNode::Coordinator(Box::new(Coordinator::restore(
+                node,
+                opts,
+                cluster.clone(),
+                recovered,
+            ))),
+            NodeRole::Service { .. } => TigaNode::Inert,
+        }
+    }
+
+    /// The largest round trip from the coordinator to the members of the closest super
+    /// quorum of each involved shard.
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        shards
+            .iter()
+            .map(|&s| {
+                let mut rtts: Vec<f64> = cluster
+                    .replicas(s)
+                    .iter()
+                    .map(|&r| cluster.rtt_ms(coordinator, r))
+                    .collect();
+                rtts.sort_by(f64::total_cmp);
+                let sq = super_quorum(cluster.f(s)).min(rtts.len());
+                rtts[sq - 1]
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+impl Node for TigaNode {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self {
+            TigaNode::Server(s) => s.on_start(ctx),
+            TigaNode::Coordinator(c) => c.on_start(ctx),
+            TigaNode::Inert => {}
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            TigaNode::Server(s) => s.on_message(ctx, from, msg),
+            TigaNode::Coordinator(c) => c.on_message(ctx, from, msg),
+            TigaNode::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        match self {
+            TigaNode::Server(s) => s.on_timer(ctx, timer),
+            TigaNode::Coordinator(c) => c.on_timer(ctx, timer),
+            TigaNode::Inert => {}
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match self {
+            TigaNode::Coordinator(c) => c.on_client_request(ctx, request, req),
+            _ => {
+                let reason =
+                    AbortReason::Unsupported(format!("node {} is not a coordinator", ctx.id()));
+                ctx.respond(
+                    request,
+                    ClientResponse::Outcome(Outcome::Aborted { reason }),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,771 @@
+//! Tiga's server (§3.2–§3.8; Algorithms 1–2): priority queue, conflict detection,
+//! timestamp update, optimistic execution, timestamp agreement, log synchronization.
+
+use super::options::Options;
+use super::queue::KeyMaps;
+use super::wire::{FastReply, Msg, ShardResult, Timer, TxnBody};
+use super::TigaNode;
+use meridian_core::node::Ctx;
+use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
+use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
+use meridian_store::{
+    entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
+};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A log entry's payload: the keys of Appendix D's per-key hash.
+#[derive(Clone, Debug)]
+pub struct Footprint(pub Vec<Key>);
+
+impl LogPayload for Footprint {
+    fn hash_keys(&self) -> Vec<Key> {
+        self.0.clone()
+    }
+}
+
+/// Where a transaction is on this server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// In the priority queue, waiting for its timestamp and for conflicting predecessors.
+    Queued,
+    /// Follower only: arrived too late to be accepted; waits for the leader's log sync.
+    Held,
+    /// Leader only: at the head of the queue, recorded in rMap/wMap, (detective: executed),
+    /// its timestamp notified to the other leaders; waiting for agreement. Stays in `pq`.
+    Sealed,
+    /// Out of the queue and in the log (leader: agreed; follower: fast release).
+    Released,
+    /// Follower only: in the log at the leader's timestamp (sync-point passed it).
+    Synced,
+}
+
+#[derive(Debug)]
+struct Entry {
+    body: TxnBody,
+    reads: Vec<Key>,
+    writes: Vec<Key>,
+    state: State,
+    /// Leader: the current execution's results, if executed.
+    result: Option<ShardResult>,
+    executions: u32,
+    last_fast: Option<FastReply>,
+    notified_ns: u64,
+}
+
+impl Entry {
+    fn new(body: TxnBody) -> Entry {
+        let mut reads = Vec::new();
+        let mut writes = Vec::new();
+        for (_, p) in &body.pieces {
+            reads.extend(p.read_keys());
+            writes.extend(p.write_keys());
+        }
+        for v in [&mut reads, &mut writes] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        Entry {
+            body,
+            reads,
+            writes,
+            state: State::Queued,
+            result: None,
+            executions: 0,
+            last_fast: None,
+            notified_ns: 0,
+        }
+    }
+}
+
+/// A replica of one shard: its shard's leader or a follower.
+#[derive(Debug)]
+pub struct Server {
+    id: NodeId,
+    shard: ShardId,
+    replica: u32,
+    leader: NodeId,
+    is_leader: bool,
+    /// The (initial) leader of every shard.
+    leaders: Vec<NodeId>,
+    followers: Vec<NodeId>,
+    f: usize,
+    preventive: bool,
+    opts: Options,
+    procedures: Arc<Procedures>,
+    txns: FxHashMap<TxnId, Entry>,
+    pq: BTreeSet<(Timestamp, TxnId)>,
+    maps: KeyMaps,
+    log: OrderedLog<Footprint>,
+    store: MvStore,
+    last_assigned_ns: u64,
+    wake_at: Option<u64>,
+    // ---- leader ----
+    /// Timestamp notifications per transaction: the largest per shard, and whether that
+    /// leader is sealed at it.
+    notes: FxHashMap<TxnId, BTreeMap<ShardId, (Timestamp, bool)>>,
+    sealed: BTreeSet<TxnId>,
+    /// The release stream: the log entries in the order this leader released them.
+    stream: Vec<(TxnId, Timestamp)>,
+    follower_sync: FxHashMap<NodeId, u64>,
+    follower_resent_ns: FxHashMap<NodeId, u64>,
+    commit_point: u64,
+    commit_sent: u64,
+    // ---- follower ----
+    sync_point: u64,
+    sync_buffer: BTreeMap<u64, (TxnId, Timestamp)>,
+    synced: Vec<(TxnId, Timestamp)>,
+    executed_upto: u64,
+    reported: u64,
+    reported_ns: u64,
+    fetching: FxHashSet<TxnId>,
+}
+
+impl Server {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: NodeId,
+        shard: ShardId,
+        replica: u32,
+        leaders: Vec<NodeId>,
+        replicas: Vec<NodeId>,
+        preventive: bool,
+        opts: Options,
+        procedures: Arc<Procedures>,
+    ) -> Server {
+        let leader = leaders[shard.index()];
+        Server {
+            id,
+            shard,
+            replica,
+            leader,
+            is_leader: leader == id,
+            leaders,
+            f: (replicas.len() - 1) / 2,
+            followers: replicas.into_iter().filter(|&r| r != leader).collect(),
+            preventive,
+            opts,
+            procedures,
+            txns: FxHashMap::default(),
+            pq: BTreeSet::new(),
+            maps: KeyMaps::default(),
+            log: OrderedLog::new(),
+            store: MvStore::new(),
+            last_assigned_ns: 0,
+            wake_at: None,
+            notes: FxHashMap::default(),
+            sealed: BTreeSet::new(),
+            stream: Vec::new(),
+            follower_sync: FxHashMap::default(),
+            follower_resent_ns: FxHashMap::default(),
+            commit_point: 0,
+            commit_sent: 0,
+            sync_point: 0,
+            sync_buffer: BTreeMap::new(),
+            synced: Vec::new(),
+            executed_upto: 0,
+            reported: 0,
+            reported_ns: 0,
+            fetching: FxHashSet::default(),
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Probe { sent_ns } => ctx.send(
+                from,
+                Msg::ProbeReply {
+                    sent_ns,
+                    server_ns: ctx.now_ns(),
+                },
+            ),
+            Msg::Submit(body) => self.on_submit(ctx, *body),
+            Msg::Notify {
+                txn,
+                shard,
+                ts,
+                sealed,
+                echo,
+            } if self.is_leader => self.on_notify(ctx, from, txn, (shard, ts, sealed), echo),
+            Msg::LogSync {
+                from: pos,
+                entries,
+                commit_point,
+                ..
+            } if !self.is_leader && from == self.leader => {
+                for (i, e) in entries.into_iter().enumerate() {
+                    let p = pos + i as u64;
+                    if p >= self.sync_point {
+                        self.sync_buffer.insert(p, e);
+                    }
+                }
+                self.commit_point = self.commit_point.max(commit_point);
+                self.apply_sync(ctx);
+            }
+            Msg::SyncReport { sync_point, .. } if self.is_leader => {
+                let known = self.follower_sync.entry(from).or_insert(0);
+                *known = (*known).max(sync_point.min(self.stream.len() as u64));
+                self.advance_commit_point();
+            }
+            Msg::Fetch { txn } if self.is_leader => {
+                if let Some(e) = self.txns.get(&txn) {
+                    let mut body = e.body.clone();
+                    body.ts = self.log.get(txn).map_or(body.ts, |l| l.ts);
+                    ctx.send(from, Msg::FetchReply(Box::new(body)));
+                }
+            }
+            Msg::FetchReply(body) if !self.is_leader => {
+                self.fetching.remove(&body.id);
+                if !self.txns.contains_key(&body.id) {
+                    let mut e = Entry::new(*body);
+                    e.state = State::Held;
+                    self.txns.insert(e.body.id, e);
+                }
+                self.apply_sync(ctx);
+            }
+            _ => {}
+        }
+        self.process(ctx);
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
+        match timer {
+            Timer::Wake => {
+                self.wake_at = None;
+                self.process(ctx);
+            }
+            Timer::Tick => {
+                self.tick(ctx);
+                ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+            }
+            _ => {}
+        }
+    }
+
+    // ---- arrival: conflict detection and timestamp update (§3.2, Algorithm 2 lines 1–6) --
+
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaNode>, body: TxnBody) {
+        if body.pieces.is_empty() || body.pieces[0].1.shard != self.shard {
+            return;
+        }
+        if let Some(e) = self.txns.get(&body.id) {
+            // A retransmission: repeat what we said.
+            if let Some(reply) = &e.last_fast {
+                ctx.send(body.id.coordinator, Msg::FastReply(Box::new(reply.clone())));
+            }
+            if e.state == State::Synced {
+                let ts = self.log.get(body.id).map_or(body.ts, |l| l.ts);
+                self.send_slow(ctx, body.id, ts);
+            }
+            return;
+        }
+        let mut e = Entry::new(body);
+        let id = e.body.id;
+        if let Some(floor) = self.maps.conflict_floor(&e.reads, &e.writes, e.body.ts) {
+            if self.is_leader {
+                // Only leaders update T.t (line 5): the local clock, kept above every
+                // released conflicting timestamp even if the clock stepped back.
+                let t = ctx
+                    .now_ns()
+                    .max(floor.time_ns + 1)
+                    .max(self.last_assigned_ns + 1);
+                self.last_assigned_ns = t;
+                e.body.ts = Timestamp::new(t, self.id.0);
+            } else {
+                e.state = State::Held;
+                self.txns.insert(id, e);
+                return;
+            }
+        }
+        if self.is_leader {
+            // Another leader's note is a lower bound on the agreed timestamp.
+            if let Some(notes) = self.notes.get(&id) {
+                let max = notes.values().map(|n| n.0).max().expect("non-empty");
+                e.body.ts = e.body.ts.max(max);
+            }
+        }
+        self.pq.insert((e.body.ts, id));
+        self.txns.insert(id, e);
+        if self.is_leader {
+            self.note_own(ctx, id, false);
+        }
+    }
+
+    /// Records this leader's timestamp for `id` and notifies the other involved leaders.
+    fn note_own(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId, sealed: bool) {
+        let e = self.txns.get_mut(&id).expect("present");
+        let ts = e.body.ts;
+        e.notified_ns = ctx.now_ns();
+        self.notes
+            .entry(id)
+            .or_default()
+            .insert(self.shard, (ts, sealed));
+        for &s in &e.body.shards {
+            if s != self.shard {
+                ctx.send(
+                    self.leaders[s.index()],
+                    Msg::Notify {
+                        txn: id,
+                        shard: self.shard,
+                        ts,
+                        sealed,
+                        echo: false,
+                    },
+                );
+            }
+        }
+    }
+
+    // ---- the queue (§3.3, Algorithm 2 lines 7–32) ----------------------------------------
+
+    /// Releases (followers) or seals/executes (leaders) every expired transaction that has
+    /// no conflicting transaction ahead of it, then arms the wake-up timer.
+    fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        loop {
+            let now = ctx.now_ns();
+            let mut blocked = KeyMaps::default();
+            let mut ready = None;
+            for &(ts, id) in &self.pq {
+                let e = &self.txns[&id];
+                let ahead = blocked.blocks(&e.reads, &e.writes);
+                if e.state != State::Sealed && ts.time_ns <= now && !ahead {
+                    ready = Some(id);
+                    break;
+                }
+                if e.state != State::Sealed && ts.time_ns > now {
+                    break;
+                }
+                blocked.record(&e.reads, &e.writes, ts);
+            }
+            let Some(id) = ready else { break };
+            if self.is_leader {
+                self.seal(ctx, id);
+            } else {
+                self.follower_release(ctx, id);
+            }
+        }
+        // Arm the wake-up for the first unexpired queued transaction.
+        let now = ctx.now_ns();
+        let next = self
+            .pq
+            .iter()
+            .find(|(ts, id)| ts.time_ns > now && self.txns[id].state != State::Sealed)
+            .map(|(ts, _)| ts.time_ns);
+        if let Some(at) = next {
+            if self.wake_at.is_none_or(|w| at < w) {
+                self.wake_at = Some(at);
+                ctx.set_timer(at - now, Timer::Wake);
+            }
+        }
+    }
+
+    fn follower_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        let e = self.txns.get_mut(&id).expect("queued");
+        let ts = e.body.ts;
+        self.pq.remove(&(ts, id));
+        self.maps.record(&e.reads, &e.writes, ts);
+        let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
+        self.log
+            .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+            .expect("a follower releases a transaction once");
+        e.state = State::Released;
+        let reply = FastReply {
+            txn: id,
+            shard: self.shard,
+            replica: self.replica,
+            ts,
+            hash,
+            result: None,
+            reexecuted: false,
+        };
+        e.last_fast = Some(reply.clone());
+        ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
+    }
+
+    /// The leader takes `id` at the head of its queue: records it in rMap/wMap (so no later
+    /// conflicting arrival can be ordered before it), executes it in the detective approach,
+    /// and notifies the other leaders of its timestamp (§3.5, first or second round).
+    fn seal(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        let e = self.txns.get_mut(&id).expect("queued");
+        let ts = e.body.ts;
+        self.maps.record(&e.reads, &e.writes, ts);
+        e.state = State::Sealed;
+        if !self.preventive {
+            self.execute_and_reply(ctx, id);
+        }
+        self.note_own(ctx, id, true);
+        self.sealed.insert(id);
+        self.check_agreement(ctx, id);
+    }
+
+    fn on_notify(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        txn: TxnId,
+        (shard, ts, sealed): (ShardId, Timestamp, bool),
+        echo: bool,
+    ) {
+        let slot = self
+            .notes
+            .entry(txn)
+            .or_default()
+            .entry(shard)
+            .or_insert((ts, sealed));
+        if ts > slot.0 {
+            *slot = (ts, sealed);
+        } else if ts == slot.0 {
+            slot.1 |= sealed;
+        }
+        match self.txns.get(&txn).map(|e| (e.state, e.body.ts)) {
+            Some((State::Sealed, _)) => self.check_agreement(ctx, txn),
+            Some((State::Queued, own)) if ts > own => {
+                // Raise a queued transaction to the bound early: executing it below would
+                // only be revoked (case 3).
+                self.reposition(txn, ts);
+                self.note_own(ctx, txn, false);
+            }
+            Some((State::Released, _)) if !echo => {
+                // The sender may have missed our final notification: repeat it.
+                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
+                ctx.send(
+                    from,
+                    Msg::Notify {
+                        txn,
+                        shard: self.shard,
+                        ts,
+                        sealed: true,
+                        echo: true,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn reposition(&mut self, id: TxnId, ts: Timestamp) {
+        let e = self.txns.get_mut(&id).expect("present");
+        self.pq.remove(&(e.body.ts, id));
+        e.body.ts = ts;
+        e.state = State::Queued;
+        self.pq.insert((ts, id));
+        self.sealed.remove(&id);
+    }
+
+    /// §3.5's three cases. Timestamps only grow, so any note above this leader's sealed
+    /// timestamp already proves case 3; release needs every involved leader sealed.
+    fn check_agreement(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        let e = &self.txns[&id];
+        if e.state != State::Sealed {
+            return;
+        }
+        let own = e.body.ts;
+        let Some(notes) = self.notes.get(&id) else {
+            return;
+        };
+        let agreed = notes
+            .values()
+            .map(|n| n.0)
+            .max()
+            .expect("own note")
+            .max(own);
+        if own < agreed {
+            // Case 3: revoke the (invalid) execution, take the larger timestamp and go back
+            // into the queue; the next sealed notification goes out when it reaches the
+            // head again (and, detective, is re-executed).
+            self.store.revoke(id);
+            self.txns.get_mut(&id).expect("present").result = None;
+            self.reposition(id, agreed);
+            self.note_own(ctx, id, false);
+            return;
+        }
+        let complete = e
+            .body
+            .shards
+            .iter()
+            .all(|s| notes.get(s).is_some_and(|n| n.1));
+        if !complete {
+            return;
+        }
+        let all_agree = notes.values().all(|n| n.0 == agreed);
+        if all_agree || self.opts.unsafe_skip_second_round {
+            self.leader_release(ctx, id);
+        }
+        // Otherwise case 2: wait for the second round (the others re-sealed at `agreed`).
+    }
+
+    fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        if self.preventive {
+            self.execute_and_reply(ctx, id);
+        }
+        let e = self.txns.get_mut(&id).expect("present");
+        let ts = e.body.ts;
+        self.pq.remove(&(ts, id));
+        self.sealed.remove(&id);
+        e.state = State::Released;
+        self.store.commit(id);
+        self.log
+            .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+            .expect("a leader releases a transaction once");
+        self.stream.push((id, ts));
+        let pos = self.stream.len() as u64 - 1;
+        let msg = Msg::LogSync {
+            shard: self.shard,
+            from: pos,
+            entries: vec![(id, ts)],
+            commit_point: self.commit_point,
+        };
+        ctx.multicast(self.followers.clone(), &msg);
+        self.advance_commit_point();
+    }
+
+    fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        let e = self.txns.get_mut(&id).expect("present");
+        let ts = e.body.ts;
+        let result = execute(&mut self.store, &self.procedures, &e.body, ts);
+        e.executions += 1;
+        let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
+        let reply = FastReply {
+            txn: id,
+            shard: self.shard,
+            replica: self.replica,
+            ts,
+            hash,
+            result: Some(result.clone()),
+            reexecuted: e.executions > 1,
+        };
+        e.result = Some(result);
+        e.last_fast = Some(reply.clone());
+        ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
+    }
+
+    fn advance_commit_point(&mut self) {
+        let mut points: Vec<u64> = self
+            .followers
+            .iter()
+            .map(|f| self.follower_sync.get(f).copied().unwrap_or(0))
+            .collect();
+        points.push(self.stream.len() as u64);
+        points.sort_unstable_by(|a, b| b.cmp(a));
+        // The entries below the (f + 1)-th largest sync-point are on f + 1 servers.
+        self.commit_point = self.commit_point.max(points[self.f.min(points.len() - 1)]);
+    }
+
+    // ---- followers: log synchronization (§3.7) -----------------------------------------
+
+    fn apply_sync(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        while let Some(&(id, ts)) = self.sync_buffer.get(&self.sync_point) {
+            let Some(e) = self.txns.get_mut(&id) else {
+                if self.fetching.insert(id) {
+                    ctx.send(self.leader, Msg::Fetch { txn: id });
+                }
+                break;
+            };
+            match e.state {
+                State::Released => {
+                    if self.log.get(id).is_some_and(|l| l.ts != ts) {
+                        self.log.set_timestamp(id, ts).expect("entry present");
+                    }
+                }
+                State::Queued | State::Held => {
+                    self.pq.remove(&(e.body.ts, id));
+                    self.log
+                        .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+                        .expect("not yet in the log");
+                }
+                State::Synced | State::Sealed => {}
+            }
+            e.body.ts = ts;
+            e.state = State::Synced;
+            self.maps.record(&e.reads, &e.writes, ts);
+            self.sync_buffer.remove(&self.sync_point);
+            self.sync_point += 1;
+            self.synced.push((id, ts));
+            self.send_slow(ctx, id, ts);
+        }
+        self.execute_committed();
+    }
+
+    fn send_slow(&self, ctx: &mut Ctx<'_, TigaNode>, txn: TxnId, ts: Timestamp) {
+        ctx.send(
+            txn.coordinator,
+            Msg::SlowReply {
+                txn,
+                shard: self.shard,
+                replica: self.replica,
+                ts,
+            },
+        );
+    }
+
+    /// Followers execute the synced entries up to the commit-point, in the leader's release
+    /// order (which orders conflicting entries by timestamp, as the leader executed them).
+    fn execute_committed(&mut self) {
+        let upto = self.commit_point.min(self.sync_point);
+        while self.executed_upto < upto {
+            let (id, ts) = self.synced[self.executed_upto as usize];
+            let e = &self.txns[&id];
+            let _ = execute(&mut self.store, &self.procedures, &e.body, ts);
+            self.store.commit(id);
+            self.executed_upto += 1;
+        }
+    }
+
+    // ---- housekeeping -------------------------------------------------------------------
+
+    fn tick(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let now = ctx.now_ns();
+        if self.is_leader {
+            // Retransmit notifications of queued and sealed multi-shard transactions.
+            let stale: Vec<(TxnId, bool)> = self
+                .pq
+                .iter()
+                .map(|(_, id)| (*id, &self.txns[id]))
+                .filter(|(_, e)| {
+                    e.body.shards.len() > 1
+                        && now.saturating_sub(e.notified_ns) >= self.opts.retry_ns
+                })
+                .map(|(id, e)| (id, e.state == State::Sealed))
+                .collect();
+            for (id, sealed) in stale {
+                self.note_own(ctx, id, sealed);
+            }
+            // Retransmit log syncs to lagging followers; propagate the commit-point.
+            let end = self.stream.len() as u64;
+            for &f in &self.followers {
+                let synced = self.follower_sync.get(&f).copied().unwrap_or(0);
+                let last = self.follower_resent_ns.get(&f).copied().unwrap_or(0);
+                if synced < end && now.saturating_sub(last) >= self.opts.retry_ns {
+                    self.follower_resent_ns.insert(f, now);
+                    let upto = end.min(synced + 512);
+                    ctx.send(
+                        f,
+                        Msg::LogSync {
+                            shard: self.shard,
+                            from: synced,
+                            entries: self.stream[synced as usize..upto as usize].to_vec(),
+                            commit_point: self.commit_point,
+                        },
+                    );
+                } else if self.commit_point > self.commit_sent {
+                    ctx.send(
+                        f,
+                        Msg::LogSync {
+                            shard: self.shard,
+                            from: end,
+                            entries: Vec::new(),
+                            commit_point: self.commit_point,
+                        },
+                    );
+                }
+            }
+            self.commit_sent = self.commit_point;
+        } else {
+            if self.sync_point != self.reported
+                || now.saturating_sub(self.reported_ns) >= self.opts.retry_ns
+            {
+                self.reported = self.sync_point;
+                self.reported_ns = now;
+                ctx.send(
+                    self.leader,
+                    Msg::SyncReport {
+                        shard: self.shard,
+                        sync_point: self.sync_point,
+                    },
+                );
+            }
+            // A fetch may have been lost.
+            if now.saturating_sub(self.reported_ns) == 0 {
+                self.fetching.clear();
+            }
+            self.apply_sync(ctx);
+        }
+        self.process(ctx);
+    }
+
+    // ---- test accessors -------------------------------------------------------------------
+
+    #[cfg(test)]
+    pub(crate) fn state_of(&self, txn: TxnId) -> Option<(State, Timestamp)> {
+        self.txns.get(&txn).map(|e| (e.state, e.body.ts))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn log(&self) -> &OrderedLog<Footprint> {
+        &self.log
+    }
+
+    #[cfg(test)]
+    pub(crate) fn store(&self) -> &MvStore {
+        &self.store
+    }
+}
+
+/// Appendix D: the per-key hash over the transaction's keys, with the transaction's own
+/// entry at `ts` included (whether or not it is in the log yet), so a leader that executes
+/// before appending and a follower that appends on release compute the same value.
+pub(crate) fn reply_hash(
+    log: &OrderedLog<Footprint>,
+    reads: &[Key],
+    writes: &[Key],
+    id: TxnId,
+    ts: Timestamp,
+) -> Hash160 {
+    let own = footprint(reads, writes);
+    let in_log = log.get(id).is_some_and(|l| l.ts == ts);
+    let mut keys: Vec<&Key> = reads.iter().chain(writes).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let own_hash = entry_hash(id, ts);
+    keys.into_iter().fold(Hash160::ZERO, |acc, key| {
+        let mut h = log.key_hash(key);
+        if !in_log && own.binary_search(key).is_ok() {
+            h ^= own_hash;
+        }
+        acc ^ key_state_hash(key, h)
+    })
+}
+
+/// Executes a shard's pieces at `ts` on the store (pending versions); an aborted piece
+/// revokes what the transaction wrote.
+pub(crate) fn execute(
+    store: &mut MvStore,
+    procedures: &Procedures,
+    body: &TxnBody,
+    ts: Timestamp,
+) -> ShardResult {
+    let id = body.id;
+    let run = |store: &mut MvStore| -> ShardResult {
+        let mut access = store
+            .access(id, ts)
+            .map_err(|e| AbortReason::Invalid(format!("store: {e}")))?;
+        let width = body
+            .pieces
+            .iter()
+            .map(|(i, _)| usize::from(*i) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut done: Vec<Option<PieceResult>> = vec![None; width];
+        let mut out = Vec::with_capacity(body.pieces.len());
+        for (i, piece) in &body.pieces {
+            let inputs: Vec<Option<&PieceResult>> = done.iter().map(Option::as_ref).collect();
+            let r = execute_piece(piece, &inputs, procedures, &mut access)?;
+            done[usize::from(*i)] = Some(r.clone());
+            out.push((*i, r));
+        }
+        access
+            .finish()
+            .map_err(|e| AbortReason::Invalid(format!("store: {e}")))?;
+        Ok(out)
+    };
+    let result = run(store);
+    if result.is_err() {
+        store.revoke(id);
+    }
+    result
+}

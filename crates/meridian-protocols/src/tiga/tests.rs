@@ -1,0 +1,385 @@
+//! Unit tests of the queue, conflict detection, agreement and hash logic, driving single
+//! nodes through their sans-IO handlers with hand-picked clock readings.
+
+use super::*;
+use bytes::Bytes;
+use meridian_core::node::Setup;
+use meridian_core::node::{Effect, NodeEffect};
+use meridian_core::txn::{Op, Operand, Piece};
+use meridian_core::{Context, NodeRng, Procedures, Timestamp, Topology, TxnId};
+use rand::SeedableRng;
+use std::sync::Arc;
+
+fn key(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn setup(config: &str) -> Setup {
+    let cluster = Cluster::new(Topology::load("gcp-tiga").unwrap(), &[]).unwrap();
+    Setup {
+        cluster: Arc::new(cluster),
+        config: ProtocolConfig::parse(config).unwrap(),
+        procedures: Arc::new(Procedures::new()),
+    }
+}
+
+struct Harness {
+    node: TigaNode,
+    rng: NodeRng,
+    next_timer: u64,
+    id: NodeId,
+}
+
+impl Harness {
+    fn new(setup: &Setup, id: NodeId) -> Harness {
+        Harness {
+            node: Tiga::build(id, setup, &[]),
+            rng: NodeRng::seed_from_u64(1),
+            next_timer: 0,
+            id,
+        }
+    }
+
+    fn deliver(&mut self, now: u64, from: NodeId, msg: Msg) -> Vec<NodeEffect<TigaNode>> {
+        let mut effects = Vec::new();
+        let mut ctx = Context::new(
+            self.id,
+            now,
+            &mut self.rng,
+            &mut effects,
+            &mut self.next_timer,
+        );
+        self.node.on_message(&mut ctx, from, msg);
+        effects
+    }
+
+    fn wake(&mut self, now: u64) -> Vec<NodeEffect<TigaNode>> {
+        let mut effects = Vec::new();
+        let mut ctx = Context::new(
+            self.id,
+            now,
+            &mut self.rng,
+            &mut effects,
+            &mut self.next_timer,
+        );
+        self.node.on_timer(&mut ctx, Timer::Wake);
+        effects
+    }
+
+    fn server(&self) -> &Server {
+        match &self.node {
+            TigaNode::Server(s) => s,
+            _ => panic!("not a server"),
+        }
+    }
+}
+
+fn sent(effects: &[NodeEffect<TigaNode>]) -> Vec<(NodeId, Msg)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, msg } => Some((*to, msg.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn fast_replies(effects: &[NodeEffect<TigaNode>]) -> Vec<FastReply> {
+    sent(effects)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            Msg::FastReply(r) => Some(*r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn notifies(effects: &[NodeEffect<TigaNode>]) -> Vec<(Timestamp, bool)> {
+    sent(effects)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            Msg::Notify { ts, sealed, .. } => Some((ts, sealed)),
+            _ => None,
+        })
+        .collect()
+}
+
+const COORD: NodeId = NodeId(9);
+
+fn body(seq: u64, t: u64, shard: u32, shards: &[u32], k: &str) -> TxnBody {
+    TxnBody {
+        id: TxnId::new(COORD, 0, seq),
+        ts: Timestamp::new(t, COORD.0),
+        shards: shards.iter().map(|&s| ShardId(s)).collect(),
+        pieces: vec![(
+            0,
+            Piece::ops(
+                ShardId(shard),
+                vec![Op::Append(key(k), Operand::Literal(key(&seq.to_string())))],
+            ),
+        )],
+    }
+}
+
+fn note(txn: TxnId, shard: u32, t: u64, sealed: bool) -> Msg {
+    Msg::Notify {
+        txn,
+        shard: ShardId(shard),
+        ts: Timestamp::new(t, COORD.0),
+        sealed,
+        echo: false,
+    }
+}
+
+#[test]
+fn super_quorum_and_bound() {
+    assert_eq!(super_quorum(1), 3);
+    assert_eq!(super_quorum(2), 4);
+    assert_eq!(super_quorum(3), 6);
+    let s = setup("");
+    let c = &s.cluster;
+    let sc = c.coordinators[0];
+    let hk = c.coordinators[6];
+    assert_eq!(Tiga::bound_ms(c, sc, &[ShardId(0), ShardId(1)]), 122.0);
+    assert_eq!(Tiga::bound_ms(c, hk, &[ShardId(2)]), 302.0);
+}
+
+#[test]
+fn key_maps_detect_read_write_and_write_write_conflicts_only() {
+    let mut m = KeyMaps::default();
+    let t = |n| Timestamp::new(n, 0);
+    m.record(&[key("r")], &[key("w")], t(10));
+    // Read-read: no conflict at any timestamp.
+    assert_eq!(m.conflict_floor(&[key("r")], &[], t(5)), None);
+    // Write after a read, read after a write, write after a write: conflicts below 10.
+    assert_eq!(m.conflict_floor(&[], &[key("r")], t(5)), Some(t(10)));
+    assert_eq!(m.conflict_floor(&[key("w")], &[], t(5)), Some(t(10)));
+    assert_eq!(m.conflict_floor(&[], &[key("w")], t(10)), Some(t(10)));
+    assert_eq!(m.conflict_floor(&[], &[key("w")], t(11)), None);
+    // The maps keep the maximum.
+    m.record(&[], &[key("w")], t(3));
+    assert_eq!(m.conflict_floor(&[], &[key("w")], t(5)), Some(t(10)));
+    assert!(m.blocks(&[key("w")], &[]));
+    assert!(!m.blocks(&[key("r")], &[]));
+    assert!(conflicts(&[key("a")], &[], &[], &[key("a")]));
+    assert!(!conflicts(&[key("a")], &[], &[key("a")], &[]));
+}
+
+#[test]
+fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts() {
+    let s = setup("");
+    let follower = s.cluster.replicas(ShardId(0))[1];
+    let mut h = Harness::new(&s, follower);
+    // Two conflicting transactions arrive out of order; a third, unrelated one in between.
+    let a = body(1, 100, 0, &[0], "x");
+    let b = body(2, 200, 0, &[0], "x");
+    assert!(fast_replies(&h.deliver(10, COORD, Msg::Submit(Box::new(b.clone())))).is_empty());
+    assert!(fast_replies(&h.deliver(20, COORD, Msg::Submit(Box::new(a.clone())))).is_empty());
+    // At 150 only `a` is expired.
+    let r = fast_replies(&h.wake(150));
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].txn, a.id);
+    assert_eq!(r[0].result, None);
+    let r = fast_replies(&h.wake(250));
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].txn, b.id);
+    // A late conflicting transaction (timestamp below a released one) is held at a
+    // follower: no fast reply, waits for the leader's log sync.
+    let late = body(3, 150, 0, &[0], "x");
+    assert!(fast_replies(&h.deliver(260, COORD, Msg::Submit(Box::new(late.clone())))).is_empty());
+    assert!(fast_replies(&h.wake(1000)).is_empty());
+    assert_eq!(h.server().state_of(late.id).unwrap().0, State::Held);
+    // A late non-conflicting one is fine.
+    let other = body(4, 150, 0, &[0], "y");
+    assert_eq!(
+        fast_replies(&h.deliver(1000, COORD, Msg::Submit(Box::new(other)))).len(),
+        1
+    );
+    // The log sync places the held one at the leader's timestamp and answers slowly.
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let effects = h.deliver(
+        1100,
+        leader,
+        Msg::LogSync {
+            shard: ShardId(0),
+            from: 0,
+            entries: vec![
+                (a.id, a.ts),
+                (b.id, b.ts),
+                (late.id, Timestamp::new(300, leader.0)),
+            ],
+            commit_point: 3,
+        },
+    );
+    let slow = sent(&effects)
+        .into_iter()
+        .filter(|(_, m)| matches!(m, Msg::SlowReply { .. }))
+        .count();
+    assert_eq!(slow, 3);
+    assert_eq!(
+        h.server().state_of(late.id),
+        Some((State::Synced, Timestamp::new(300, leader.0)))
+    );
+    h.server().log().check_invariants();
+    // Executed up to the commit-point, in order.
+    let v = h
+        .server()
+        .store()
+        .read_at(b"x", Timestamp::MAX)
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.value.as_deref(), Some(&b"123"[..]));
+}
+
+#[test]
+fn a_leader_updates_the_timestamp_of_a_late_arrival() {
+    let s = setup("approach=detective");
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let mut h = Harness::new(&s, leader);
+    let a = body(1, 100, 0, &[0], "x");
+    h.deliver(10, COORD, Msg::Submit(Box::new(a.clone())));
+    let r = fast_replies(&h.wake(100));
+    assert_eq!(r.len(), 1, "single-shard: executed and released");
+    assert!(r[0].result.as_ref().unwrap().is_ok());
+    let late = body(2, 50, 0, &[0], "x");
+    // Its new timestamp is the leader's clock (already passed: executed at once).
+    let r = fast_replies(&h.deliver(500, COORD, Msg::Submit(Box::new(late.clone()))));
+    assert_eq!(
+        h.server().state_of(late.id),
+        Some((State::Released, Timestamp::new(500, leader.0)))
+    );
+    assert_eq!(r[0].ts, Timestamp::new(500, leader.0));
+}
+
+fn two_shard_leader(config: &str) -> (Harness, TxnBody) {
+    let s = setup(config);
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let mut h = Harness::new(&s, leader);
+    let t = body(1, 200, 0, &[0, 1], "x");
+    let e = h.deliver(10, COORD, Msg::Submit(Box::new(t.clone())));
+    // An early, unsealed note of its timestamp goes to the other leader.
+    assert_eq!(notifies(&e), vec![(t.ts, false)]);
+    (h, t)
+}
+
+#[test]
+fn agreement_case_1_releases_at_once() {
+    let (mut h, t) = two_shard_leader("approach=detective");
+    let e = h.wake(200);
+    assert_eq!(
+        fast_replies(&e).len(),
+        1,
+        "detective: executes before agreement"
+    );
+    assert_eq!(notifies(&e), vec![(t.ts, true)]);
+    assert_eq!(h.server().state_of(t.id).unwrap().0, State::Sealed);
+    h.deliver(210, NodeId(3), note(t.id, 1, 200, true));
+    assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
+}
+
+#[test]
+fn agreement_case_2_waits_for_the_second_round_unless_told_to_skip_it() {
+    for skip in [false, true] {
+        let config = if skip {
+            "approach=detective,unsafe_skip_second_round=true"
+        } else {
+            "approach=detective"
+        };
+        let (mut h, t) = two_shard_leader(config);
+        h.wake(200);
+        // The other leader used a smaller timestamp (sealed at it).
+        h.deliver(210, NodeId(3), note(t.id, 1, 150, true));
+        let state = h.server().state_of(t.id).unwrap().0;
+        if skip {
+            assert_eq!(state, State::Released);
+            continue;
+        }
+        assert_eq!(state, State::Sealed, "case 2 must wait");
+        // An unsealed note at the agreed timestamp is not enough either.
+        h.deliver(220, NodeId(3), note(t.id, 1, 200, false));
+        assert_eq!(h.server().state_of(t.id).unwrap().0, State::Sealed);
+        h.deliver(230, NodeId(3), note(t.id, 1, 200, true));
+        assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
+    }
+}
+
+#[test]
+fn agreement_case_3_revokes_repositions_and_re_executes() {
+    let (mut h, t) = two_shard_leader("approach=detective");
+    h.wake(200);
+    assert!(h
+        .server()
+        .store()
+        .read_at(b"x", Timestamp::MAX)
+        .unwrap()
+        .is_some());
+    let e = h.deliver(210, NodeId(3), note(t.id, 1, 300, true));
+    assert_eq!(
+        h.server().state_of(t.id),
+        Some((State::Queued, Timestamp::new(300, COORD.0)))
+    );
+    assert_eq!(notifies(&e), vec![(Timestamp::new(300, COORD.0), false)]);
+    assert!(
+        h.server()
+            .store()
+            .read_at(b"x", Timestamp::MAX)
+            .unwrap()
+            .is_none(),
+        "the invalid execution is revoked"
+    );
+    // At 300 it is re-executed and sealed at the agreed timestamp, then released.
+    let e = h.wake(300);
+    let r = fast_replies(&e);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].reexecuted);
+    assert_eq!(r[0].ts, Timestamp::new(300, COORD.0));
+    assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
+}
+
+#[test]
+fn preventive_leaders_execute_only_after_agreement() {
+    let (mut h, t) = two_shard_leader("approach=preventive");
+    let e = h.wake(200);
+    assert!(fast_replies(&e).is_empty());
+    assert_eq!(notifies(&e), vec![(t.ts, true)]);
+    let e = h.deliver(200, NodeId(3), note(t.id, 1, 200, true));
+    assert_eq!(fast_replies(&e).len(), 1);
+    assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
+}
+
+#[test]
+fn leader_and_follower_fast_replies_carry_equal_hashes() {
+    let s = setup("approach=detective");
+    let mut leader = Harness::new(&s, s.cluster.initial_leader(ShardId(0)));
+    let mut follower = Harness::new(&s, s.cluster.replicas(ShardId(0))[1]);
+    let mut hashes = Vec::new();
+    for (i, h) in [&mut leader, &mut follower].into_iter().enumerate() {
+        let mut replies = Vec::new();
+        for seq in 1..=3 {
+            let b = body(seq, 100 * seq, 0, &[0], if seq == 2 { "y" } else { "x" });
+            h.deliver(0, COORD, Msg::Submit(Box::new(b)));
+        }
+        for t in [100, 200, 300] {
+            replies.extend(fast_replies(&h.wake(t)));
+        }
+        assert_eq!(replies.len(), 3, "node {i}");
+        hashes.push(
+            replies
+                .iter()
+                .map(|r| (r.txn, r.ts, r.hash))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(hashes[0], hashes[1]);
+    // Different histories give different hashes.
+    assert_ne!(hashes[0][0].2, hashes[0][2].2);
+}
+
+#[test]
+fn options_are_checked() {
+    assert!(Tiga::check_config(&ProtocolConfig::parse("delta_ms=5").unwrap()).is_ok());
+    assert!(Tiga::check_config(&ProtocolConfig::parse("detla_ms=5").unwrap()).is_err());
+    assert!(Tiga::check_config(&ProtocolConfig::parse("approach=maybe").unwrap()).is_err());
+    let s = setup("");
+    assert!(leaders_colocated(&s.cluster, 10.0));
+}
