@@ -95,6 +95,7 @@ pub struct Server {
     coords: Vec<PerCoordinator>,
     /// Scratch list of transaction ids (reused to avoid allocating per message).
     scratch: Vec<TxnId>,
+    /// Buffers of finished transactions and batches, for the next ones.
     spares: Vec<Spare>,
     spare_needs: Vec<Vec<(Key, LockMode)>>,
     /// Transactions granted a lock they were waiting for, to resume before the handler ends.
