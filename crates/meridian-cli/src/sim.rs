@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// Protocol to run (see `--protocol help`).
     #[arg(long, default_value = "2pl-2pc")]
     protocol: String,
-    /// A bundled topology (gcp-tiga, k2-five-regions, edge-regions, local) or a TOML path.
+    /// A bundled topology (gcp-tiga, clock-si-wan, k2-five-regions, edge-regions, local) or a
+    /// TOML path.
     #[arg(long, default_value = "gcp-tiga")]
     topology: String,
     /// Workload: list-append, bank, microbench.

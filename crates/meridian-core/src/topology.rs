@@ -271,10 +271,14 @@ struct RawClockStep {
 }
 
 /// Bundled topologies, by name.
-pub const BUNDLED: [(&str, &str); 4] = [
+pub const BUNDLED: [(&str, &str); 5] = [
     (
         "gcp-tiga",
         include_str!("../../../topologies/gcp-tiga.toml"),
+    ),
+    (
+        "clock-si-wan",
+        include_str!("../../../topologies/clock-si-wan.toml"),
     ),
     (
         "k2-five-regions",

@@ -105,8 +105,8 @@
 //!   `execute_piece` (value dependencies and stored procedures included), then the write
 //!   set commits exactly like an interactive transaction's. A piece's abort aborts the
 //!   transaction; a procedure reading an undeclared key aborts it as `Invalid`.
-//! * **Not implemented yet:** the replicated (Raft) mode of issue 4; the `clock-si-wan`
-//!   topology and the §IV analytical model.
+//! * **Not implemented yet:** the replicated (Raft) mode of issue 4 and the §IV
+//!   analytical model. The WAN setup of §V is the bundled topology `clock-si-wan`.
 //!
 //! ## Options (`ProtocolConfig`)
 //! `delta_ms` (a number, default 0, or `auto`), `retry_ms`, `max_retries`, `query_ms`,
