@@ -172,17 +172,13 @@ pub(crate) struct LockTable {
     spare: Vec<KeyLock>,
 }
 
-/// Initial room in the lock table. Locks come and go all the time; a table well above the
-/// number of locked keys keeps removals from leaving tombstones that force periodic rehashes.
-const LOCK_TABLE_CAPACITY: usize = 1024;
-
 /// At most this many idle entries are kept for reuse.
 const SPARE_LOCKS: usize = 64;
 
 impl LockTable {
     pub(crate) fn new(max_waiters: usize) -> LockTable {
         LockTable {
-            keys: FxHashMap::with_capacity_and_hasher(LOCK_TABLE_CAPACITY, Default::default()),
+            keys: FxHashMap::default(),
             max_waiters,
             spare: Vec::new(),
         }

@@ -74,9 +74,6 @@ struct Spare {
 /// At most this many spare buffer sets are kept.
 const SPARES: usize = 64;
 
-/// Initial room for live transactions: removals from a roomy table leave no tombstones.
-const TXN_TABLE_CAPACITY: usize = 256;
-
 /// The data node of one shard.
 #[derive(Debug)]
 pub struct Server {
@@ -265,8 +262,8 @@ impl Server {
             opts,
             procedures,
             store: FxHashMap::default(),
-            txns: FxHashMap::with_capacity_and_hasher(TXN_TABLE_CAPACITY, Default::default()),
-            finished: FxHashMap::with_capacity_and_hasher(TXN_TABLE_CAPACITY, Default::default()),
+            txns: FxHashMap::default(),
+            finished: FxHashMap::default(),
             coords: Vec::new(),
             scratch: Vec::new(),
             spares: Vec::new(),
