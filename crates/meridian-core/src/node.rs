@@ -18,7 +18,7 @@
 
 use crate::ids::{NodeId, RegionId, RequestId, ShardId};
 use crate::topology::Cluster;
-use crate::txn::{ClientRequest, ClientResponse, Procedures};
+use crate::txn::{AbortReason, ClientRequest, ClientResponse, Outcome, Procedures};
 use rand_chacha::ChaCha8Rng;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -136,6 +136,20 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
 
     pub fn respond(&mut self, request: RequestId, response: ClientResponse) {
         self.effects.push(Effect::Respond { request, response });
+    }
+
+    /// Answers `request` as aborted for `reason` (a refusal or a failed transaction).
+    pub fn respond_aborted(&mut self, request: RequestId, reason: AbortReason) {
+        self.respond(
+            request,
+            ClientResponse::Outcome(Outcome::Aborted { reason }),
+        );
+    }
+
+    /// Refuses a client request that reached a node which is not a coordinator.
+    pub fn refuse_not_coordinator(&mut self, request: RequestId) {
+        let reason = AbortReason::Unsupported(format!("node {} is not a coordinator", self.node));
+        self.respond_aborted(request, reason);
     }
 
     pub fn persist(&mut self, record: R) {

@@ -128,7 +128,7 @@ pub use server::{Server, ServerStats};
 pub use wire::{Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer, TsPurpose};
 
 use meridian_core::node::{Ctx, Setup};
-use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, Outcome};
+use meridian_core::txn::ClientRequest;
 use meridian_core::{
     Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
 };
@@ -285,14 +285,7 @@ impl Node for SiNode {
     ) {
         match self {
             SiNode::Coordinator(c) => c.on_client_request(ctx, request, req),
-            _ => {
-                let reason =
-                    AbortReason::Unsupported(format!("node {} is not a coordinator", ctx.id()));
-                ctx.respond(
-                    request,
-                    ClientResponse::Outcome(Outcome::Aborted { reason }),
-                );
-            }
+            _ => ctx.refuse_not_coordinator(request),
         }
     }
 }

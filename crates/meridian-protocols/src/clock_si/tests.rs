@@ -6,7 +6,7 @@
 use super::*;
 use crate::clock_si::wire::Cx;
 use meridian_core::node::{Context, Effect};
-use meridian_core::txn::{CommitPath, Step, Txn};
+use meridian_core::txn::{AbortReason, ClientResponse, CommitPath, Outcome, Step, Txn};
 use meridian_core::{NodeRng, ShardId, TimerId, Timestamp, Topology, TxnId};
 use rand::SeedableRng;
 use serde::de::DeserializeOwned;

@@ -102,7 +102,7 @@ pub use server::{Server, State};
 pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 
 use meridian_core::node::{Ctx, Setup};
-use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, Outcome};
+use meridian_core::txn::ClientRequest;
 use meridian_core::{
     Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId,
 };
@@ -238,14 +238,7 @@ impl Node for TigaNode {
     ) {
         match self {
             TigaNode::Coordinator(c) => c.on_client_request(ctx, request, req),
-            _ => {
-                let reason =
-                    AbortReason::Unsupported(format!("node {} is not a coordinator", ctx.id()));
-                ctx.respond(
-                    request,
-                    ClientResponse::Outcome(Outcome::Aborted { reason }),
-                );
-            }
+            _ => ctx.refuse_not_coordinator(request),
         }
     }
 }

@@ -108,7 +108,7 @@ pub use wire::{
 };
 
 use meridian_core::node::{Ctx, Setup};
-use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, Outcome};
+use meridian_core::txn::ClientRequest;
 use meridian_core::ShardId;
 use meridian_core::{Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId};
 
@@ -203,14 +203,7 @@ impl Node for TwoPlNode {
     ) {
         match self {
             TwoPlNode::Coordinator(c) => c.on_client_request(ctx, request, req),
-            _ => {
-                let reason =
-                    AbortReason::Unsupported(format!("node {} is not a coordinator", ctx.id()));
-                ctx.respond(
-                    request,
-                    ClientResponse::Outcome(Outcome::Aborted { reason }),
-                );
-            }
+            _ => ctx.refuse_not_coordinator(request),
         }
     }
 }
