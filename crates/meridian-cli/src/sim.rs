@@ -224,7 +224,8 @@ fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, Strin
     let model = match plan.args.check.as_deref() {
         Some("none") => None,
         Some(_) => plan.check,
-        None => P::GUARANTEE.parse::<Model>().ok(),
+        None if workload.history_checkable() => P::GUARANTEE.parse::<Model>().ok(),
+        None => None,
     };
     let bar = progress_bar(progress, options.duration_ns + options.drain_ns);
     let started = Instant::now();

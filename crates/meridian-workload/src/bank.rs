@@ -187,6 +187,10 @@ impl Bank {
 }
 
 impl Workload for Bank {
+    fn history_checkable(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         Self::NAME
     }
