@@ -87,7 +87,9 @@ impl FaultPlan {
     }
 
     /// A seeded random mix over `[0, duration_ns)`: crash/restart of one node at a time
-    /// (leaders, followers and coordinators alike; down 0.5–4 s), partitions isolating a node
+    /// (down 0.5–4 s; a third of the crashes hit a shard's initial leader, a third another
+    /// random replica, a third any node — leaders exercise the most recovery code, and
+    /// a uniform pick would rarely reach them), partitions isolating a node
     /// or a region (healed after 0.5–4 s), windows of 0.5–2% loss and of duplication, and clock
     /// steps of ±1–50 ms. Faults start after 1 s so every protocol gets to boot.
     pub fn random(
@@ -121,7 +123,7 @@ impl FaultPlan {
             let end = (t + length).min(duration_ns);
             match *menu.choose(rng).expect("non-empty") {
                 0 => {
-                    let node = *nodes.choose(rng).expect("nodes");
+                    let node = crash_target(cluster, &nodes, rng);
                     faults.push((t, Fault::Crash(node)));
                     faults.push((end, Fault::Restart(node)));
                 }
@@ -154,6 +156,16 @@ impl FaultPlan {
         }
         faults.sort_by_key(|(at, _)| *at);
         FaultPlan { faults }
+    }
+}
+
+fn crash_target(cluster: &Cluster, nodes: &[NodeId], rng: &mut ChaCha8Rng) -> NodeId {
+    let shards = cluster.shard_count();
+    let shard = meridian_core::ShardId(rng.gen_range(0..shards.max(1)));
+    match rng.gen_range(0..3) {
+        0 if shards > 0 => cluster.initial_leader(shard),
+        1 if shards > 0 => *cluster.replicas(shard).choose(rng).expect("replicas"),
+        _ => *nodes.choose(rng).expect("nodes"),
     }
 }
 
