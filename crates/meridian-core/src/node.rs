@@ -57,6 +57,10 @@ pub enum Effect<M, T, R> {
     /// Append a record that subsumes every earlier one (a checkpoint): the driver may drop
     /// the records before it, which keeps the durable log bounded.
     Checkpoint { record: R },
+    /// Add `by` to the run-wide counter `name` (what the protocol did: delays, waits,
+    /// certification failures…). Drivers sum counters over all nodes; they survive crashes
+    /// because the driver, not the node, keeps them. No effect on behaviour.
+    Count { name: &'static str, by: u64 },
 }
 
 /// The handle through which a handler acts. Built by drivers with [`Context::new`].
@@ -159,6 +163,11 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
     /// Persists a record that makes every earlier record of this node redundant.
     pub fn checkpoint(&mut self, record: R) {
         self.effects.push(Effect::Checkpoint { record });
+    }
+
+    /// Adds `by` to the run-wide counter `name` (see [`Effect::Count`]).
+    pub fn count(&mut self, name: &'static str, by: u64) {
+        self.effects.push(Effect::Count { name, by });
     }
 }
 

@@ -9,4 +9,7 @@ pub mod clock_si;
 pub mod tiga;
 pub mod two_pl;
 
+#[cfg(test)]
+mod testkit;
+
 pub use two_pl::TwoPlTwoPc;

@@ -5,6 +5,7 @@
 //! one updated partition, or two-phase commit with commit timestamp = max(prepare ts).
 //! Conventional SI takes both timestamps from the oracle instead.
 
+use super::counters;
 use super::options::Options;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
@@ -59,6 +60,23 @@ struct Session {
     /// A one-shot transaction run as a session: its pieces, the values read, and (once
     /// executed) one result per piece.
     one_shot: Option<OneShot>,
+    /// How long partitions held this transaction's reads back so far (Algorithm 1).
+    delay_ns: u64,
+}
+
+impl Session {
+    /// The transaction waited `ns` more for a read: counted as one delayed transaction
+    /// (the first time) and `ns` of transaction delay (§IV's delay probability, duration).
+    fn delayed(&mut self, ctx: &mut Cx<'_>, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        if self.delay_ns == 0 {
+            ctx.count(counters::TXNS_DELAYED, 1);
+        }
+        self.delay_ns += ns;
+        ctx.count(counters::TXN_DELAY_NS, ns);
+    }
 }
 
 #[derive(Debug)]
@@ -230,7 +248,12 @@ impl Coordinator {
 
     pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::ReadReply { txn, op, result } => self.on_read_reply(ctx, txn, op, result),
+            Msg::ReadReply {
+                txn,
+                op,
+                result,
+                waited_ns,
+            } => self.on_read_reply(ctx, txn, op, result, waited_ns),
             Msg::LocalDone { txn, result } => self.on_local_done(ctx, from, txn, result),
             Msg::Vote { txn, result } => self.on_vote(ctx, from, txn, result),
             Msg::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
@@ -346,7 +369,9 @@ impl Coordinator {
             retries: 0,
             timer: None,
             one_shot,
+            delay_ns: 0,
         };
+        ctx.count(counters::TXNS, 1);
         if self.oracle.is_some() {
             // Conventional SI: one round trip to the oracle (its timestamps only grow, so
             // the snapshot is above every commit timestamp the client has seen).
@@ -624,6 +649,7 @@ impl Coordinator {
         txn: TxnId,
         op: u64,
         result: Result<Option<Value>, AbortReason>,
+        waited_ns: u64,
     ) {
         let Some(s) = self.sessions.get_mut(&txn) else {
             return;
@@ -637,6 +663,8 @@ impl Coordinator {
                 Err(reason) => return self.abort(ctx, txn, reason),
             };
             let done = pending.is_empty();
+            // The reads run in parallel: the transaction waited as long as the longest.
+            s.delayed(ctx, waited_ns.saturating_sub(s.delay_ns));
             let run = s.one_shot.as_mut().expect("prefetching is one-shot");
             run.values.insert(key, value);
             if done {
@@ -654,6 +682,7 @@ impl Coordinator {
         if let Some(timer) = s.timer.take() {
             ctx.cancel_timer(timer);
         }
+        s.delayed(ctx, waited_ns);
         match result {
             Ok(value) => {
                 let request = s.request.take();

@@ -52,6 +52,8 @@ pub enum Msg {
         txn: TxnId,
         op: u64,
         result: Result<Option<Value>, AbortReason>,
+        /// How long the partition held the read back (Algorithm 1's delays), local ns.
+        waited_ns: u64,
     },
     LocalDone {
         txn: TxnId,
