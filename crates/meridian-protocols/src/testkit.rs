@@ -135,7 +135,18 @@ where
         seed: u64,
         clock_base_ns: u64,
     ) -> Self {
-        let topology = Topology::parse("test", TOPOLOGY).expect("test topology");
+        Self::on_topology::<P>(TOPOLOGY, options, procedures, seed, clock_base_ns)
+    }
+
+    /// As [`Driver::with_clock_base`], on another topology (TOML text).
+    pub(crate) fn on_topology<P: Protocol<Node = N>>(
+        topology: &str,
+        options: &str,
+        procedures: Procedures,
+        seed: u64,
+        clock_base_ns: u64,
+    ) -> Self {
+        let topology = Topology::parse("test", topology).expect("test topology");
         let plain = Cluster::new(topology.clone(), &[]).expect("test cluster");
         let cluster = Arc::new(Cluster::new(topology, &P::services(&plain)).expect("services"));
         let config = ProtocolConfig::parse(options).expect("options parse");

@@ -24,3 +24,5 @@ pub const READS_DELAYED_BY_PENDING_COMMIT: &str = "reads_delayed_by_pending_comm
 pub const UPDATES_DELAYED_BY_CLOCK: &str = "updates_delayed_by_clock";
 /// Partition: prepares and local commits refused by first-committer-wins certification.
 pub const CERTIFICATION_ABORTS: &str = "certification_aborts";
+/// Replicated mode: a member became its partition's leader and rebuilt the server.
+pub const PARTITION_TAKEOVERS: &str = "partition_takeovers";

@@ -25,15 +25,18 @@
 //!   (prepare records with the coordinator id, commit records with the write set for local
 //!   commits), checkpoints and recovery.
 //! * `oracle.rs` — conventional SI's timestamp authority (§I, §V-A).
+//! * `replicated.rs` — not in the paper: a partition as a Raft group (see below).
+//! * `model.rs` — §IV's analytical model; `counters.rs` — what the protocol counts.
 //! * `options.rs` — `delta_ms` (Δ, with §III-C's `auto` rule) and the timeouts.
 //! * `wire.rs` — messages, timers, records.
 //!
 //! ## Roles and placement (faithful mode)
 //! One server per partition (§II-A): a shard's data lives on its *initial leader*; its
-//! other replicas are inert. Coordinators host clients' interactive sessions. The oracle
-//! of `conventional-si` is a service node (`ts-oracle0`) in the topology's **first region**
-//! (`Protocol::services` is given the cluster but not the options, so the region is not an
-//! option; on `gcp-tiga` that is SC, beside every shard's data).
+//! other replicas are inert (see *Replicated mode* for the alternative). Coordinators host
+//! clients' interactive sessions. The oracle of `conventional-si` is a service node
+//! (`ts-oracle0`) in the topology's **first region** (`Protocol::services` is given the
+//! cluster but not the options, so the region is not an option; on `gcp-tiga` that is SC,
+//! beside every shard's data).
 //!
 //! ## Choices the paper leaves open
 //! * **Whose clock is the "originating partition's"?** The paper's client talks to one
@@ -105,8 +108,39 @@
 //!   `execute_piece` (value dependencies and stored procedures included), then the write
 //!   set commits exactly like an interactive transaction's. A piece's abort aborts the
 //!   transaction; a procedure reading an undeclared key aborts it as `Invalid`.
-//! * **Not implemented yet:** the replicated (Raft) mode of issue 4. The WAN setup of §V
-//!   is the bundled topology `clock-si-wan`.
+//! * The WAN setup of §V is the bundled topology `clock-si-wan`; its replicated variant is
+//!   `topologies/clock-si-wan-replicated.toml`.
+//!
+//! ## Replicated mode (`replicated=true`; not in the paper)
+//! The paper has one server per partition (the faithful mode, the default). With
+//! `replicated=true` every replica of a shard is a member of the partition's Raft group
+//! (`crate::raft_group`, the `raft` crate) and the partition survives the loss of a
+//! minority of its replicas — a whole region, when they sit in three. `replicated.rs`: the
+//! unchanged [`Server`] runs on the leader; its write-ahead records become Raft commands;
+//! what it sends after a record waits until the record is committed in the group (a read
+//! reply waits only for the clock lease covering its snapshot and a local commit of its
+//! key); a new leader rebuilds the server from the committed records after its barrier
+//! command is applied, exactly as a restarted partition does, and asks coordinators about
+//! prepared transactions. Clock leases are records, so timestamps stay monotone across
+//! leaders; in this mode a lease reaches `clock_lease_ns` = 8 × the largest RTT ahead and is
+//! renewed half-way, so renewals are durable before reads need them. Non-leaders answer
+//! `NotLeader` with a hint; coordinators route by shard, follow hints and, when a
+//! partition does not answer a retry, try its next replica. Coordinators and the oracle are
+//! not replicated (a coordinator shares its client's fate; the oracle is the baseline's
+//! single authority). Raft ticks are a quarter of the group's largest RTT; the placed
+//! leader campaigns after 8 ticks, the others after 16 + 4 × their position.
+//!
+//! **What it costs** (`clock-si-wan` faithful vs `clock-si-wan-replicated` with
+//! `replicated=true`, `list-append` interactive, 20 s, seed 1, p50 per client region
+//! USW / USE / EU in ms): read-only transactions (1 get) cost nothing: 63.0 / 62.9 / 76.7
+//! faithful, 62.9 / 62.9 / 76.8 replicated. Update transactions pay one round trip from
+//! the partition leader to its nearest follower for the prepare (or local commit) record:
+//! 1 append 125.9 / 125.8 / 153.8 → 188.9 / 188.8 / 217.0 (+63 ms); 4 mixed ops
+//! 254.4 / 154.4 / 281.6 → 318.0 / 216.3 / 321.1. Prepared versions also stay pending one
+//! replication longer, so readers behind them wait longer. In return, with US West cut off
+//! from 5 s on, US East and Europe clients commit 633 transactions in the run (one
+//! takeover per lost leader), against 255 in faithful mode, whose partition in US West is
+//! simply gone.
 //!
 //! ## The analytical model (§IV) and what the protocol counts
 //! `model.rs` is §IV as pure functions (delay probability and duration behind pending
@@ -123,12 +157,14 @@
 //! after its snapshot and that 2PC waits for the slowest of the votes.
 //!
 //! ## Options (`ProtocolConfig`)
-//! `delta_ms` (a number, default 0, or `auto`), `retry_ms`, `max_retries`, `query_ms`,
-//! `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see [`Options`]).
+//! `delta_ms` (a number, default 0, or `auto`), `replicated` (false), `retry_ms`,
+//! `max_retries`, `query_ms`, `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see
+//! [`Options`]).
 
 mod coordinator;
 mod options;
 mod oracle;
+mod replicated;
 mod server;
 mod wire;
 
@@ -141,6 +177,7 @@ pub mod model;
 pub use coordinator::Coordinator;
 pub use options::{Delta, Options, OPTIONS};
 pub use oracle::Oracle;
+pub use replicated::Member;
 pub use server::Server;
 pub use wire::{Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer, TsPurpose};
 
@@ -168,7 +205,9 @@ pub enum SiNode {
     Server(Box<Server>),
     Coordinator(Box<Coordinator>),
     Oracle(Oracle),
-    /// A replica that is not its shard's initial leader.
+    /// Replicated mode: a member of a partition's Raft group.
+    Member(Box<Member>),
+    /// Faithful mode: a replica that is not its shard's initial leader.
     Inert,
 }
 
@@ -177,6 +216,9 @@ fn build(node: NodeId, setup: &Setup, recovered: &[Record], conventional: bool) 
     let opts = Options::for_cluster(&setup.config, cluster)
         .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
     match &cluster.node(node).role {
+        NodeRole::Replica { shard, .. } if opts.replicated => SiNode::Member(Box::new(
+            Member::restore(node, *shard, cluster, opts, !conventional, recovered),
+        )),
         NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
             SiNode::Server(Box::new(Server::restore(
                 node,
@@ -273,6 +315,7 @@ impl Node for SiNode {
         match self {
             SiNode::Server(s) => s.on_start(ctx),
             SiNode::Coordinator(c) => c.on_start(ctx),
+            SiNode::Member(m) => m.on_start(ctx),
             SiNode::Oracle(_) | SiNode::Inert => {}
         }
     }
@@ -282,6 +325,7 @@ impl Node for SiNode {
             SiNode::Server(s) => s.on_message(ctx, from, msg),
             SiNode::Coordinator(c) => c.on_message(ctx, from, msg),
             SiNode::Oracle(o) => o.on_message(ctx, from, msg),
+            SiNode::Member(m) => m.on_message(ctx, from, msg),
             SiNode::Inert => {}
         }
     }
@@ -290,6 +334,7 @@ impl Node for SiNode {
         match self {
             SiNode::Server(s) => s.on_timer(ctx, timer),
             SiNode::Coordinator(c) => c.on_timer(ctx, timer),
+            SiNode::Member(m) => m.on_timer(ctx, timer),
             SiNode::Oracle(_) | SiNode::Inert => {}
         }
     }

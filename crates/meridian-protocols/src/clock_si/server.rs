@@ -6,15 +6,11 @@
 use super::counters;
 use super::options::Options;
 use super::wire::{Cx, Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer};
-use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{AbortReason, Key, Value};
 use meridian_core::{NodeId, Timestamp, TxnId};
 use meridian_store::MvStore;
 use rustc_hash::FxHashMap;
-
-/// How far ahead of the clock floor a durable clock lease reaches: a restarted partition
-/// issues timestamps up to this far ahead of what it issued before (10 records a second).
-const LEASE_STEP_NS: u64 = 100 * NS_PER_MS;
 
 /// A prepared transaction and when the partition last asked its coordinator about it.
 #[derive(Debug)]
@@ -273,11 +269,15 @@ impl Server {
         }
     }
 
-    /// Raises the floor to `t_ns`, renewing the durable lease when the floor reaches it.
+    /// Raises the floor to `t_ns`, renewing the durable lease when the floor reaches it —
+    /// replicated, half a step earlier, so that a renewal is usually durable (replicated)
+    /// before the floor gets there and reads need not wait for it.
     fn observe(&mut self, ctx: &mut Cx<'_>, t_ns: u64) {
         self.floor_ns = self.floor_ns.max(t_ns);
-        if self.floor_ns >= self.lease_ns {
-            self.lease_ns = self.floor_ns + LEASE_STEP_NS;
+        let step = self.opts.clock_lease_ns;
+        let early = if self.opts.replicated { step / 2 } else { 0 };
+        if self.floor_ns + early >= self.lease_ns {
+            self.lease_ns = self.floor_ns + step;
             let until_ns = self.lease_ns;
             self.persist(ctx, Record::ClockLease { until_ns });
         }
@@ -680,6 +680,13 @@ impl Server {
         };
         ctx.checkpoint(Record::ServerCheckpoint(Box::new(snapshot)));
         self.since_checkpoint = 0;
+    }
+}
+
+impl Server {
+    /// No timestamp at or below this is issued here any more.
+    pub(crate) fn floor_ns(&self) -> u64 {
+        self.floor_ns
     }
 }
 

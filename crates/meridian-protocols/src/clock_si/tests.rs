@@ -480,3 +480,111 @@ fn conventional_si_takes_both_timestamps_from_the_oracle() {
     assert!(!d.counters.contains_key(counters::READS_DELAYED_BY_CLOCK));
     assert!(!d.counters.contains_key(counters::UPDATES_DELAYED_BY_CLOCK));
 }
+
+// ---- replicated mode ------------------------------------------------------------------
+
+/// Three regions; two shards replicated in all three (initial leaders in A, n0 and n3);
+/// two coordinators in A (n6, n7). The test driver's messages take 1 ms whatever the RTT;
+/// the RTTs set the Raft tick (10 ms / 4).
+const REPLICATED: &str = r#"
+name = "clock-si-replicated-test"
+regions = ["A", "B", "C"]
+intra_region_rtt_ms = 1.0
+[[rtt]]
+between = ["A", "B"]
+ms = 10.0
+[[rtt]]
+between = ["A", "C"]
+ms = 10.0
+[[rtt]]
+between = ["B", "C"]
+ms = 10.0
+[[shards]]
+count = 2
+replicas = ["A", "B", "C"]
+leader = "A"
+[[coordinators]]
+region = "A"
+count = 2
+"#;
+
+fn replicated(options: &str) -> Driver {
+    let options = format!("replicated=true,{options}");
+    Driver::on_topology::<ClockSi>(REPLICATED, &options, Default::default(), 0, EPOCH)
+}
+
+fn member(d: &Driver, node: NodeId) -> &Member {
+    match d.node(node) {
+        Some(SiNode::Member(m)) => m,
+        other => panic!("{node} is {other:?}"),
+    }
+}
+
+#[test]
+fn replicated_partitions_elect_the_placed_leader_and_commit_through_raft() {
+    let mut d = replicated("");
+    d.run_for(500 * MS);
+    assert_eq!(d.counters[counters::PARTITION_TAKEOVERS], 2);
+    for shard in 0..2 {
+        let leader = d.server_node(shard);
+        assert!(member(&d, leader).leads(), "{leader} leads shard {shard}");
+    }
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    let start = d.now;
+    let (c, path) = committed_ts(&d.commit(0, t));
+    assert_eq!(path, CommitPath::TwoPhase);
+    // A vote leaves a partition only once its prepare record is on a majority: the test
+    // driver's hops take 1 ms each, so prepare + append + ack + vote = 4 ms (2 unreplicated).
+    assert!(d.now - start >= 4 * MS, "{} ms", (d.now - start) / MS);
+    d.run_for(50 * MS);
+    // Every member of shard 0 holds the prepare and commit records.
+    for &replica in d.setup.cluster.replicas(ShardId(0)) {
+        assert!(member(&d, replica).committed_records() >= 2, "{replica}");
+    }
+    // A local commit, then a read at a snapshot above both.
+    let t2 = d.begin(1, Some(c));
+    d.put(1, t2, &x, "x2");
+    let (c2, path) = committed_ts(&d.commit(1, t2));
+    assert_eq!(path, CommitPath::Local);
+    let t3 = d.begin(0, Some(c2));
+    assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
+    assert_eq!(read_value(&d.get(0, t3, &y)).as_deref(), Some("y1"));
+}
+
+#[test]
+fn a_replicated_partition_survives_its_leaders_crash() {
+    let mut d = replicated("");
+    d.run_for(500 * MS);
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    let (c, _) = committed_ts(&d.commit(0, t));
+    d.run_for(50 * MS);
+    // Shard 0's leader (and with it the only copy in faithful mode) goes down for good.
+    let old = d.server_node(0);
+    d.crash(old);
+    d.run_for(1_000 * MS);
+    assert_eq!(d.counters[counters::PARTITION_TAKEOVERS], 3, "a new leader");
+    let leader = d.setup.cluster.replicas(ShardId(0))[1..]
+        .iter()
+        .copied()
+        .find(|&r| member(&d, r).leads())
+        .expect("a follower took over");
+    assert_ne!(leader, old);
+    // The committed write is there; the coordinator finds the new leader and writes again.
+    let t2 = d.begin(1, Some(c));
+    assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
+    d.put(1, t2, &x, "x2");
+    let (c2, _) = committed_ts(&d.commit(1, t2));
+    assert!(c2 > c, "timestamps stay monotone across leaders");
+    // The old leader comes back as a follower and catches up from the group.
+    d.restart(old);
+    d.run_for(500 * MS);
+    assert!(!member(&d, old).leads());
+    let t3 = d.begin(0, Some(c2));
+    assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
+}
