@@ -164,6 +164,45 @@ fn replicated_conventional_si_swarm_of_6_faulty_seeds_is_snapshot_isolation() {
     swarm_with::<ConventionalSi>(ProtocolConfig::parse("replicated=true").unwrap(), 6, 200);
 }
 
+/// Commits by clients outside SC when SC (every partition's placed leader, two
+/// coordinators) is cut off from 3 s to the end of the load.
+fn commits_outside_sc_with_sc_cut_off(config: &str) -> u64 {
+    let topology = Topology::load("gcp-tiga").unwrap();
+    let config = ProtocolConfig::parse(config).unwrap();
+    let setup = setup::<ClockSi>(topology, config, Procedures::new()).unwrap();
+    let options = SimOptions {
+        seed: 3,
+        duration_ns: 20 * NS_PER_S,
+        drain_ns: 5 * NS_PER_S,
+        faults: FaultPlan::parse("isolate:SC@3s", &setup.cluster).unwrap(),
+        ..SimOptions::default()
+    };
+    let opts = interactive().with("keys", "1000");
+    let mut workload = meridian_workload::build("list-append", &setup.cluster, &opts).unwrap();
+    let report = run::<ClockSi>(&setup, workload.as_mut(), &options, &mut |_| {});
+    let verdict = check(&report.history, Model::SnapshotIsolation);
+    assert!(verdict.valid, "{verdict}");
+    report
+        .regions
+        .iter()
+        .filter(|r| r.region != "SC")
+        .map(|r| r.committed)
+        .sum()
+}
+
+/// Faithful, every partition lives in SC and the other regions' transactions stall; with
+/// replicated partitions, FI and BR replicas take over and they keep committing.
+#[test]
+fn replicated_partitions_survive_a_region_failure() {
+    let faithful = commits_outside_sc_with_sc_cut_off("");
+    let replicated = commits_outside_sc_with_sc_cut_off("replicated=true");
+    eprintln!("commits outside SC: faithful {faithful}, replicated {replicated}");
+    assert!(
+        replicated > 3 * faithful.max(20),
+        "faithful {faithful}, replicated {replicated}"
+    );
+}
+
 #[test]
 fn one_shot_list_append_runs_as_sessions_under_faults() {
     for seed in 1..=5 {

@@ -28,6 +28,9 @@ use meridian_core::{Cluster, NodeId, NodeRole, ShardId, TxnId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
+/// How many reads in service a leader tracks (see [`Member::serve`]).
+const MAX_READING: usize = 1 << 16;
+
 /// A command of the partition's Raft log.
 #[derive(Debug, Serialize, Deserialize)]
 enum Command {
@@ -270,6 +273,11 @@ impl Member {
     ) {
         if let Some(led) = self.led.as_mut().filter(|l| l.server.is_some()) {
             if let Some((txn, op, key, snapshot_ns)) = read {
+                // Reads that are never answered (dropped while parked) leave entries: bound
+                // them. A reply whose entry is gone waits for every earlier record: safe.
+                if led.reading.len() >= MAX_READING {
+                    led.reading.clear();
+                }
                 led.reading.insert((txn, op), (key, snapshot_ns));
             }
             return self.run(ctx, handler);

@@ -633,9 +633,22 @@ impl Server {
         let forget = stale.saturating_mul(4).max(30 * NS_PER_S);
         self.finished
             .retain(|_, (_, at)| now.saturating_sub(*at) < forget);
-        self.store
-            .gc(Timestamp::new(now.saturating_sub(self.opts.gc_lag_ns), 0));
+        self.store.gc(self.gc_horizon(now));
         ctx.set_timer(self.opts.query_ns, Timer::Tick);
+    }
+
+    /// Versions older than the clock minus `gc_lag` go — but never past a prepared
+    /// transaction: its commit timestamp (≥ its prepare timestamp here) must stay above the
+    /// store's watermark however long its coordinator takes to decide (a coordinator cut
+    /// off for longer than `gc_lag`).
+    fn gc_horizon(&self, now: u64) -> Timestamp {
+        let horizon = now.saturating_sub(self.opts.gc_lag_ns);
+        let oldest_prepared = self
+            .prepared
+            .values()
+            .map(|p| p.txn.prepare_ts.time_ns)
+            .min();
+        Timestamp::new(oldest_prepared.map_or(horizon, |p| horizon.min(p)), 0)
     }
 
     fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
