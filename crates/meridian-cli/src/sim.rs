@@ -330,6 +330,8 @@ struct ReportJson {
     anomaly_kinds: Vec<String>,
     invariant: Option<String>,
     regions: Vec<RegionJson>,
+    /// The protocol's own counters (delays, waits, …), summed over its nodes.
+    counters: std::collections::BTreeMap<&'static str, u64>,
     events: u64,
     messages_delivered: u64,
     messages_dropped: u64,
@@ -388,6 +390,7 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
             .unwrap_or_default(),
         invariant: r.invariant.clone().err(),
         regions: r.regions.iter().map(region_json).collect(),
+        counters: r.counters.clone(),
         events: r.events,
         messages_delivered: r.messages_delivered,
         messages_dropped: r.messages_dropped,
@@ -454,6 +457,10 @@ fn print_table(plan: &Plan, result: &RunResult) {
             j.fast_path_ratio
                 .map_or("-".into(), |x| format!("{:.0}%", x * 100.0)),
         );
+    }
+    if !r.counters.is_empty() {
+        let counters: Vec<String> = r.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("protocol counters: {}", counters.join(", "));
     }
     let wall = result.wall_s.max(1e-9);
     println!(

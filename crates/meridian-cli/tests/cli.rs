@@ -128,6 +128,37 @@ fn sim_reports_json_with_per_region_latency_and_bound() {
 }
 
 #[test]
+fn sim_reports_the_protocols_own_counters() {
+    let out = meridian(&[
+        "sim",
+        "--protocol",
+        "clock-si",
+        "--protocol-opts",
+        "replicated=true",
+        "--workload-opts",
+        "interactive=true",
+        "--duration",
+        "3s",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let counters = &report["counters"];
+    // Every transaction begun is counted by the coordinators, every read by the
+    // partitions; the three partitions' Raft groups each elected a leader.
+    let txns = counters["txns"].as_u64().unwrap();
+    let finished = ["committed", "aborted", "unknown"]
+        .iter()
+        .map(|k| report[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(txns, finished);
+    assert!(counters["reads"].as_u64().unwrap() > 0);
+    assert_eq!(counters["partition_takeovers"], 3);
+    assert_eq!(report["valid"], true);
+}
+
+#[test]
 fn sim_is_reproducible_and_writes_a_checkable_history() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h.jsonl");

@@ -57,6 +57,10 @@ pub enum Effect<M, T, R> {
     /// Append a record that subsumes every earlier one (a checkpoint): the driver may drop
     /// the records before it, which keeps the durable log bounded.
     Checkpoint { record: R },
+    /// Add `by` to the run-wide counter `name` (what the protocol did: delays, waits,
+    /// certification failures…). Drivers sum counters over all nodes; they survive crashes
+    /// because the driver, not the node, keeps them. No effect on behaviour.
+    Count { name: &'static str, by: u64 },
 }
 
 /// The handle through which a handler acts. Built by drivers with [`Context::new`].
@@ -159,6 +163,33 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
     /// Persists a record that makes every earlier record of this node redundant.
     pub fn checkpoint(&mut self, record: R) {
         self.effects.push(Effect::Checkpoint { record });
+    }
+
+    /// Adds `by` to the run-wide counter `name` (see [`Effect::Count`]).
+    pub fn count(&mut self, name: &'static str, by: u64) {
+        self.effects.push(Effect::Count { name, by });
+    }
+
+    /// Runs `f` with a context of this node (same clock reading, RNG and timer ids) whose
+    /// effects are returned instead of carried out: a node that wraps another state
+    /// machine (a replicated partition around its server, say) inspects and rewrites them,
+    /// then hands on what it keeps with [`Context::emit`].
+    pub fn capture(&mut self, f: impl FnOnce(&mut Context<'_, M, T, R>)) -> Vec<Effect<M, T, R>> {
+        let mut effects = Vec::new();
+        let mut inner = Context {
+            node: self.node,
+            now_ns: self.now_ns,
+            rng: &mut *self.rng,
+            effects: &mut effects,
+            next_timer: &mut *self.next_timer,
+        };
+        f(&mut inner);
+        effects
+    }
+
+    /// Carries out an effect as is (one returned by [`Context::capture`]).
+    pub fn emit(&mut self, effect: Effect<M, T, R>) {
+        self.effects.push(effect);
     }
 }
 
@@ -285,4 +316,31 @@ pub trait Protocol: 'static {
     /// The physical latency bound, in ms, for a transaction from `coordinator` touching
     /// `shards`: what the report's `bound_ms` and `p50_wrtt` are measured against.
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn capture_returns_the_inner_effects_and_shares_timer_ids_and_clock() {
+        let mut rng = NodeRng::seed_from_u64(1);
+        let mut effects: Vec<Effect<u8, u8, u8>> = Vec::new();
+        let mut next_timer = 0;
+        let mut ctx = Context::new(NodeId(3), 42, &mut rng, &mut effects, &mut next_timer);
+        let first = ctx.set_timer(5, 1);
+        let inner = ctx.capture(|cx| {
+            assert_eq!((cx.id(), cx.now_ns()), (NodeId(3), 42));
+            cx.persist(7);
+            cx.set_timer(5, 2);
+        });
+        // Captured effects are not carried out; the inner timer id continues the sequence.
+        assert!(matches!(inner[0], Effect::Persist { record: 7 }));
+        assert!(matches!(inner[1], Effect::SetTimer { id, .. } if id.0 == first.0 + 1));
+        ctx.emit(inner[1].clone());
+        ctx.count("n", 2);
+        assert_eq!(effects.len(), 3);
+        assert!(matches!(effects[2], Effect::Count { name: "n", by: 2 }));
+    }
 }

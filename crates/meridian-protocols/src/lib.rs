@@ -10,4 +10,7 @@ pub mod raft_group;
 pub mod tiga;
 pub mod two_pl;
 
+#[cfg(test)]
+mod testkit;
+
 pub use two_pl::TwoPlTwoPc;

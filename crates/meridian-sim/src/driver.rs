@@ -384,6 +384,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 durable.clear();
                 durable.push(record);
             }
+            Effect::Count { name, by } => *self.report.counters.entry(name).or_default() += by,
         }
     }
 

@@ -87,6 +87,9 @@ pub struct SimReport {
     pub history: Vec<Entry>,
     /// The workload's own invariant over the history.
     pub invariant: Result<(), String>,
+    /// The protocol's own counters ([`meridian_core::node::Effect::Count`]), summed over
+    /// every node of the run.
+    pub counters: BTreeMap<&'static str, u64>,
 }
 
 impl Default for SimReport {
@@ -105,6 +108,7 @@ impl Default for SimReport {
             trace_hash: 0,
             history: Vec::new(),
             invariant: Ok(()),
+            counters: BTreeMap::new(),
         }
     }
 }

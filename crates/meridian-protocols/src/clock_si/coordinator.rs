@@ -5,13 +5,15 @@
 //! one updated partition, or two-phase commit with commit timestamp = max(prepare ts).
 //! Conventional SI takes both timestamps from the oracle instead.
 
+use super::counters;
 use super::options::Options;
+use super::replicated;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step, Value,
 };
-use meridian_core::{Cluster, NodeId, RequestId, TimerId, Timestamp, TxnId};
+use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,6 +61,23 @@ struct Session {
     /// A one-shot transaction run as a session: its pieces, the values read, and (once
     /// executed) one result per piece.
     one_shot: Option<OneShot>,
+    /// How long partitions held this transaction's reads back so far (Algorithm 1).
+    delay_ns: u64,
+}
+
+impl Session {
+    /// The transaction waited `ns` more for a read: counted as one delayed transaction
+    /// (the first time) and `ns` of transaction delay (§IV's delay probability, duration).
+    fn delayed(&mut self, ctx: &mut Cx<'_>, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        if self.delay_ns == 0 {
+            ctx.count(counters::TXNS_DELAYED, 1);
+        }
+        self.delay_ns += ns;
+        ctx.count(counters::TXN_DELAY_NS, ns);
+    }
 }
 
 #[derive(Debug)]
@@ -121,6 +140,8 @@ pub struct Coordinator {
     sessions: FxHashMap<TxnId, Session>,
     commits: FxHashMap<TxnId, Decision>,
     since_checkpoint: usize,
+    /// Per shard, the replica believed to lead it (replicated mode; else the only one).
+    leaders: Vec<NodeId>,
 }
 
 fn respond(ctx: &mut Cx<'_>, request: Option<RequestId>, response: ClientResponse) {
@@ -190,7 +211,6 @@ impl Coordinator {
         Coordinator {
             id,
             opts,
-            cluster,
             procedures,
             oracle,
             delta_ns,
@@ -199,6 +219,10 @@ impl Coordinator {
             sessions: FxHashMap::default(),
             commits,
             since_checkpoint: tail.len(),
+            leaders: (0..cluster.shard_count())
+                .map(|s| cluster.initial_leader(ShardId(s)))
+                .collect(),
+            cluster,
         }
     }
 
@@ -228,13 +252,22 @@ impl Coordinator {
         self.settle(ctx);
     }
 
-    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, sender: NodeId, msg: Msg) {
+        // Partitions are known by their shard's initial leader (the partition id), whichever
+        // replica leads it now (replicated mode); `sender` is who to answer.
+        let from = self.partition_of(sender);
         match msg {
-            Msg::ReadReply { txn, op, result } => self.on_read_reply(ctx, txn, op, result),
+            Msg::ReadReply {
+                txn,
+                op,
+                result,
+                waited_ns,
+            } => self.on_read_reply(ctx, txn, op, result, waited_ns),
             Msg::LocalDone { txn, result } => self.on_local_done(ctx, from, txn, result),
             Msg::Vote { txn, result } => self.on_vote(ctx, from, txn, result),
             Msg::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
-            Msg::Query { txn } => self.on_query(ctx, from, txn),
+            Msg::Query { txn } => self.on_query(ctx, sender, txn),
+            Msg::NotLeader { txn, leader } => self.on_not_leader(ctx, from, txn, leader),
             Msg::TsReply { txn, purpose, ts } => self.on_ts(ctx, txn, purpose, ts),
             _ => {}
         }
@@ -346,7 +379,9 @@ impl Coordinator {
             retries: 0,
             timer: None,
             one_shot,
+            delay_ns: 0,
         };
+        ctx.count(counters::TXNS, 1);
         if self.oracle.is_some() {
             // Conventional SI: one round trip to the oracle (its timestamps only grow, so
             // the snapshot is above every commit timestamp the client has seen).
@@ -504,7 +539,7 @@ impl Coordinator {
                         key: key.clone(),
                         snapshot,
                     };
-                    ctx.send(*node, msg);
+                    ctx.send(self.route(*node), msg);
                 }
             }
             State::Reading { op, key, node } => {
@@ -514,12 +549,12 @@ impl Coordinator {
                     key: key.clone(),
                     snapshot,
                 };
-                ctx.send(*node, msg);
+                ctx.send(self.route(*node), msg);
             }
             State::CommittingLocal { node } => {
                 let writes = self.writes_for(s, *node);
                 ctx.send(
-                    *node,
+                    self.route(*node),
                     Msg::CommitLocal {
                         txn,
                         snapshot,
@@ -532,7 +567,7 @@ impl Coordinator {
                     if vote.is_none() {
                         let writes = self.writes_for(s, *node);
                         ctx.send(
-                            *node,
+                            self.route(*node),
                             Msg::Prepare {
                                 txn,
                                 snapshot,
@@ -578,6 +613,10 @@ impl Coordinator {
         }
         if s.retries < self.opts.max_retries {
             s.retries += 1;
+            // A partition that does not answer may have lost its leader: try another replica.
+            for partition in self.awaited(txn) {
+                self.rotate(partition);
+            }
             return self.send_step(ctx, txn);
         }
         match s.state {
@@ -611,7 +650,7 @@ impl Coordinator {
             _ => Vec::new(),
         };
         for node in participants {
-            ctx.send(node, Msg::Abort { txn });
+            ctx.send(self.route(node), Msg::Abort { txn });
         }
         respond(ctx, s.request.take(), aborted(reason));
     }
@@ -624,6 +663,7 @@ impl Coordinator {
         txn: TxnId,
         op: u64,
         result: Result<Option<Value>, AbortReason>,
+        waited_ns: u64,
     ) {
         let Some(s) = self.sessions.get_mut(&txn) else {
             return;
@@ -637,6 +677,8 @@ impl Coordinator {
                 Err(reason) => return self.abort(ctx, txn, reason),
             };
             let done = pending.is_empty();
+            // The reads run in parallel: the transaction waited as long as the longest.
+            s.delayed(ctx, waited_ns.saturating_sub(s.delay_ns));
             let run = s.one_shot.as_mut().expect("prefetching is one-shot");
             run.values.insert(key, value);
             if done {
@@ -654,6 +696,7 @@ impl Coordinator {
         if let Some(timer) = s.timer.take() {
             ctx.cancel_timer(timer);
         }
+        s.delayed(ctx, waited_ns);
         match result {
             Ok(value) => {
                 let request = s.request.take();
@@ -798,7 +841,7 @@ impl Coordinator {
         let d = &self.commits[&txn];
         for &node in &d.waiting {
             ctx.send(
-                node,
+                self.route(node),
                 Msg::Commit {
                     txn,
                     commit_ts: d.commit_ts,
@@ -817,6 +860,9 @@ impl Coordinator {
     fn commit_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
         if let Some(d) = self.commits.get_mut(&txn) {
             d.retries = d.retries.saturating_add(1);
+            for partition in d.waiting.clone() {
+                self.rotate(partition);
+            }
             self.send_commits(ctx, txn);
         }
     }
@@ -856,6 +902,84 @@ impl Coordinator {
         });
         if !undecided {
             ctx.send(from, Msg::Abort { txn });
+        }
+    }
+
+    // ---- routing (replicated mode) -------------------------------------------------------
+
+    /// The node that serves `partition` now.
+    fn route(&self, partition: NodeId) -> NodeId {
+        replicated::shard_of(&self.cluster, partition)
+            .map_or(partition, |s| self.leaders[s.index()])
+    }
+
+    /// The partition id (its shard's initial leader) of a replica; other nodes are themselves.
+    fn partition_of(&self, node: NodeId) -> NodeId {
+        replicated::shard_of(&self.cluster, node).map_or(node, |s| self.cluster.initial_leader(s))
+    }
+
+    /// The partitions whose answer the session's current step waits for.
+    fn awaited(&self, txn: TxnId) -> Vec<NodeId> {
+        match &self.sessions[&txn].state {
+            State::Reading { node, .. } | State::CommittingLocal { node } => vec![*node],
+            State::Prefetching { pending } => pending.values().map(|(_, n)| *n).collect(),
+            State::Preparing { votes } => votes
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| *n)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Replicated mode: believe the next replica of `partition`'s shard leads it.
+    fn rotate(&mut self, partition: NodeId) {
+        let Some(shard) = replicated::shard_of(&self.cluster, partition) else {
+            return;
+        };
+        if !self.opts.replicated {
+            return;
+        }
+        let replicas = self.cluster.replicas(shard);
+        let current = self.leaders[shard.index()];
+        let next = replicas
+            .iter()
+            .position(|&r| r == current)
+            .map_or(0, |i| i + 1);
+        self.leaders[shard.index()] = replicas[next % replicas.len()];
+    }
+
+    /// A replica that does not lead `partition` got our request for `txn`: follow its hint
+    /// and, if it names a new leader, resend at once.
+    fn on_not_leader(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        partition: NodeId,
+        txn: TxnId,
+        leader: Option<NodeId>,
+    ) {
+        let Some(shard) = replicated::shard_of(&self.cluster, partition) else {
+            return;
+        };
+        let Some(leader) = leader.filter(|l| self.cluster.replicas(shard).contains(l)) else {
+            return;
+        };
+        if self.leaders[shard.index()] == leader {
+            return;
+        }
+        self.leaders[shard.index()] = leader;
+        if let Some(s) = self.sessions.get_mut(&txn) {
+            if matches!(s.state, State::Idle) {
+                return;
+            }
+            if let Some(timer) = s.timer.take() {
+                ctx.cancel_timer(timer);
+            }
+            return self.send_step(ctx, txn);
+        }
+        if let Some(timer) = self.commits.get_mut(&txn).and_then(|d| d.timer.take()) {
+            ctx.cancel_timer(timer);
+            self.send_commits(ctx, txn);
         }
     }
 

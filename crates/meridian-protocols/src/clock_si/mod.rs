@@ -25,15 +25,18 @@
 //!   (prepare records with the coordinator id, commit records with the write set for local
 //!   commits), checkpoints and recovery.
 //! * `oracle.rs` — conventional SI's timestamp authority (§I, §V-A).
+//! * `replicated.rs` — not in the paper: a partition as a Raft group (see below).
+//! * `model.rs` — §IV's analytical model; `counters.rs` — what the protocol counts.
 //! * `options.rs` — `delta_ms` (Δ, with §III-C's `auto` rule) and the timeouts.
 //! * `wire.rs` — messages, timers, records.
 //!
 //! ## Roles and placement (faithful mode)
 //! One server per partition (§II-A): a shard's data lives on its *initial leader*; its
-//! other replicas are inert. Coordinators host clients' interactive sessions. The oracle
-//! of `conventional-si` is a service node (`ts-oracle0`) in the topology's **first region**
-//! (`Protocol::services` is given the cluster but not the options, so the region is not an
-//! option; on `gcp-tiga` that is SC, beside every shard's data).
+//! other replicas are inert (see *Replicated mode* for the alternative). Coordinators host
+//! clients' interactive sessions. The oracle of `conventional-si` is a service node
+//! (`ts-oracle0`) in the topology's **first region** (`Protocol::services` is given the
+//! cluster but not the options, so the region is not an option; on `gcp-tiga` that is SC,
+//! beside every shard's data).
 //!
 //! ## Choices the paper leaves open
 //! * **Whose clock is the "originating partition's"?** The paper's client talks to one
@@ -95,7 +98,9 @@
 //!   arriving later is refused by certification (its own committed version is newer than
 //!   its snapshot). An ABORT that overtakes its PREPARE pins the abort.
 //! * **GC and checkpoints.** Partitions garbage-collect versions older than their clock
-//!   minus `gc_lag_ms`; a read with an older snapshot aborts (`Failure`). Every
+//!   minus `gc_lag_ms`, but never past a prepared transaction's prepare timestamp (its
+//!   coordinator may be cut off for longer); a read with an older snapshot aborts
+//!   (`Failure`). Every
 //!   `checkpoint_every` records a node checkpoints its whole state (committed versions,
 //!   prepared transactions, finished outcomes, clock floor), which bounds its log.
 //! * **One-shot requests** (`ClientRequest::OneShot`) run as a session at the
@@ -105,26 +110,86 @@
 //!   `execute_piece` (value dependencies and stored procedures included), then the write
 //!   set commits exactly like an interactive transaction's. A piece's abort aborts the
 //!   transaction; a procedure reading an undeclared key aborts it as `Invalid`.
-//! * **Not implemented yet:** the replicated (Raft) mode of issue 4 and the §IV
-//!   analytical model. The WAN setup of §V is the bundled topology `clock-si-wan`.
+//! * The WAN setup of §V is the bundled topology `clock-si-wan`; its replicated variant is
+//!   `topologies/clock-si-wan-replicated.toml`.
+//!
+//! ## Replicated mode (`replicated=true`; not in the paper)
+//! The paper has one server per partition (the faithful mode, the default). With
+//! `replicated=true` every replica of a shard is a member of the partition's Raft group
+//! (`crate::raft_group`, the `raft` crate) and the partition survives the loss of a
+//! minority of its replicas — a whole region, when they sit in three. `replicated.rs`: the
+//! unchanged [`Server`] runs on the leader; its write-ahead records become Raft commands;
+//! what it sends after a record waits until the record is committed in the group (a read
+//! reply waits only for the clock lease covering its snapshot and a local commit of its
+//! key); a new leader rebuilds the server from the committed records after its barrier
+//! command is applied, exactly as a restarted partition does, and asks coordinators about
+//! prepared transactions. Clock leases are records, so timestamps stay monotone across
+//! leaders; in this mode a lease reaches `clock_lease_ns` = 8 × the largest RTT ahead and is
+//! renewed half-way, so renewals are durable before reads need them. Non-leaders answer
+//! `NotLeader` with a hint; coordinators route by shard, follow hints and, when a
+//! partition does not answer a retry, try its next replica. Coordinators and the oracle are
+//! not replicated (a coordinator shares its client's fate; the oracle is the baseline's
+//! single authority). Raft ticks are a quarter of the group's largest RTT; the placed
+//! leader campaigns after 8 ticks, the others after 16 + 4 × their position.
+//!
+//! **What it costs** (`clock-si-wan` faithful vs `clock-si-wan-replicated` with
+//! `replicated=true`, `list-append` interactive, 20 s, seed 1, p50 per client region
+//! USW / USE / EU in ms): read-only transactions (1 get) cost nothing: 63.0 / 62.9 / 76.7
+//! faithful, 62.9 / 62.9 / 76.8 replicated. Update transactions pay one round trip from
+//! the partition leader to its nearest follower for the prepare (or local commit) record:
+//! 1 append 125.9 / 125.8 / 153.8 → 188.9 / 188.8 / 217.0 (+63 ms); 4 mixed ops
+//! 254.4 / 154.4 / 281.6 → 318.0 / 216.3 / 321.1. Prepared versions also stay pending one
+//! replication longer, so readers behind them wait longer. In return, with US West cut off
+//! from 5 s on, US East and Europe clients commit 633 transactions in the run (one
+//! takeover per lost leader), against 255 in faithful mode, whose partition in US West is
+//! simply gone. On `gcp-tiga` (every placed leader in SC) with SC cut off from 3 s,
+//! clients outside SC commit 381 transactions replicated against 46 faithful (test
+//! `replicated_partitions_survive_a_region_failure`). Transactions whose coordinator is in
+//! the lost region stay prepared until it returns (2PC blocks; coordinators are not
+//! replicated), and readers and writers of their keys wait or abort meanwhile.
+//!
+//! ## The analytical model (§IV) and what the protocol counts
+//! `model.rs` is §IV as pure functions (delay probability and duration behind pending
+//! commits and behind clock skew, abort probability with a Δ-old snapshot). The protocol
+//! counts what it does through `Context::count` (names in `counters.rs`): partitions count
+//! reads held back and for how long, by cause; coordinators count transactions with a
+//! held-back read and how long they waited (a read reply carries the partition's wait).
+//! `cargo run --release -p meridian-protocols --example clock_si_model` prints Figs. 9–12
+//! with both. Measured with `--seeds 3 --duration-s 2` (LAN, RTT 1 ms, R = W = 3, 64
+//! clients, perfect clocks; see the example's doc) the shapes are the paper's: the delay
+//! probability falls as 1/DBSize (4.9% at 3,000 items, 0.056% at 300,000; model 3.1% and
+//! 0.036%); Δ shrinks delay probability and duration to zero once Δ ≥ CW = RRD (S = 0 in
+//! the simulator): at DBSize 6,000, 2.56% / 0.31 ms at Δ = 0, 0.53% / 0.09 ms at 0.5 ms,
+//! none from 1 ms (model 1.66% / 0.5 ms, 0.41% / 0.25 ms, 0); the abort rate grows
+//! linearly with Δ, 6.6% → 11.7% from Δ = 0 to 1.5 ms (model 9.0% → 14.0%, its upper
+//! bound). The model is within a factor of two on the delay probability for Δ < 0.75 ms
+//! and overestimates durations 1.6–3×: it measures the window from the snapshot, while a
+//! read reaches its partition RRD/2 later (shorter waits), and it ignores that 2PC waits for
+//! the slowest vote (longer windows, more delays).
 //!
 //! ## Options (`ProtocolConfig`)
-//! `delta_ms` (a number, default 0, or `auto`), `retry_ms`, `max_retries`, `query_ms`,
-//! `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see [`Options`]).
+//! `delta_ms` (a number, default 0, or `auto`), `replicated` (false), `retry_ms`,
+//! `max_retries`, `query_ms`, `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see
+//! [`Options`]).
 
 mod coordinator;
 mod options;
 mod oracle;
+mod replicated;
 mod server;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
+pub mod counters;
+pub mod model;
+
 pub use coordinator::Coordinator;
 pub use options::{Delta, Options, OPTIONS};
 pub use oracle::Oracle;
-pub use server::{Server, ServerStats};
+pub use replicated::Member;
+pub use server::Server;
 pub use wire::{Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer, TsPurpose};
 
 use meridian_core::node::{Ctx, Setup};
@@ -151,7 +216,9 @@ pub enum SiNode {
     Server(Box<Server>),
     Coordinator(Box<Coordinator>),
     Oracle(Oracle),
-    /// A replica that is not its shard's initial leader.
+    /// Replicated mode: a member of a partition's Raft group.
+    Member(Box<Member>),
+    /// Faithful mode: a replica that is not its shard's initial leader.
     Inert,
 }
 
@@ -160,6 +227,9 @@ fn build(node: NodeId, setup: &Setup, recovered: &[Record], conventional: bool) 
     let opts = Options::for_cluster(&setup.config, cluster)
         .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
     match &cluster.node(node).role {
+        NodeRole::Replica { shard, .. } if opts.replicated => SiNode::Member(Box::new(
+            Member::restore(node, *shard, cluster, opts, !conventional, recovered),
+        )),
         NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
             SiNode::Server(Box::new(Server::restore(
                 node,
@@ -256,6 +326,7 @@ impl Node for SiNode {
         match self {
             SiNode::Server(s) => s.on_start(ctx),
             SiNode::Coordinator(c) => c.on_start(ctx),
+            SiNode::Member(m) => m.on_start(ctx),
             SiNode::Oracle(_) | SiNode::Inert => {}
         }
     }
@@ -265,6 +336,7 @@ impl Node for SiNode {
             SiNode::Server(s) => s.on_message(ctx, from, msg),
             SiNode::Coordinator(c) => c.on_message(ctx, from, msg),
             SiNode::Oracle(o) => o.on_message(ctx, from, msg),
+            SiNode::Member(m) => m.on_message(ctx, from, msg),
             SiNode::Inert => {}
         }
     }
@@ -273,6 +345,7 @@ impl Node for SiNode {
         match self {
             SiNode::Server(s) => s.on_timer(ctx, timer),
             SiNode::Coordinator(c) => c.on_timer(ctx, timer),
+            SiNode::Member(m) => m.on_timer(ctx, timer),
             SiNode::Oracle(_) | SiNode::Inert => {}
         }
     }

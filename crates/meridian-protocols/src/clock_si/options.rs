@@ -3,8 +3,9 @@
 use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
 
 /// Every option these protocols understand; anything else is refused by name.
-pub const OPTIONS: [&str; 7] = [
+pub const OPTIONS: [&str; 8] = [
     "delta_ms",
+    "replicated",
     "retry_ms",
     "max_retries",
     "query_ms",
@@ -43,6 +44,14 @@ pub struct Options {
     pub gc_lag_ns: u64,
     /// A node writes a checkpoint after this many records (`checkpoint_every`; 2048).
     pub checkpoint_every: usize,
+    /// Each partition is a Raft group of its shard's replicas (`replicated`; false: the
+    /// paper's one server per partition).
+    pub replicated: bool,
+    /// How far ahead of its clock floor a partition's durable clock lease reaches: a
+    /// restarted (or new leader) partition issues timestamps up to this far ahead of what
+    /// was issued before. 100 ms; replicated, at least 8 × the largest RTT, so that a
+    /// renewal is replicated long before it is needed.
+    pub clock_lease_ns: u64,
 }
 
 impl Options {
@@ -75,6 +84,7 @@ impl Options {
         if checkpoint_every == 0 {
             return Err("protocol option `checkpoint_every` must be at least 1".to_string());
         }
+        let replicated = config.get("replicated", false)?;
         Ok(Options {
             delta,
             retry_ns: ms_to_ns(retry_ms),
@@ -83,6 +93,12 @@ impl Options {
             session_idle_ns: ms_to_ns(session_idle_ms),
             gc_lag_ns: ms_to_ns(gc_lag_ms),
             checkpoint_every,
+            replicated,
+            clock_lease_ns: if replicated {
+                ms_to_ns((8.0 * max_rtt_ms).max(100.0))
+            } else {
+                ms_to_ns(100.0)
+            },
         })
     }
 

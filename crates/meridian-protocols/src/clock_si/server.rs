@@ -3,17 +3,14 @@
 //! (lines 5–10) and participant side (lines 23–31), first-committer-wins certification,
 //! and §III-E's write-ahead log and recovery.
 
+use super::counters;
 use super::options::Options;
 use super::wire::{Cx, Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer};
-use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{AbortReason, Key, Value};
 use meridian_core::{NodeId, Timestamp, TxnId};
 use meridian_store::MvStore;
 use rustc_hash::FxHashMap;
-
-/// How far ahead of the clock floor a durable clock lease reaches: a restarted partition
-/// issues timestamps up to this far ahead of what it issued before (10 records a second).
-const LEASE_STEP_NS: u64 = 100 * NS_PER_MS;
 
 /// A prepared transaction and when the partition last asked its coordinator about it.
 #[derive(Debug)]
@@ -58,20 +55,18 @@ pub struct Server {
     /// Recently finished transactions (outcome, local time), for idempotent answers.
     finished: FxHashMap<TxnId, (Finished, u64)>,
     blocked: FxHashMap<TxnId, Vec<BlockedRead>>,
+    /// Reads (transaction, op) delayed and not yet answered: how long each waited is
+    /// reported to the coordinator and counted (§IV's delay probability and duration).
+    waiting: FxHashMap<(TxnId, u64), Wait>,
     since_checkpoint: usize,
-    /// Counters for tests and reports.
-    pub(crate) stats: ServerStats,
 }
 
-/// What a partition counts.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ServerStats {
-    /// Requests delayed because the local clock was behind their snapshot.
-    pub clock_delays: u64,
-    /// Reads delayed behind a prepared transaction.
-    pub prepared_delays: u64,
-    pub reads: u64,
-    pub certification_aborts: u64,
+/// A read that had to wait (Algorithm 1): since when (local time) and why.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    since_ns: u64,
+    by_clock: bool,
+    by_pending_commit: bool,
 }
 
 impl Server {
@@ -88,8 +83,8 @@ impl Server {
             prepared: FxHashMap::default(),
             finished: FxHashMap::default(),
             blocked: FxHashMap::default(),
+            waiting: FxHashMap::default(),
             since_checkpoint: 0,
-            stats: ServerStats::default(),
         };
         let start = records
             .iter()
@@ -261,7 +256,6 @@ impl Server {
     ) -> bool {
         match self.clock_wait(ctx, snapshot) {
             Some(wait) => {
-                self.stats.clock_delays += 1;
                 let msg = Box::new(msg());
                 ctx.set_timer(wait, Timer::Redeliver { from, msg });
                 true
@@ -275,11 +269,15 @@ impl Server {
         }
     }
 
-    /// Raises the floor to `t_ns`, renewing the durable lease when the floor reaches it.
+    /// Raises the floor to `t_ns`, renewing the durable lease when the floor reaches it —
+    /// replicated, half a step earlier, so that a renewal is usually durable (replicated)
+    /// before the floor gets there and reads need not wait for it.
     fn observe(&mut self, ctx: &mut Cx<'_>, t_ns: u64) {
         self.floor_ns = self.floor_ns.max(t_ns);
-        if self.floor_ns >= self.lease_ns {
-            self.lease_ns = self.floor_ns + LEASE_STEP_NS;
+        let step = self.opts.clock_lease_ns;
+        let early = if self.opts.replicated { step / 2 } else { 0 };
+        if self.floor_ns + early >= self.lease_ns {
+            self.lease_ns = self.floor_ns + step;
             let until_ns = self.lease_ns;
             self.persist(ctx, Record::ClockLease { until_ns });
         }
@@ -310,7 +308,7 @@ impl Server {
             key: key.clone(),
             snapshot,
         }) {
-            return;
+            return self.note_wait(ctx, txn, op, |w| w.by_clock = true);
         }
         // Lines 6–17: a version of another transaction that is prepared (pending) at or
         // below the snapshot may commit below it: wait until it is decided. A pending
@@ -325,7 +323,7 @@ impl Server {
             .map(|v| v.writer)
             .last();
         if let Some(writer) = blocker {
-            self.stats.prepared_delays += 1;
+            self.note_wait(ctx, txn, op, |w| w.by_pending_commit = true);
             let now = ctx.now_ns();
             let parked = self.blocked.entry(writer).or_default();
             if !parked
@@ -353,13 +351,49 @@ impl Server {
             }
             return;
         }
-        self.stats.reads += 1;
         let result = match self.store.read_committed_at(&key, snapshot) {
             Ok(v) => Ok(v.and_then(|v| v.value.clone())),
             // The snapshot is older than the GC horizon: its versions may be gone.
             Err(_) => Err(AbortReason::Failure),
         };
-        ctx.send(from, Msg::ReadReply { txn, op, result });
+        let waited_ns = self.served(ctx, txn, op);
+        ctx.send(
+            from,
+            Msg::ReadReply {
+                txn,
+                op,
+                result,
+                waited_ns,
+            },
+        );
+    }
+
+    /// Remembers that read `op` of `txn` waits (from now, unless it already waited).
+    fn note_wait(&mut self, ctx: &Cx<'_>, txn: TxnId, op: u64, why: impl FnOnce(&mut Wait)) {
+        let since_ns = ctx.now_ns();
+        why(self.waiting.entry((txn, op)).or_insert(Wait {
+            since_ns,
+            by_clock: false,
+            by_pending_commit: false,
+        }));
+    }
+
+    /// Counts a read served, and how long it waited (0 if it did not).
+    fn served(&mut self, ctx: &mut Cx<'_>, txn: TxnId, op: u64) -> u64 {
+        ctx.count(counters::READS, 1);
+        let Some(wait) = self.waiting.remove(&(txn, op)) else {
+            return 0;
+        };
+        let waited_ns = ctx.now_ns().saturating_sub(wait.since_ns);
+        ctx.count(counters::READS_DELAYED, 1);
+        ctx.count(counters::READ_DELAY_NS, waited_ns);
+        if wait.by_clock {
+            ctx.count(counters::READS_DELAYED_BY_CLOCK, 1);
+        }
+        if wait.by_pending_commit {
+            ctx.count(counters::READS_DELAYED_BY_PENDING_COMMIT, 1);
+        }
+        waited_ns
     }
 
     /// Re-runs the reads parked behind `writer` (it committed or aborted here).
@@ -412,10 +446,10 @@ impl Server {
             snapshot,
             writes: writes.clone(),
         }) {
-            return;
+            return ctx.count(counters::UPDATES_DELAYED_BY_CLOCK, 1);
         }
         if !self.certify(txn, snapshot, &writes) {
-            self.stats.certification_aborts += 1;
+            ctx.count(counters::CERTIFICATION_ABORTS, 1);
             self.finish(ctx, txn, Finished::Aborted(AbortReason::Conflict));
             let result = Err(AbortReason::Conflict);
             return ctx.send(from, Msg::LocalDone { txn, result });
@@ -472,10 +506,10 @@ impl Server {
             snapshot,
             writes: writes.clone(),
         }) {
-            return;
+            return ctx.count(counters::UPDATES_DELAYED_BY_CLOCK, 1);
         }
         if !self.certify(txn, snapshot, &writes) {
-            self.stats.certification_aborts += 1;
+            ctx.count(counters::CERTIFICATION_ABORTS, 1);
             self.finish(ctx, txn, Finished::Aborted(AbortReason::Conflict));
             let result = Err(AbortReason::Conflict);
             return ctx.send(from, Msg::Vote { txn, result });
@@ -593,13 +627,28 @@ impl Server {
             reads.retain(|b| now.saturating_sub(b.since_ns) < stale);
             !reads.is_empty()
         });
+        self.waiting
+            .retain(|_, w| now.saturating_sub(w.since_ns) < stale);
         // Finished transactions are remembered long after any retransmission can arrive.
         let forget = stale.saturating_mul(4).max(30 * NS_PER_S);
         self.finished
             .retain(|_, (_, at)| now.saturating_sub(*at) < forget);
-        self.store
-            .gc(Timestamp::new(now.saturating_sub(self.opts.gc_lag_ns), 0));
+        self.store.gc(self.gc_horizon(now));
         ctx.set_timer(self.opts.query_ns, Timer::Tick);
+    }
+
+    /// Versions older than the clock minus `gc_lag` go — but never past a prepared
+    /// transaction: its commit timestamp (≥ its prepare timestamp here) must stay above the
+    /// store's watermark however long its coordinator takes to decide (a coordinator cut
+    /// off for longer than `gc_lag`).
+    fn gc_horizon(&self, now: u64) -> Timestamp {
+        let horizon = now.saturating_sub(self.opts.gc_lag_ns);
+        let oldest_prepared = self
+            .prepared
+            .values()
+            .map(|p| p.txn.prepare_ts.time_ns)
+            .min();
+        Timestamp::new(oldest_prepared.map_or(horizon, |p| horizon.min(p)), 0)
     }
 
     fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
@@ -644,6 +693,13 @@ impl Server {
         };
         ctx.checkpoint(Record::ServerCheckpoint(Box::new(snapshot)));
         self.since_checkpoint = 0;
+    }
+}
+
+impl Server {
+    /// No timestamp at or below this is issued here any more.
+    pub(crate) fn floor_ns(&self) -> u64 {
+        self.floor_ns
     }
 }
 

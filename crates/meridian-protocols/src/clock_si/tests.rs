@@ -1,328 +1,46 @@
-//! Unit tests with a small deterministic driver: messages take 1 ms, each node's clock is
-//! virtual time plus a per-node offset, tests may drop messages matching a filter, crash and
-//! restart nodes (rebuilt from their records), and inspect node state. Every message and
-//! record is round-tripped through JSON.
+//! Unit tests under the shared test driver (`crate::testkit`): messages take 1 ms, each
+//! node's clock is virtual time plus a per-node offset, tests may drop messages matching a
+//! filter, crash and restart nodes (rebuilt from their records), and inspect node state and
+//! the protocol's counters.
 
 use super::*;
-use crate::clock_si::wire::Cx;
-use meridian_core::node::{Context, Effect};
 use meridian_core::txn::{AbortReason, ClientResponse, CommitPath, Outcome, Step, Txn};
-use meridian_core::{NodeRng, ShardId, TimerId, Timestamp, Topology, TxnId};
-use rand::SeedableRng;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use meridian_core::{ShardId, Timestamp, Topology};
 
-const MS: u64 = 1_000_000;
-const MS_I: i64 = 1_000_000;
+const MS: u64 = crate::testkit::MS;
+const MS_I: i64 = MS as i64;
+/// Clocks read a realistic wall time (virtual time is small).
 const EPOCH: u64 = 1_700_000_000_000_000_000;
 
-/// Two regions; two shards (data nodes n0 and n2, in A); two coordinators (n4, n5) in A;
-/// conventional SI adds the oracle n6 in A.
-const TOPOLOGY: &str = r#"
-name = "clock-si-test"
-regions = ["A", "B"]
-intra_region_rtt_ms = 1.0
-[[rtt]]
-between = ["A", "B"]
-ms = 100.0
-[[shards]]
-count = 2
-replicas = ["A", "B"]
-leader = "A"
-[[coordinators]]
-region = "A"
-count = 2
-"#;
-
-type Filter = Box<dyn FnMut(NodeId, NodeId, &Msg) -> bool>;
-
-enum Event {
-    Deliver {
-        from: NodeId,
-        to: NodeId,
-        msg: Msg,
-    },
-    Fire {
-        node: NodeId,
-        epoch: u32,
-        id: TimerId,
-        timer: Timer,
-    },
-}
-
-struct Driver {
-    setup: Setup,
-    conventional: bool,
-    nodes: Vec<Option<SiNode>>,
-    records: Vec<Vec<Record>>,
-    epochs: Vec<u32>,
-    next_timer: Vec<u64>,
-    rngs: Vec<NodeRng>,
-    cancelled: BTreeSet<(NodeId, TimerId)>,
-    events: BTreeMap<(u64, u64), Event>,
-    seq: u64,
-    now: u64,
-    /// Per-node clock offset (ns, may be negative).
-    offsets: Vec<i64>,
-    drop: Option<Filter>,
-    responses: BTreeMap<RequestId, ClientResponse>,
-    next_request: u64,
-    sent: BTreeMap<&'static str, usize>,
-}
-
-fn roundtrip<T: Serialize + DeserializeOwned>(value: T) -> T {
-    serde_json::from_str(&serde_json::to_string(&value).expect("serializes")).expect("deserializes")
-}
-
-fn key(s: &str) -> meridian_core::Key {
-    meridian_core::Key::from(s.to_string())
-}
+type Driver = crate::testkit::Driver<SiNode>;
 
 impl Driver {
-    fn new(conventional: bool, options: &str) -> Driver {
-        let topology = Topology::parse("test", TOPOLOGY).expect("test topology");
-        let services = if conventional {
-            ConventionalSi::services(&Cluster::new(topology.clone(), &[]).unwrap())
+    /// Clock-SI, or conventional SI (with its oracle n6).
+    fn si(conventional: bool, options: &str) -> Driver {
+        let procedures = Default::default();
+        if conventional {
+            Driver::with_clock_base::<ConventionalSi>(options, procedures, 0, EPOCH)
         } else {
-            Vec::new()
-        };
-        let cluster = Arc::new(Cluster::new(topology, &services).expect("test cluster"));
-        let config = ProtocolConfig::parse(options).expect("options parse");
-        ClockSi::check_config(&config).expect("valid options");
-        let setup = Setup {
-            cluster,
-            config,
-            procedures: Arc::new(Default::default()),
-        };
-        let n = setup.cluster.nodes.len();
-        let mut d = Driver {
-            setup,
-            conventional,
-            nodes: (0..n).map(|_| None).collect(),
-            records: vec![Vec::new(); n],
-            epochs: vec![0; n],
-            next_timer: vec![0; n],
-            rngs: (0..n as u64).map(NodeRng::seed_from_u64).collect(),
-            cancelled: BTreeSet::new(),
-            events: BTreeMap::new(),
-            seq: 0,
-            now: 0,
-            offsets: vec![0; n],
-            drop: None,
-            responses: BTreeMap::new(),
-            next_request: 0,
-            sent: BTreeMap::new(),
-        };
-        for node in 0..n {
-            d.restart(NodeId(node as u32));
+            Driver::with_clock_base::<ClockSi>(options, procedures, 0, EPOCH)
         }
-        d
     }
 
     fn coord(&self, i: usize) -> NodeId {
-        self.setup.cluster.coordinators[i]
-    }
-
-    fn server_node(&self, shard: u32) -> NodeId {
-        self.setup.cluster.initial_leader(ShardId(shard))
+        self.coordinator_node(i)
     }
 
     fn server(&self, shard: u32) -> &Server {
-        match &self.nodes[self.server_node(shard).index()] {
+        match self.node(self.server_node(shard)) {
             Some(SiNode::Server(s)) => s,
             other => panic!("shard {shard}'s node is {other:?}"),
         }
     }
 
     fn coordinator(&self, i: usize) -> &Coordinator {
-        match &self.nodes[self.coord(i).index()] {
+        match self.node(self.coord(i)) {
             Some(SiNode::Coordinator(c)) => c,
             other => panic!("coordinator {i} is {other:?}"),
         }
-    }
-
-    /// A key stored on `shard` (the partitioner decides; we search names).
-    fn key_on(&self, shard: u32, name: &str) -> meridian_core::Key {
-        (0..)
-            .map(|i| key(&format!("{name}{i}")))
-            .find(|k| self.setup.cluster.partitioner.shard_of(k) == ShardId(shard))
-            .expect("some key lands on every shard")
-    }
-
-    fn crash(&mut self, node: NodeId) {
-        self.nodes[node.index()] = None;
-        self.epochs[node.index()] += 1;
-    }
-
-    fn restart(&mut self, node: NodeId) {
-        let built = if self.conventional {
-            ConventionalSi::build(node, &self.setup, &self.records[node.index()])
-        } else {
-            ClockSi::build(node, &self.setup, &self.records[node.index()])
-        };
-        self.nodes[node.index()] = Some(built);
-        self.with_node(node, |n, ctx| n.on_start(ctx));
-    }
-
-    fn request(&mut self, coordinator: usize, req: ClientRequest) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        let node = self.coord(coordinator);
-        self.with_node(node, |n, ctx| n.on_client_request(ctx, request, req));
-        request
-    }
-
-    /// Sends one step and runs until it is answered (at most 10 s).
-    fn step(&mut self, coordinator: usize, step: Step) -> ClientResponse {
-        let request = self.request(coordinator, ClientRequest::Interactive(step));
-        let end = self.now + 10_000 * MS;
-        while self.now < end && !self.responses.contains_key(&request) {
-            self.run_for(MS / 10);
-        }
-        self.responses
-            .get(&request)
-            .cloned()
-            .expect("answered within 10 s")
-    }
-
-    fn begin(&mut self, coordinator: usize, latest_seen: Option<Timestamp>) -> TxnId {
-        match self.step(coordinator, Step::Begin { latest_seen }) {
-            ClientResponse::Began(txn) => txn,
-            other => panic!("begin answered {other:?}"),
-        }
-    }
-
-    fn get(&mut self, coordinator: usize, txn: TxnId, k: &meridian_core::Key) -> ClientResponse {
-        self.step(
-            coordinator,
-            Step::Get {
-                txn,
-                key: k.clone(),
-            },
-        )
-    }
-
-    fn put(&mut self, coordinator: usize, txn: TxnId, k: &meridian_core::Key, v: &str) {
-        let value = meridian_core::Value::from(v.to_string());
-        let r = self.step(
-            coordinator,
-            Step::Put {
-                txn,
-                key: k.clone(),
-                value,
-            },
-        );
-        assert_eq!(r, ClientResponse::Written);
-    }
-
-    fn commit(&mut self, coordinator: usize, txn: TxnId) -> Outcome {
-        match self.step(coordinator, Step::Commit { txn }) {
-            ClientResponse::Outcome(o) => o,
-            other => panic!("commit answered {other:?}"),
-        }
-    }
-
-    fn run_for(&mut self, ns: u64) {
-        let end = self.now + ns;
-        while let Some((&(at, seq), _)) = self.events.first_key_value() {
-            if at > end {
-                break;
-            }
-            let event = self.events.remove(&(at, seq)).expect("present");
-            self.now = self.now.max(at);
-            match event {
-                Event::Deliver { from, to, msg } => {
-                    self.with_node(to, |n, ctx| n.on_message(ctx, from, msg))
-                }
-                Event::Fire {
-                    node,
-                    epoch,
-                    id,
-                    timer,
-                } => {
-                    if epoch == self.epochs[node.index()] && !self.cancelled.remove(&(node, id)) {
-                        self.with_node(node, |n, ctx| n.on_timer(ctx, timer));
-                    }
-                }
-            }
-        }
-        self.now = end;
-    }
-
-    fn clock(&self, node: NodeId) -> u64 {
-        (EPOCH as i64 + self.now as i64 + self.offsets[node.index()]) as u64
-    }
-
-    fn with_node(&mut self, node: NodeId, handler: impl FnOnce(&mut SiNode, &mut Cx<'_>)) {
-        let now = self.clock(node);
-        let Some(state) = self.nodes[node.index()].as_mut() else {
-            return;
-        };
-        let mut effects = Vec::new();
-        let mut ctx = Context::new(
-            node,
-            now,
-            &mut self.rngs[node.index()],
-            &mut effects,
-            &mut self.next_timer[node.index()],
-        );
-        handler(state, &mut ctx);
-        for effect in effects {
-            match effect {
-                Effect::Send { to, msg } => {
-                    let msg = roundtrip(msg);
-                    *self.sent.entry(msg.kind()).or_default() += 1;
-                    if self.drop.as_mut().is_some_and(|f| f(node, to, &msg)) {
-                        continue;
-                    }
-                    self.schedule(
-                        self.now + MS,
-                        Event::Deliver {
-                            from: node,
-                            to,
-                            msg,
-                        },
-                    );
-                }
-                Effect::SetTimer {
-                    id,
-                    after_ns,
-                    timer,
-                } => {
-                    let epoch = self.epochs[node.index()];
-                    self.schedule(
-                        self.now + after_ns,
-                        Event::Fire {
-                            node,
-                            epoch,
-                            id,
-                            timer,
-                        },
-                    );
-                }
-                Effect::CancelTimer { id } => {
-                    self.cancelled.insert((node, id));
-                }
-                Effect::Respond { request, response } => {
-                    assert!(
-                        self.responses.insert(request, response).is_none(),
-                        "{request} answered twice"
-                    );
-                }
-                Effect::Persist { record } => self.records[node.index()].push(roundtrip(record)),
-                Effect::Checkpoint { record } => {
-                    self.records[node.index()].clear();
-                    self.records[node.index()].push(roundtrip(record));
-                }
-            }
-        }
-    }
-
-    fn schedule(&mut self, at: u64, event: Event) {
-        self.seq += 1;
-        self.events.insert((at, self.seq), event);
     }
 }
 
@@ -369,7 +87,7 @@ fn options_parse_refuse_unknown_and_auto_delta_follows_section_iii_c() {
 
 #[test]
 fn delta_makes_snapshots_older_by_delta() {
-    let mut d = Driver::new(false, "delta_ms=40");
+    let mut d = Driver::si(false, "delta_ms=40");
     assert_eq!(d.coordinator(0).delta_ns(), 40 * MS);
     d.run_for(100 * MS);
     let t = d.begin(0, None);
@@ -384,7 +102,7 @@ fn delta_makes_snapshots_older_by_delta() {
 
 #[test]
 fn a_read_waits_until_the_partition_clock_passes_the_snapshot() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     // The coordinator's clock runs 50 ms ahead of the partition's.
     let c = d.coord(0);
     d.offsets[c.index()] = 50 * MS_I;
@@ -398,16 +116,21 @@ fn a_read_waits_until_the_partition_clock_passes_the_snapshot() {
         "answered after {} ms",
         (d.now - start) / MS
     );
-    assert!(d.server(0).stats.clock_delays >= 1);
+    assert_eq!(d.counters[counters::READS_DELAYED_BY_CLOCK], 1);
+    assert_eq!(d.counters[counters::TXNS_DELAYED], 1);
+    // The coordinator learned how long the partition held the read back.
+    assert!(d.counters[counters::TXN_DELAY_NS] >= 48 * MS);
     // A second read with the same snapshot is below the partition's floor now: no wait.
     let start = d.now;
     d.get(0, t, &d.key_on(0, "j"));
     assert!(d.now - start < 5 * MS);
+    assert_eq!(d.counters[counters::READS_DELAYED], 1);
+    assert_eq!(d.counters[counters::READS], 2);
 }
 
 #[test]
 fn an_update_waits_for_the_clock_too_so_its_commit_ts_is_above_the_snapshot() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let c = d.coord(0);
     d.offsets[c.index()] = 30 * MS_I;
     let k = d.key_on(0, "k");
@@ -420,12 +143,12 @@ fn an_update_waits_for_the_clock_too_so_its_commit_ts_is_above_the_snapshot() {
         ts.time_ns >= snapshot_floor - MS,
         "commit ts {ts} not above the snapshot"
     );
-    assert!(d.server(0).stats.clock_delays >= 1);
+    assert!(d.counters[counters::UPDATES_DELAYED_BY_CLOCK] >= 1);
 }
 
 #[test]
 fn a_read_behind_a_prepared_version_waits_and_asks_the_coordinator_for_the_commit_ts() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
     let s0 = d.server_node(0);
     // The first COMMIT to shard 0 is lost: its version stays prepared there.
@@ -446,7 +169,8 @@ fn a_read_behind_a_prepared_version_waits_and_asks_the_coordinator_for_the_commi
     let queries = d.sent.get("query").copied().unwrap_or(0);
     let t2 = d.begin(1, Some(c1));
     assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
-    assert!(d.server(0).stats.prepared_delays >= 1);
+    assert_eq!(d.counters[counters::READS_DELAYED_BY_PENDING_COMMIT], 1);
+    assert_eq!(d.counters[counters::TXNS_DELAYED], 1);
     assert!(
         d.sent["query"] > queries,
         "the partition asked for the commit ts"
@@ -457,7 +181,7 @@ fn a_read_behind_a_prepared_version_waits_and_asks_the_coordinator_for_the_commi
 
 #[test]
 fn session_consistency_starts_the_snapshot_above_latest_seen() {
-    let mut d = Driver::new(false, "delta_ms=20");
+    let mut d = Driver::si(false, "delta_ms=20");
     let seen = Timestamp::new(d.clock(d.coord(0)) + 70 * MS, 3);
     let t = d.begin(0, Some(seen));
     let (snapshot, _) = committed_ts(&d.commit(0, t));
@@ -471,7 +195,7 @@ fn session_consistency_starts_the_snapshot_above_latest_seen() {
 
 #[test]
 fn read_only_transactions_commit_without_messages_at_their_snapshot() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let k = d.key_on(1, "k");
     let t = d.begin(0, None);
     d.get(0, t, &k);
@@ -488,7 +212,7 @@ fn read_only_transactions_commit_without_messages_at_their_snapshot() {
 
 #[test]
 fn first_committer_wins_and_the_loser_aborts_with_conflict() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let k = d.key_on(0, "k");
     let t1 = d.begin(0, None);
     let t2 = d.begin(1, None);
@@ -531,7 +255,7 @@ fn first_committer_wins_and_the_loser_aborts_with_conflict() {
 
 #[test]
 fn distributed_commit_ts_is_the_max_of_the_prepare_timestamps() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     // Shard 1's clock is 30 ms ahead: its prepare timestamp is the larger one.
     let s1 = d.server_node(1);
     d.offsets[s1.index()] = 30 * MS_I;
@@ -555,7 +279,7 @@ fn one_shot_transactions_run_as_sessions_with_value_dependencies() {
     use meridian_core::txn::{Op, Operand, Piece};
     use meridian_core::value::{decode_int, encode_int};
     for conventional in [false, true] {
-        let mut d = Driver::new(conventional, "");
+        let mut d = Driver::si(conventional, "");
         let (a, b) = (d.key_on(0, "a"), d.key_on(1, "b"));
         let txn = Txn {
             pieces: vec![
@@ -581,9 +305,9 @@ fn one_shot_transactions_run_as_sessions_with_value_dependencies() {
         let r = d.request(0, ClientRequest::OneShot(txn.clone()));
         d.run_for(50 * MS);
         let Some(ClientResponse::Outcome(Outcome::Committed { results, path, .. })) =
-            d.responses.get(&r).cloned()
+            d.response(r).cloned()
         else {
-            panic!("one-shot answered {:?}", d.responses.get(&r));
+            panic!("one-shot answered {:?}", d.response(r));
         };
         assert_eq!(path, CommitPath::TwoPhase);
         assert_eq!(results.len(), 2);
@@ -591,9 +315,7 @@ fn one_shot_transactions_run_as_sessions_with_value_dependencies() {
         // Again: the add reads the committed 5.
         let r = d.request(1, ClientRequest::OneShot(txn));
         d.run_for(50 * MS);
-        assert!(
-            matches!(d.responses.get(&r), Some(ClientResponse::Outcome(o)) if o.is_committed())
-        );
+        assert!(matches!(d.response(r), Some(ClientResponse::Outcome(o)) if o.is_committed()));
         let t = d.begin(0, None);
         let ClientResponse::Read(Some(v)) = d.get(0, t, &b) else {
             panic!("b unwritten")
@@ -601,7 +323,7 @@ fn one_shot_transactions_run_as_sessions_with_value_dependencies() {
         assert_eq!(decode_int(&v), Some(10));
         let bad = d.request(0, ClientRequest::OneShot(Txn { pieces: vec![] }));
         assert!(matches!(
-            d.responses.get(&bad),
+            d.response(bad),
             Some(ClientResponse::Outcome(Outcome::Aborted {
                 reason: AbortReason::Invalid(_)
             }))
@@ -613,7 +335,7 @@ fn one_shot_transactions_run_as_sessions_with_value_dependencies() {
 
 #[test]
 fn a_restarted_partition_resolves_its_prepared_transaction_with_the_coordinator() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
     let s0 = d.server_node(0);
     d.drop = Some(Box::new(move |_, to, msg| {
@@ -640,7 +362,7 @@ fn a_restarted_partition_resolves_its_prepared_transaction_with_the_coordinator(
 
 #[test]
 fn presumed_abort_when_the_coordinator_lost_the_transaction() {
-    let mut d = Driver::new(false, "query_ms=50");
+    let mut d = Driver::si(false, "query_ms=50");
     let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
     // Votes never reach the coordinator, which then crashes (forgetting the session).
     d.drop = Some(Box::new(|_, _, msg| matches!(msg, Msg::Vote { .. })));
@@ -656,7 +378,7 @@ fn presumed_abort_when_the_coordinator_lost_the_transaction() {
     d.restart(c);
     d.run_for(200 * MS);
     assert!(
-        !d.responses.contains_key(&r),
+        d.response(r).is_none(),
         "the crashed coordinator never answered"
     );
     assert_eq!(d.server(0).prepared_count(), 0);
@@ -676,7 +398,7 @@ fn presumed_abort_when_the_coordinator_lost_the_transaction() {
 
 #[test]
 fn timestamps_stay_monotone_across_a_restart_with_a_clock_that_stepped_back() {
-    let mut d = Driver::new(false, "");
+    let mut d = Driver::si(false, "");
     let k = d.key_on(0, "k");
     let t = d.begin(0, None);
     d.put(0, t, &k, "one");
@@ -695,7 +417,7 @@ fn timestamps_stay_monotone_across_a_restart_with_a_clock_that_stepped_back() {
 
 #[test]
 fn checkpoints_bound_the_log_and_restore_the_store() {
-    let mut d = Driver::new(false, "checkpoint_every=4");
+    let mut d = Driver::si(false, "checkpoint_every=4");
     let mut keys = Vec::new();
     for i in 0..12 {
         let k = d.key_on(0, &format!("k{i}_"));
@@ -726,7 +448,7 @@ fn checkpoints_bound_the_log_and_restore_the_store() {
 
 #[test]
 fn conventional_si_takes_both_timestamps_from_the_oracle() {
-    let mut d = Driver::new(true, "");
+    let mut d = Driver::si(true, "");
     // Clocks do not matter: even a partition far behind answers at once.
     let s0 = d.server_node(0);
     d.offsets[s0.index()] = -200 * MS_I;
@@ -755,5 +477,114 @@ fn conventional_si_takes_both_timestamps_from_the_oracle() {
     assert!(s2 > c);
     let t3 = d.begin(1, None);
     assert_eq!(read_value(&d.get(1, t3, &k)).as_deref(), Some("v"));
-    assert_eq!(d.server(0).stats.clock_delays, 0);
+    assert!(!d.counters.contains_key(counters::READS_DELAYED_BY_CLOCK));
+    assert!(!d.counters.contains_key(counters::UPDATES_DELAYED_BY_CLOCK));
+}
+
+// ---- replicated mode ------------------------------------------------------------------
+
+/// Three regions; two shards replicated in all three (initial leaders in A, n0 and n3);
+/// two coordinators in A (n6, n7). The test driver's messages take 1 ms whatever the RTT;
+/// the RTTs set the Raft tick (10 ms / 4).
+const REPLICATED: &str = r#"
+name = "clock-si-replicated-test"
+regions = ["A", "B", "C"]
+intra_region_rtt_ms = 1.0
+[[rtt]]
+between = ["A", "B"]
+ms = 10.0
+[[rtt]]
+between = ["A", "C"]
+ms = 10.0
+[[rtt]]
+between = ["B", "C"]
+ms = 10.0
+[[shards]]
+count = 2
+replicas = ["A", "B", "C"]
+leader = "A"
+[[coordinators]]
+region = "A"
+count = 2
+"#;
+
+fn replicated(options: &str) -> Driver {
+    let options = format!("replicated=true,{options}");
+    Driver::on_topology::<ClockSi>(REPLICATED, &options, Default::default(), 0, EPOCH)
+}
+
+fn member(d: &Driver, node: NodeId) -> &Member {
+    match d.node(node) {
+        Some(SiNode::Member(m)) => m,
+        other => panic!("{node} is {other:?}"),
+    }
+}
+
+#[test]
+fn replicated_partitions_elect_the_placed_leader_and_commit_through_raft() {
+    let mut d = replicated("");
+    d.run_for(500 * MS);
+    assert_eq!(d.counters[counters::PARTITION_TAKEOVERS], 2);
+    for shard in 0..2 {
+        let leader = d.server_node(shard);
+        assert!(member(&d, leader).leads(), "{leader} leads shard {shard}");
+    }
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    let start = d.now;
+    let (c, path) = committed_ts(&d.commit(0, t));
+    assert_eq!(path, CommitPath::TwoPhase);
+    // A vote leaves a partition only once its prepare record is on a majority: the test
+    // driver's hops take 1 ms each, so prepare + append + ack + vote = 4 ms (2 unreplicated).
+    assert!(d.now - start >= 4 * MS, "{} ms", (d.now - start) / MS);
+    d.run_for(50 * MS);
+    // Every member of shard 0 holds the prepare and commit records.
+    for &replica in d.setup.cluster.replicas(ShardId(0)) {
+        assert!(member(&d, replica).committed_records() >= 2, "{replica}");
+    }
+    // A local commit, then a read at a snapshot above both.
+    let t2 = d.begin(1, Some(c));
+    d.put(1, t2, &x, "x2");
+    let (c2, path) = committed_ts(&d.commit(1, t2));
+    assert_eq!(path, CommitPath::Local);
+    let t3 = d.begin(0, Some(c2));
+    assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
+    assert_eq!(read_value(&d.get(0, t3, &y)).as_deref(), Some("y1"));
+}
+
+#[test]
+fn a_replicated_partition_survives_its_leaders_crash() {
+    let mut d = replicated("");
+    d.run_for(500 * MS);
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    let (c, _) = committed_ts(&d.commit(0, t));
+    d.run_for(50 * MS);
+    // Shard 0's leader (and with it the only copy in faithful mode) goes down for good.
+    let old = d.server_node(0);
+    d.crash(old);
+    d.run_for(1_000 * MS);
+    assert_eq!(d.counters[counters::PARTITION_TAKEOVERS], 3, "a new leader");
+    let leader = d.setup.cluster.replicas(ShardId(0))[1..]
+        .iter()
+        .copied()
+        .find(|&r| member(&d, r).leads())
+        .expect("a follower took over");
+    assert_ne!(leader, old);
+    // The committed write is there; the coordinator finds the new leader and writes again.
+    let t2 = d.begin(1, Some(c));
+    assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
+    d.put(1, t2, &x, "x2");
+    let (c2, _) = committed_ts(&d.commit(1, t2));
+    assert!(c2 > c, "timestamps stay monotone across leaders");
+    // The old leader comes back as a follower and catches up from the group.
+    d.restart(old);
+    d.run_for(500 * MS);
+    assert!(!member(&d, old).leads());
+    let t3 = d.begin(0, Some(c2));
+    assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
 }

@@ -1,6 +1,7 @@
 //! What Clock-SI / conventional-SI nodes say to each other (messages), to themselves
 //! (timers) and to their durable logs (records).
 
+use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Value};
 use meridian_core::{NodeId, Timestamp, TxnId};
@@ -52,6 +53,8 @@ pub enum Msg {
         txn: TxnId,
         op: u64,
         result: Result<Option<Value>, AbortReason>,
+        /// How long the partition held the read back (Algorithm 1's delays), local ns.
+        waited_ns: u64,
     },
     LocalDone {
         txn: TxnId,
@@ -80,6 +83,14 @@ pub enum Msg {
         purpose: TsPurpose,
         ts: Timestamp,
     },
+    /// Replicated mode: between the members of a partition's Raft group.
+    Raft(RaftMsg),
+    /// Replicated mode: a member that does not lead got a request for `txn`; `leader` is
+    /// the member it believes leads, if any.
+    NotLeader {
+        txn: TxnId,
+        leader: Option<NodeId>,
+    },
 }
 
 impl Msg {
@@ -98,6 +109,20 @@ impl Msg {
             Msg::Query { .. } => "query",
             Msg::TsRequest { .. } => "ts-request",
             Msg::TsReply { .. } => "ts-reply",
+            Msg::Raft(_) => "raft",
+            Msg::NotLeader { .. } => "not-leader",
+        }
+    }
+
+    /// The transaction of a request a coordinator sends to a partition.
+    pub fn partition_request_txn(&self) -> Option<TxnId> {
+        match self {
+            Msg::Read { txn, .. }
+            | Msg::CommitLocal { txn, .. }
+            | Msg::Prepare { txn, .. }
+            | Msg::Commit { txn, .. }
+            | Msg::Abort { txn } => Some(*txn),
+            _ => None,
         }
     }
 }
@@ -114,6 +139,10 @@ pub enum Timer {
     Redeliver { from: NodeId, msg: Box<Msg> },
     /// Server: periodic housekeeping (queries for prepared transactions, GC, forgetting).
     Tick,
+    /// Replicated mode: the Raft group's clock.
+    RaftTick,
+    /// Replicated mode: a timer the server set during leadership `epoch` of its member.
+    Led { epoch: u64, timer: Box<Timer> },
 }
 
 /// A transaction a partition prepared: everything it needs to commit after a crash.
@@ -193,4 +222,7 @@ pub enum Record {
     OracleLease {
         until_ns: u64,
     },
+    /// Replicated mode: a replica's Raft log and hard state (the server's records travel
+    /// inside its entries).
+    Raft(RaftRecord),
 }

@@ -94,8 +94,6 @@ mod vecmap;
 mod wire;
 
 #[cfg(test)]
-mod driver;
-#[cfg(test)]
 mod tests;
 
 pub use coordinator::Coordinator;

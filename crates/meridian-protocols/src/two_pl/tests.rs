@@ -1,8 +1,8 @@
 //! Behaviour of `2pl-2pc` under the in-crate driver. Each test names a feature and fails if
 //! that feature were missing.
 
-use super::driver::{Driver, Faults, MS};
 use super::*;
+use crate::testkit::{Faults, MS};
 use bytes::Bytes;
 use meridian_core::txn::{
     AbortReason, CommitPath, KvAccess, Op, Operand, Outcome, Piece, PieceBody, PieceResult,
@@ -13,6 +13,24 @@ use meridian_core::{NodeId, Topology};
 use std::sync::Arc;
 
 // ---- helpers ---------------------------------------------------------------------------
+
+type Driver = crate::testkit::Driver<TwoPlNode>;
+
+impl Driver {
+    fn server(&self, shard: u32) -> &Server {
+        match self.node(self.server_node(shard)) {
+            Some(TwoPlNode::Server(s)) => s,
+            other => panic!("shard {shard}'s data node is {other:?}"),
+        }
+    }
+
+    fn coordinator(&self, index: usize) -> &Coordinator {
+        match self.node(self.coordinator_node(index)) {
+            Some(TwoPlNode::Coordinator(c)) => c,
+            other => panic!("coordinator {index} is {other:?}"),
+        }
+    }
+}
 
 fn key(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -39,7 +57,7 @@ fn add(shard: u32, k: &str, v: i64) -> Piece {
 }
 
 fn driver(options: &str) -> Driver {
-    Driver::new(options, Procedures::new(), 7)
+    Driver::new::<TwoPlTwoPc>(options, Procedures::new(), 7)
 }
 
 fn committed(d: &Driver, r: RequestId) -> (Vec<PieceResult>, CommitPath) {
@@ -283,7 +301,7 @@ fn duplicated_and_reordered_messages_are_harmless() {
 fn lossy_network_keeps_outcomes_atomic_and_consistent() {
     let options = "retry_ms=20,exec_timeout_ms=160,idle_timeout_ms=400,query_ms=40";
     for seed in 0..50 {
-        let mut d = Driver::new(options, Procedures::new(), seed);
+        let mut d = Driver::new::<TwoPlTwoPc>(options, Procedures::new(), seed);
         d.faults = Faults {
             drop: 0.15,
             duplicate: 0.1,
@@ -350,7 +368,7 @@ fn random_crashes_and_restarts_keep_transactions_atomic() {
     // [aborted, unsure, committed] over all seeds, and crashes: the run must exercise them.
     let (mut stats, mut crashes) = ([0; 3], 0);
     for seed in 0..50 {
-        let mut d = Driver::new(options, Procedures::new(), seed);
+        let mut d = Driver::new::<TwoPlTwoPc>(options, Procedures::new(), seed);
         d.faults = Faults {
             drop: 0.05,
             duplicate: 0.05,
@@ -593,7 +611,7 @@ fn a_piece_abort_releases_locks_on_every_shard() {
     let mut procedures = Procedures::new();
     procedures.register("refuse", refuse);
     procedures.register("sneak", sneak);
-    let mut d = Driver::new("", procedures, 3);
+    let mut d = Driver::new::<TwoPlTwoPc>("", procedures, 3);
     let call = |name: &str| Piece {
         shard: ShardId(1),
         body: PieceBody::Procedure(ProcedureCall {
@@ -778,7 +796,7 @@ region = "A"
 
 #[test]
 fn non_coordinators_refuse_client_requests() {
-    let topology = Topology::parse("t", super::driver::TOPOLOGY).unwrap();
+    let topology = Topology::parse("t", crate::testkit::TOPOLOGY).unwrap();
     let cluster = Arc::new(Cluster::new(topology, &[]).unwrap());
     let setup = Setup {
         cluster,
