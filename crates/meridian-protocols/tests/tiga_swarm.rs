@@ -70,12 +70,14 @@ fn swarm(detective: bool) {
     let (mut committed, mut slow_or_re) = (0, 0);
     for seed in 1..=24u64 {
         let clock = PROFILES[(seed % 4) as usize];
+        // The headroom and the planned quorum change performance only, never correctness.
+        let config = ["", "path=auto", "headroom=paper", "path=slow"][(seed / 4 % 4) as usize];
         let report = simulate(
             seed,
             &Run {
                 detective,
                 clock,
-                config: "",
+                config,
                 workload: "list-append",
                 workload_opts: &[],
                 faults: true,
@@ -83,7 +85,7 @@ fn swarm(detective: bool) {
             },
         );
         let verdict = check(&report.history, Model::StrictSerializable);
-        assert!(verdict.valid, "seed {seed} ({clock}): {verdict}");
+        assert!(verdict.valid, "seed {seed} ({clock}, {config}): {verdict}");
         assert!(
             report.committed > 100,
             "seed {seed} ({clock}): only {} committed",
@@ -148,6 +150,16 @@ fn microbench_latency_is_within_ten_percent_of_the_bound() {
             assert!(
                 p50 <= 1.10 * bound,
                 "zipf {zipf} {}: p50 {p50} above 1.10 x bound {bound}",
+                region.region
+            );
+            // SC and HK commit on the fast path. FI and BR commit on the slow path, which
+            // is faster there (§6): the leaders' fast replies and the slow reply of the
+            // follower next to the coordinator arrive ~29 ms before BR's (FI's) fast reply.
+            let expect_fast = matches!(region.region.as_str(), "SC" | "HK");
+            assert_eq!(
+                fast >= 0.9,
+                expect_fast,
+                "zipf {zipf} {}: fast-path ratio {fast}",
                 region.region
             );
         }

@@ -1,6 +1,7 @@
 //! Tiga's coordinator (§3.1, §3.4, §3.7; Algorithm 3): OWD probes, future timestamps,
 //! multicast, and the fast/slow quorum checks.
 
+use super::headroom::Estimator;
 use super::options::Options;
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::{super_quorum, TigaNode};
@@ -10,7 +11,7 @@ use meridian_core::txn::{
 };
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Replies of one shard for one transaction.
@@ -43,8 +44,8 @@ pub struct Coordinator {
     incarnation: u32,
     counter: u64,
     last_ts: u64,
-    /// Recent OWD samples (server clock at receipt − our clock at sending), per node index.
-    samples: Vec<VecDeque<i64>>,
+    /// Recent OWD samples and the headroom plans drawn from them.
+    estimator: Estimator,
     inflight: FxHashMap<TxnId, Inflight>,
 }
 
@@ -61,7 +62,7 @@ impl Coordinator {
             .count() as u32;
         Coordinator {
             id,
-            samples: vec![VecDeque::new(); cluster.nodes.len()],
+            estimator: Estimator::new(id, cluster.nodes.len()),
             cluster,
             opts,
             incarnation,
@@ -87,47 +88,26 @@ impl Coordinator {
         ctx.set_timer(self.opts.probe_ns, Timer::Probe);
     }
 
-    /// The OWD estimate to `server` in ns: the configured percentile of the recent samples,
-    /// or, before any sample arrived, the topology's mean one-way delay.
+    /// The OWD estimate to `server` in ns, at the paper's `probe_percentile`.
     pub fn owd_ns(&self, server: NodeId) -> u64 {
-        let samples = &self.samples[server.index()];
-        if samples.is_empty() {
-            return (self.cluster.one_way_ms(self.id, server) * 1e6) as u64;
-        }
-        let mut sorted: Vec<i64> = samples.iter().copied().collect();
-        sorted.sort_unstable();
-        let rank = ((self.opts.probe_percentile / 100.0) * (sorted.len() - 1) as f64).round();
-        sorted[rank as usize].max(0) as u64
+        self.estimator
+            .forward_ns(&self.cluster, server, self.opts.probe_percentile)
     }
 
-    /// §3.1: the largest OWD to the closest super quorum of each shard, maximized over the
-    /// shards, plus Δ.
+    /// §3.1 (and §6's choice of quorum): the headroom for a transaction on `shards`.
     pub fn headroom_ns(&self, shards: &[ShardId]) -> u64 {
-        let mut worst = 0;
-        for &s in shards {
-            let mut owds: Vec<u64> = self
-                .cluster
-                .replicas(s)
-                .iter()
-                .map(|&r| self.owd_ns(r))
-                .collect();
-            owds.sort_unstable();
-            let sq = super_quorum(self.cluster.f(s)).min(owds.len());
-            worst = worst.max(owds[sq - 1]);
-        }
-        worst + self.opts.delta_ns
+        self.estimator
+            .plan(&self.cluster, shards, &self.opts)
+            .headroom_ns
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::ProbeReply { sent_ns, server_ns } => {
-                let window = self.opts.probe_window;
-                let samples = &mut self.samples[from.index()];
-                samples.push_back(server_ns as i64 - sent_ns as i64);
-                while samples.len() > window {
-                    samples.pop_front();
-                }
-            }
+            Msg::ProbeReply { sent_ns, server_ns } => self.estimator.record(
+                from,
+                (sent_ns, server_ns, ctx.now_ns()),
+                self.opts.probe_window,
+            ),
             Msg::FastReply(reply) => {
                 let txn = reply.txn;
                 let Some(inf) = self.inflight.get_mut(&txn) else {

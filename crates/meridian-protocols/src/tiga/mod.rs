@@ -10,21 +10,49 @@
 //! ## Paper → code
 //! | paper | code |
 //! |---|---|
-//! | §3.1 timestamp initialization, OWD measurement | `coordinator.rs`: [`Coordinator::owd_ns`], [`Coordinator::headroom_ns`], `on_client_request` |
+//! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
 //! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute) |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp) |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
+//! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`] |
+//! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
 //! | §3.8 preventive vs detective | [`Tiga::build`]: chosen per run from the initial leaders' topology OWDs against `colocation_threshold_ms` |
 //!
 //! ## Choices the paper leaves open
 //! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
-//!   clock; the server answers with its local clock at receipt; a sample is the difference
-//!   (so clock error shows up, as in §5.7). The estimate is the `probe_percentile` (50th: the median)
-//!   of the last `probe_window` (16) samples per server, clamped at 0; before the first
-//!   sample the topology's mean one-way delay is used.
+//!   clock; the server answers with its local clock at receipt; a forward sample is the
+//!   difference (so clock error shows up, as in §5.7, and is exactly the headroom that
+//!   server needed), a back sample is the coordinator's clock at the answer's receipt
+//!   minus the server's stamp. The last `probe_window` (16) samples per server are kept;
+//!   before the first sample the topology's mean one-way delay is used.
+//! * **Headroom** (`headroom=`): `paper` is §3.1 as written — the median (`probe_percentile`)
+//!   forward sample of the farthest member of each shard's closest super quorum (leader
+//!   included), plus Δ = `delta_ms` (10). `adaptive` (the default) takes a high percentile
+//!   (`adaptive_percentile`, 90) of the samples instead of the median, so the margin follows
+//!   the measured jitter and clock error, plus a small Δ = `adaptive_delta_ms` (2); on
+//!   `gcp-tiga` it cuts p50 from 1.09× to 1.035× `bound_ms` (SC) and from 1.037× to 1.014×
+//!   (HK) at a 100% fast path. `zero` uses the sending time (Fig. 13's 0-Hdrn);
+//!   `headroom_offset_ms` (signed) is added to every headroom for Fig. 13's sweep.
+//! * **Why FI/BR coordinators commit on the slow path on `gcp-tiga`**: with 3 replicas the
+//!   super quorum is all of them, so the fast path waits for the farthest replica (BR from
+//!   FI: 180 ms RTT), while the leaders' (SC) fast replies and the slow reply of the follower
+//!   next to the coordinator arrive ~29 ms earlier (the follower gets the leader's log sync
+//!   as the leader's reply reaches the coordinator). The fast quorum does form (forcing the
+//!   fast path gives 100% fast at 1.063×), it just loses the race — the situation of §6
+//!   "Timestamp initialization". The paper's own implementation polls for slow replies
+//!   every 10 ms (Appendix E) instead of pushing them, which is why its FI/BR latencies sit
+//!   at the fast path's 1.05×.
+//! * **Planned quorum** (`path=`, §6): `fast` (default) sizes the headroom for a super
+//!   quorum; `slow` for the leaders only; `auto` estimates both per transaction — fast:
+//!   headroom + the slowest back delay in the super quorums; slow: headroom + per shard the
+//!   later of the leader's reply and the f-th follower slow reply (topology leader→follower
+//!   delay, then its back delay) — and plans slow only if it wins by more than
+//!   `path_margin_ms` (10). A slow-planned transaction arrives late at far followers, whose
+//!   logs then miss it and fail *other* transactions' fast-path hash checks on the same
+//!   keys, hence the margin and the default `fast`.
 //! * **Unique timestamps**: a coordinator's timestamps are `(t, coordinator node id)` with
 //!   `t` strictly increasing per coordinator; a leader's updated timestamps are
 //!   `(max(clock, conflicting + 1 ns, last + 1 ns), leader node id)` — above every released
@@ -79,7 +107,9 @@
 //!   in a view, the leader-to-leader fetch of Appendix B, log truncation and store GC, §6.
 //!
 //! ## Options
-//! `delta_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
+//! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
+//! `adaptive_delta_ms` (2), `headroom_offset_ms` (0), `path` (`fast`|`slow`|`auto`),
+//! `path_margin_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, and the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
@@ -87,6 +117,7 @@
 //! it. Never use it otherwise.
 
 mod coordinator;
+mod headroom;
 mod options;
 mod queue;
 mod server;
@@ -96,7 +127,8 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use options::{Approach, Options, OPTIONS};
+pub use headroom::{Estimator, Plan, Planned};
+pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
 pub use queue::{conflicts, KeyMaps};
 pub use server::{Server, State};
 pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
