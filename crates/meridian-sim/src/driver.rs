@@ -311,7 +311,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             );
         }
         for client in 0..self.clients.len() as u32 {
-            self.push(0, Event::ClientNext { client });
+            self.schedule_client(client);
         }
         self.push(self.options.duration_ns, Event::EndOfLoad);
     }
@@ -742,7 +742,16 @@ impl<'w, P: Protocol> Sim<'w, P> {
             });
         }
         if self.loading {
-            self.push(self.now_ns, Event::ClientNext { client });
+            self.schedule_client(client);
+        }
+    }
+
+    /// The client's next submission, after the workload's think time (none past the load).
+    fn schedule_client(&mut self, client: u32) {
+        let think = self.workload.think_ns(ClientId(client), self.now_ns);
+        let at = self.now_ns.saturating_add(think);
+        if at < self.options.duration_ns {
+            self.push(at, Event::ClientNext { client });
         }
     }
 
