@@ -1,8 +1,11 @@
 //! Tiga §3.6 / Fig. 5, scripted in the simulator: without the second round of timestamp
 //! agreement a case-2 leader releases early and strict serializability breaks; the checker
 //! must see it. Random swarms do not hit this schedule, so delays, clocks and submission
-//! times are fixed (`tiga-inversion.toml`: no jitter, L2 and coord1 500 ms behind; zero
-//! headroom so timestamps are the coordinators' sending times).
+//! times are fixed (`tiga-inversion.toml`: no jitter; clock steps at time 0 put L2 and
+//! coord1 500 ms behind; zero headroom so timestamps are the coordinators' sending times).
+//!
+//! The same schedule breaks §6's coordination-free mode when the real clock error (500 ms)
+//! exceeds the configured ε: it trusts ε instead of the second round.
 //!
 //! True-time schedule (ms). Clients 0 and 2 use coord0 (region A, with L1), clients 1
 //! and 3 coord1 (region B, with L2, clock −500 ms):
@@ -26,10 +29,11 @@ use meridian_core::txn::Value;
 use meridian_core::txn::{Op, Operand, Piece, Txn};
 use meridian_core::value::encode_int;
 use meridian_core::{
-    ClientId, Cluster, NodeRng, Outcome, Procedures, ProtocolConfig, ShardId, Topology,
+    ClientId, ClockProfile, Cluster, NodeRng, Outcome, Procedures, ProtocolConfig, ShardId,
+    Topology,
 };
 use meridian_protocols::tiga::Tiga;
-use meridian_sim::{run, setup, SimOptions, SimReport, Workload};
+use meridian_sim::{run, setup, Fault, FaultPlan, SimOptions, SimReport, Workload};
 use meridian_workload::{ListAppend, TxnPlan, WorkloadOptions};
 
 /// Each client's transactions with their submission times (true ms).
@@ -104,7 +108,7 @@ impl Workload for Script {
     }
 }
 
-fn fig5(config: &str) -> SimReport {
+fn fig5(config: &str, behind_ms: f64) -> SimReport {
     let topology = Topology::parse("tiga-inversion", include_str!("tiga-inversion.toml")).unwrap();
     let config = format!("headroom=zero,{config}");
     let setup = setup::<Tiga>(
@@ -113,9 +117,20 @@ fn fig5(config: &str) -> SimReport {
         Procedures::new(),
     )
     .unwrap();
+    let cluster = &setup.cluster;
+    let step = |node| {
+        let fault = Fault::ClockStep {
+            node,
+            step_ms: -behind_ms,
+        };
+        (0, fault)
+    };
     let options = SimOptions {
         duration_ns: 2 * NS_PER_S,
         drain_ns: 3 * NS_PER_S,
+        faults: FaultPlan {
+            faults: vec![step(cluster.shards[1][0]), step(cluster.coordinators[1])],
+        },
         ..SimOptions::default()
     };
     let mut script = Script::new(&setup.cluster);
@@ -130,9 +145,10 @@ fn fig5(config: &str) -> SimReport {
 #[test]
 fn without_the_second_round_the_checker_catches_the_timestamp_inversion_of_fig_5() {
     for approach in ["preventive", "detective"] {
-        let broken = fig5(&format!(
-            "approach={approach},unsafe_skip_second_round=true"
-        ));
+        let broken = fig5(
+            &format!("approach={approach},unsafe_skip_second_round=true"),
+            500.0,
+        );
         let verdict = check(&broken.history, Model::StrictSerializable);
         assert!(!verdict.valid, "{approach}: the inversion went unnoticed");
         assert!(
@@ -145,8 +161,52 @@ fn without_the_second_round_the_checker_catches_the_timestamp_inversion_of_fig_5
             "{approach}"
         );
 
-        let sound = fig5(&format!("approach={approach}"));
+        let sound = fig5(&format!("approach={approach}"), 500.0);
         let verdict = check(&sound.history, Model::StrictSerializable);
         assert!(verdict.valid, "{approach}: {verdict}");
     }
+}
+
+#[test]
+fn coordination_free_mode_is_caught_when_the_clock_error_exceeds_epsilon() {
+    for approach in ["preventive", "detective"] {
+        let free = format!("approach={approach},coordination=free,epsilon_ms=0.1");
+        // Clocks within ε: the ε wait orders T3 after T2 (T3.t > T2.t > T1.t).
+        let within = fig5(&free, 0.0);
+        let verdict = check(&within.history, Model::StrictSerializable);
+        assert!(verdict.valid, "{approach}: {verdict}");
+        // L2 and coord1 500 ms behind, far beyond ε = 0.1 ms: Fig. 5's inversion.
+        let beyond = fig5(&free, 500.0);
+        let verdict = check(&beyond.history, Model::StrictSerializable);
+        assert!(
+            verdict.kinds().contains(&AnomalyKind::RealTime),
+            "{approach}: expected a real-time cycle, got {verdict}"
+        );
+    }
+}
+
+#[test]
+fn coordination_free_mode_is_refused_without_a_guaranteed_clock_bound() {
+    let free = ProtocolConfig::parse("coordination=free,epsilon_ms=0.1").unwrap();
+    let with = |profile: &str| {
+        let mut topology = Topology::load("gcp-tiga").unwrap();
+        topology.set_all_clocks(ClockProfile::builtin(profile).unwrap());
+        setup::<Tiga>(topology, free.clone(), Procedures::new())
+    };
+    assert!(with("huygens").is_ok());
+    let err = with("chrony").unwrap_err();
+    assert!(err.contains("no") && err.contains("chrony"), "{err}");
+    let mut topology = Topology::load("gcp-tiga").unwrap();
+    topology.set_all_clocks(ClockProfile::builtin("huygens").unwrap());
+    let tight = ProtocolConfig::parse("coordination=free,epsilon_ms=0.05").unwrap();
+    let err = setup::<Tiga>(topology, tight, Procedures::new()).unwrap_err();
+    assert!(err.contains("epsilon_ms"), "{err}");
+    let missing = ProtocolConfig::parse("coordination=free").unwrap();
+    let err = setup::<Tiga>(
+        Topology::load("gcp-tiga").unwrap(),
+        missing,
+        Procedures::new(),
+    )
+    .unwrap_err();
+    assert!(err.contains("needs `epsilon_ms`"), "{err}");
 }

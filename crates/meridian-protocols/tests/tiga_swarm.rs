@@ -42,6 +42,20 @@ struct Run<'a> {
     seconds: u64,
 }
 
+impl Run<'_> {
+    /// Random faults without clock steps: those break a clock's guaranteed error bound.
+    fn kinds(&self) -> FaultKinds {
+        if self.config.contains("coordination=free") {
+            FaultKinds {
+                clock_steps: false,
+                ..NO_CRASHES
+            }
+        } else {
+            NO_CRASHES
+        }
+    }
+}
+
 fn simulate(seed: u64, r: &Run) -> SimReport {
     let mut topology = topology(r.detective);
     topology.set_all_clocks(ClockProfile::builtin(r.clock).unwrap());
@@ -59,7 +73,7 @@ fn simulate(seed: u64, r: &Run) -> SimReport {
     if r.faults {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7194);
         options.faults =
-            FaultPlan::random(&setup.cluster, options.duration_ns, &mut rng, NO_CRASHES);
+            FaultPlan::random(&setup.cluster, options.duration_ns, &mut rng, r.kinds());
     }
     let opts = WorkloadOptions::parse(r.workload_opts.iter().copied()).unwrap();
     let mut workload = meridian_workload::build(r.workload, &setup.cluster, &opts).unwrap();
@@ -113,6 +127,35 @@ fn preventive_swarm_with_loss_duplication_and_clock_steps_is_strict_serializable
 #[test]
 fn detective_swarm_with_loss_duplication_and_clock_steps_is_strict_serializable() {
     swarm(true);
+}
+
+/// §6's coordination-free mode with clocks that keep their guaranteed bound (huygens:
+/// ±0.05 ms, so two clocks differ by at most ε = 0.1 ms): strict serializable with loss
+/// and duplication, in both approaches, with multi-shard contention.
+#[test]
+fn coordination_free_swarm_within_epsilon_is_strict_serializable() {
+    for detective in [false, true] {
+        for seed in 1..=6u64 {
+            let report = simulate(
+                seed,
+                &Run {
+                    detective,
+                    clock: "huygens",
+                    config: "coordination=free,epsilon_ms=0.1",
+                    workload: "list-append",
+                    workload_opts: &["keys=8"],
+                    faults: true,
+                    seconds: 10,
+                },
+            );
+            let verdict = check(&report.history, Model::StrictSerializable);
+            assert!(
+                verdict.valid,
+                "seed {seed} detective {detective}: {verdict}"
+            );
+            assert!(report.committed > 100, "seed {seed}: {}", report.committed);
+        }
+    }
 }
 
 fn microbench(zipf: &str) -> SimReport {

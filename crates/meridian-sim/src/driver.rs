@@ -85,6 +85,7 @@ pub fn setup<P: Protocol>(
     let plain = Cluster::new(topology.clone(), &[]).map_err(|e| e.to_string())?;
     let services = P::services(&plain);
     let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
+    P::check_setup(&cluster, &config)?;
     Ok(Setup {
         cluster: Arc::new(cluster),
         config,

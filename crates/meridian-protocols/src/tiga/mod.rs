@@ -19,6 +19,7 @@
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
 //! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`] |
 //! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
+//! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::check_setup`](Protocol::check_setup) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
 //! | §3.8 preventive vs detective | [`Tiga::build`]: chosen per run from the initial leaders' topology OWDs against `colocation_threshold_ms` |
 //!
 //! ## Choices the paper leaves open
@@ -80,6 +81,18 @@
 //!   own entries to match. Without view changes a leader's log eventually contains every
 //!   transaction (coordinators retransmit), so the "remove" case of §3.7 (1) only arises
 //!   with §4's log reconstruction and is not exercised yet.
+//! * **Coordination-free mode** (§6, `coordination=free`): a leader releases T only once its
+//!   clock passes T.t + ε (ε bounds the difference between *two* clocks, so the CLI
+//!   requires every replica's and coordinator's profile to guarantee ±b with 2b ≤ ε, and
+//!   no scheduled clock step), and a case-2 leader releases without the second round: by
+//!   then every clock has passed T.t, so a transaction submitted after anything released
+//!   later gets a larger timestamp from its coordinator. The *first* round stays. §6 drops
+//!   it too, but that is not serializable once a transaction reaches one leader after a
+//!   conflicting, larger timestamp was released there: that leader must move T while the
+//!   others, which got T on time, would already have released it at the old timestamp and
+//!   let conflicting successors see it — two shards ordering T differently. Without the
+//!   first round no leader can know whether another one moved T. So this mode removes
+//!   the second round's wait (case 2), not agreement itself.
 //! * **Slow replies**: a follower sends one per synced entry (§3.7 main text), not the
 //!   batched inquiry of Appendix E. The coordinator counts a slow reply only if its
 //!   timestamp equals the leader's fast reply's.
@@ -104,12 +117,13 @@
 //!   are resolved by the server.
 //! * Not yet: §4 (view manager, view change, recovery coordinator, rejoin, checkpoints —
 //!   servers persist nothing and a crashed server restarts empty), the approach carried
-//!   in a view, the leader-to-leader fetch of Appendix B, log truncation and store GC, §6.
+//!   in a view, the leader-to-leader fetch of Appendix B, log truncation and store GC.
 //!
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
 //! `adaptive_delta_ms` (2), `headroom_offset_ms` (0), `path` (`fast`|`slow`|`auto`),
-//! `path_margin_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
+//! `path_margin_ms` (10), `coordination` (`agreement`|`free`), `epsilon_ms` (required with
+//! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, and the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
@@ -179,6 +193,48 @@ impl Protocol for Tiga {
 
     fn check_config(config: &ProtocolConfig) -> Result<(), String> {
         Options::parse(config).map(|_| ())
+    }
+
+    /// The coordination-free mode (§6) is only correct if every clock's error is
+    /// guaranteed: refused unless every replica's and coordinator's clock profile bounds
+    /// its error by b with 2·b ≤ `epsilon_ms`, and no clock step is scheduled.
+    fn check_setup(cluster: &Cluster, config: &ProtocolConfig) -> Result<(), String> {
+        let Some(epsilon_ns) = Options::parse(config)?.epsilon_ns else {
+            return Ok(());
+        };
+        let epsilon_ms = epsilon_ns as f64 / 1e6;
+        for node in &cluster.nodes {
+            if matches!(node.role, NodeRole::Service { .. }) {
+                continue;
+            }
+            match node.clock.params.error_bound_ms {
+                Some(b) if 2.0 * b <= epsilon_ms => {}
+                Some(b) => {
+                    return Err(format!(
+                        "tiga coordination=free: {}'s clock ({}) guarantees ±{b} ms, so two \
+                         clocks may differ by {} ms > epsilon_ms = {epsilon_ms}",
+                        node.name,
+                        node.clock.name,
+                        2.0 * b
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "tiga coordination=free needs clocks with a guaranteed error bound; \
+                         {}'s clock profile `{}` has none (huygens and perfect do)",
+                        node.name, node.clock.name
+                    ))
+                }
+            }
+        }
+        if !cluster.clock_steps.is_empty() {
+            return Err(
+                "tiga coordination=free: the topology schedules clock steps, which \
+                        break the clocks' error bound"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> TigaNode {

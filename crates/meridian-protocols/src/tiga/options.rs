@@ -21,6 +21,8 @@ pub const OPTIONS: &[&str] = &[
     "headroom_offset_ms",
     "path",
     "path_margin_ms",
+    "coordination",
+    "epsilon_ms",
 ];
 
 /// How the coordinator sizes the headroom (§3.1, §5.6).
@@ -95,6 +97,10 @@ pub struct Options {
     /// followers, whose logs then miss entries and fail other transactions' fast-path
     /// hash checks under contention, so a marginal gain is not worth it.
     pub path_margin_ns: u64,
+    /// §6 coordination-free mode (`coordination=free`): the guaranteed bound ε on the
+    /// difference between any two clocks; leaders release T only once their clock passes
+    /// T.t + ε, and a case-2 leader skips the second round. `None`: normal Tiga.
+    pub epsilon_ns: Option<u64>,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
 }
@@ -137,6 +143,23 @@ impl Options {
             "path",
             &[("fast", P::Fast), ("slow", P::Slow), ("auto", P::Auto)],
         )?;
+        let free = choice(
+            config,
+            "coordination",
+            &[("agreement", false), ("free", true)],
+        )?;
+        let epsilon_ns = if free {
+            if config.get("epsilon_ms", f64::NAN)?.is_nan() {
+                return Err(
+                    "protocol option `coordination=free` needs `epsilon_ms`, the \
+                            guaranteed bound on the difference between two clocks"
+                        .into(),
+                );
+            }
+            Some(ms("epsilon_ms", 0.0)?)
+        } else {
+            None
+        };
         let offset_ms: f64 = config.get("headroom_offset_ms", 0.0)?;
         if !offset_ms.is_finite() {
             return Err("protocol option `headroom_offset_ms` must be a number".into());
@@ -158,6 +181,7 @@ impl Options {
             headroom_offset_ns: (offset_ms * NS_PER_MS as f64).round() as i64,
             path,
             path_margin_ns: ms("path_margin_ms", 10.0)?,
+            epsilon_ns,
         };
         for (key, p) in [
             ("probe_percentile", opts.probe_percentile),

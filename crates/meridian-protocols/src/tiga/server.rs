@@ -106,6 +106,9 @@ pub struct Server {
     /// leader is sealed at it.
     notes: FxHashMap<TxnId, BTreeMap<ShardId, (Timestamp, bool)>>,
     sealed: BTreeSet<TxnId>,
+    /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
+    /// T.t + ε, by that time.
+    deferred: BTreeSet<(u64, TxnId)>,
     /// The release stream: the log entries in the order this leader released them.
     stream: Vec<(TxnId, Timestamp)>,
     follower_sync: FxHashMap<NodeId, u64>,
@@ -156,6 +159,7 @@ impl Server {
             wake_at: None,
             notes: FxHashMap::default(),
             sealed: BTreeSet::new(),
+            deferred: BTreeSet::new(),
             stream: Vec::new(),
             follower_sync: FxHashMap::default(),
             follower_resent_ns: FxHashMap::default(),
@@ -237,6 +241,7 @@ impl Server {
         match timer {
             Timer::Wake => {
                 self.wake_at = None;
+                self.release_deferred(ctx);
                 self.process(ctx);
             }
             Timer::Tick => {
@@ -493,10 +498,36 @@ impl Server {
             return;
         }
         let all_agree = notes.values().all(|n| n.0 == agreed);
-        if all_agree || self.opts.unsafe_skip_second_round {
-            self.leader_release(ctx, id);
+        let free = self.opts.epsilon_ns.is_some();
+        if !(all_agree || free || self.opts.unsafe_skip_second_round) {
+            // Case 2: wait for the second round (the others re-sealed at `agreed`).
+            return;
         }
-        // Otherwise case 2: wait for the second round (the others re-sealed at `agreed`).
+        if let Some(epsilon) = self.opts.epsilon_ns {
+            // §6: once this clock passes T.t + ε every clock has passed T.t, so nothing
+            // submitted after T's release can get a smaller timestamp: no second round.
+            let at = own.time_ns + epsilon;
+            let now = ctx.now_ns();
+            if now <= at {
+                self.deferred.insert((at, id));
+                ctx.set_timer(at + 1 - now, Timer::Wake);
+                return;
+            }
+        }
+        self.leader_release(ctx, id);
+    }
+
+    /// Coordination-free mode: re-checks the transactions whose T.t + ε has passed (one
+    /// repositioned meanwhile is no longer sealed and is skipped).
+    fn release_deferred(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let now = ctx.now_ns();
+        while let Some(&(at, id)) = self.deferred.first() {
+            if at >= now {
+                break;
+            }
+            self.deferred.remove(&(at, id));
+            self.check_agreement(ctx, id);
+        }
     }
 
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
