@@ -87,8 +87,14 @@ impl Estimator {
     }
 
     /// The timestamp plan for a transaction on `shards` (§3.1; §6 when `opts.path` is
-    /// `auto` or `slow`).
-    pub fn plan(&self, cluster: &Cluster, shards: &[ShardId], opts: &Options) -> Plan {
+    /// `auto` or `slow`); `leaders[s]` is shard `s`'s leader in the current view.
+    pub fn plan(
+        &self,
+        cluster: &Cluster,
+        shards: &[ShardId],
+        leaders: &[NodeId],
+        opts: &Options,
+    ) -> Plan {
         if opts.headroom == HeadroomMode::Zero {
             return Plan {
                 headroom_ns: 0,
@@ -106,7 +112,7 @@ impl Estimator {
         // Slow: the leaders only.
         let mut slow_need = 0;
         for &s in shards {
-            let leader = cluster.initial_leader(s);
+            let leader = leaders[s.index()];
             let mut followers: Vec<NodeId> = cluster
                 .replicas(s)
                 .iter()
@@ -134,8 +140,8 @@ impl Estimator {
             PathChoice::Slow => slow,
             PathChoice::Auto => {
                 let fast_ns = fast.headroom_ns + fast_back;
-                let slow_ns =
-                    slow.headroom_ns + self.slow_tail_ns(cluster, shards, slow.headroom_ns, &fwd);
+                let slow_ns = slow.headroom_ns
+                    + self.slow_tail_ns(cluster, shards, leaders, slow.headroom_ns, &fwd);
                 if slow_ns + opts.path_margin_ns < fast_ns {
                     slow
                 } else {
@@ -154,12 +160,13 @@ impl Estimator {
         &self,
         cluster: &Cluster,
         shards: &[ShardId],
+        leaders: &[NodeId],
         headroom_ns: u64,
         fwd: &dyn Fn(NodeId) -> u64,
     ) -> u64 {
         let mut tail = 0;
         for &s in shards {
-            let leader = cluster.initial_leader(s);
+            let leader = leaders[s.index()];
             let f = cluster.f(s);
             let mut follower_ns: Vec<u64> = cluster
                 .replicas(s)
