@@ -437,27 +437,32 @@ impl Server {
     /// Releases (followers) or seals/executes (leaders) every expired transaction that has
     /// no conflicting transaction ahead of it, then arms the wake-up timer.
     fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        // One scan collects every ready transaction (pq order); ready ones block later
+        // conflicting ones as well, which the next scan reconsiders once they are handled.
         loop {
             let now = ctx.now_ns();
             let mut blocked = KeyMaps::default();
-            let mut ready = None;
+            let mut ready = Vec::new();
             for &(ts, id) in &self.pq {
                 let e = &self.txns[&id];
-                let ahead = blocked.blocks(&e.reads, &e.writes);
-                if e.state != State::Sealed && ts.time_ns <= now && !ahead {
-                    ready = Some(id);
+                let sealed = e.state == State::Sealed;
+                if !sealed && ts.time_ns > now {
                     break;
                 }
-                if e.state != State::Sealed && ts.time_ns > now {
-                    break;
+                if !sealed && !blocked.blocks(&e.reads, &e.writes) {
+                    ready.push(id);
                 }
                 blocked.record(&e.reads, &e.writes, ts);
             }
-            let Some(id) = ready else { break };
-            if self.is_leader {
-                self.seal(ctx, id);
-            } else {
-                self.follower_release(ctx, id);
+            if ready.is_empty() {
+                break;
+            }
+            for id in ready {
+                if self.is_leader {
+                    self.seal(ctx, id);
+                } else {
+                    self.follower_release(ctx, id);
+                }
             }
         }
         // Arm the wake-up for the first unexpired queued transaction.
