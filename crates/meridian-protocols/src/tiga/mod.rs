@@ -16,7 +16,8 @@
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
-//! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`] |
+//! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`]; sweep: `examples/tiga_figures.rs headroom` |
+//! | §5.7 Table 3 / Fig. 14, clocks | `examples/tiga_figures.rs clocks` (p50 and checker verdict per clock profile) |
 //! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
 //! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::check_setup`](Protocol::check_setup) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
 //! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
