@@ -386,6 +386,15 @@ fn options_are_checked() {
     assert!(Tiga::check_config(&ProtocolConfig::parse("delta_ms=5").unwrap()).is_ok());
     assert!(Tiga::check_config(&ProtocolConfig::parse("detla_ms=5").unwrap()).is_err());
     assert!(Tiga::check_config(&ProtocolConfig::parse("approach=maybe").unwrap()).is_err());
+    let err = |text: &str| Tiga::check_config(&ProtocolConfig::parse(text).unwrap()).unwrap_err();
+    assert!(err("headroom=huge").contains("paper"));
+    assert!(err("path=fastest").contains("auto"));
+    assert!(err("adaptive_percentile=150").contains("0..=100"));
+    assert!(err("headroom_offset_ms=NaN").contains("headroom_offset_ms"));
+    assert!(err("coordination=free").contains("epsilon_ms"));
+    assert!(err("coordination=free,epsilon_ms=-1").contains("non-negative"));
+    let ok = "headroom=paper,headroom_offset_ms=-20,path=auto,coordination=free,epsilon_ms=0.1";
+    assert!(Tiga::check_config(&ProtocolConfig::parse(ok).unwrap()).is_ok());
     let s = setup("");
     assert!(leaders_colocated(&s.cluster, 10.0));
 }
