@@ -631,8 +631,15 @@ impl Server {
     }
 
     /// Coordination-free mode: re-checks the transactions whose T.t + ε has passed (one
-    /// repositioned or released meanwhile is no longer sealed and is skipped).
+    /// repositioned or released meanwhile is no longer sealed and is skipped); nothing is
+    /// released outside the NORMAL status.
     fn release_deferred(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if self.status != Status::Normal {
+            // A view change rebuilds the log; whatever is sealed again in the new view is
+            // deferred again by `check_agreement`.
+            self.deferred.clear();
+            return;
+        }
         let now = ctx.now_ns();
         while let Some(&(at, id)) = self.deferred.first() {
             if at >= now {
