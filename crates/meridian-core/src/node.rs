@@ -309,6 +309,12 @@ pub trait Protocol: 'static {
     /// Validates the options before any node is built.
     fn check_config(config: &ProtocolConfig) -> Result<(), String>;
 
+    /// Validates the options against the cluster (e.g. a mode that relies on the clocks'
+    /// guaranteed error bound), after [`Protocol::check_config`].
+    fn check_setup(_cluster: &Cluster, _config: &ProtocolConfig) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Builds node `node`, fresh (`recovered` empty) or after a crash from its durable records.
     fn build(node: NodeId, setup: &Setup, recovered: &[<Self::Node as Node>::Record])
         -> Self::Node;

@@ -85,6 +85,7 @@ pub fn setup<P: Protocol>(
     let plain = Cluster::new(topology.clone(), &[]).map_err(|e| e.to_string())?;
     let services = P::services(&plain);
     let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
+    P::check_setup(&cluster, &config)?;
     Ok(Setup {
         cluster: Arc::new(cluster),
         config,
@@ -311,7 +312,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             );
         }
         for client in 0..self.clients.len() as u32 {
-            self.push(0, Event::ClientNext { client });
+            self.schedule_client(client);
         }
         self.push(self.options.duration_ns, Event::EndOfLoad);
     }
@@ -743,7 +744,16 @@ impl<'w, P: Protocol> Sim<'w, P> {
             });
         }
         if self.loading {
-            self.push(self.now_ns, Event::ClientNext { client });
+            self.schedule_client(client);
+        }
+    }
+
+    /// The client's next submission, after the workload's think time (none past the load).
+    fn schedule_client(&mut self, client: u32) {
+        let think = self.workload.think_ns(ClientId(client), self.now_ns);
+        let at = self.now_ns.saturating_add(think);
+        if at < self.options.duration_ns {
+            self.push(at, Event::ClientNext { client });
         }
     }
 

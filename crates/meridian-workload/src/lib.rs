@@ -119,6 +119,13 @@ pub trait Workload: Send {
         interactive_reads: &[Option<Value>],
     ) -> Vec<HistOp>;
 
+    /// How long `client` waits, from virtual time `now_ns`, before drawing its next
+    /// transaction. The default 0 is a closed loop; a scripted test workload places
+    /// transactions at chosen times (`u64::MAX`: no more transactions).
+    fn think_ns(&mut self, _client: ClientId, _now_ns: u64) -> u64 {
+        0
+    }
+
     /// Whether the dependency checker can judge this workload's history. The bank's reads
     /// are of balances no history op writes (an `add` result is not unique), so its history
     /// is judged by its invariant alone and a default `--check` is skipped for it.

@@ -2,6 +2,7 @@
 //! multicast, and the fast/slow quorum checks; with §4, it counts only replies of the view
 //! it holds and resubmits everything in flight when a new view arrives.
 
+use super::headroom::Estimator;
 use super::options::Options;
 use super::view::{self, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
@@ -12,7 +13,7 @@ use meridian_core::txn::{
 };
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Replies of one shard for one transaction.
@@ -45,8 +46,8 @@ pub struct Coordinator {
     incarnation: u32,
     counter: u64,
     last_ts: u64,
-    /// Recent OWD samples (server clock at receipt − our clock at sending), per node index.
-    samples: Vec<VecDeque<i64>>,
+    /// Recent OWD samples and the headroom plans drawn from them.
+    estimator: Estimator,
     inflight: FxHashMap<TxnId, Inflight>,
     /// The view whose replies count (§4); from the view manager.
     view: View,
@@ -66,7 +67,7 @@ impl Coordinator {
             .count() as u32;
         Coordinator {
             id,
-            samples: vec![VecDeque::new(); cluster.nodes.len()],
+            estimator: Estimator::new(id, cluster.nodes.len()),
             view: View::initial(&cluster, &opts),
             inquirer: view::Inquirer::default(),
             cluster,
@@ -96,47 +97,27 @@ impl Coordinator {
         ctx.set_timer(self.opts.probe_ns, Timer::Probe);
     }
 
-    /// The OWD estimate to `server` in ns: the configured percentile of the recent samples,
-    /// or, before any sample arrived, the topology's mean one-way delay.
+    /// The OWD estimate to `server` in ns, at the paper's `probe_percentile`.
     pub fn owd_ns(&self, server: NodeId) -> u64 {
-        let samples = &self.samples[server.index()];
-        if samples.is_empty() {
-            return (self.cluster.one_way_ms(self.id, server) * 1e6) as u64;
-        }
-        let mut sorted: Vec<i64> = samples.iter().copied().collect();
-        sorted.sort_unstable();
-        let rank = ((self.opts.probe_percentile / 100.0) * (sorted.len() - 1) as f64).round();
-        sorted[rank as usize].max(0) as u64
+        self.estimator
+            .forward_ns(&self.cluster, server, self.opts.probe_percentile)
     }
 
-    /// §3.1: the largest OWD to the closest super quorum of each shard, maximized over the
-    /// shards, plus Δ.
+    /// §3.1 (and §6's choice of quorum): the headroom for a transaction on `shards`.
     pub fn headroom_ns(&self, shards: &[ShardId]) -> u64 {
-        let mut worst = 0;
-        for &s in shards {
-            let mut owds: Vec<u64> = self
-                .cluster
-                .replicas(s)
-                .iter()
-                .map(|&r| self.owd_ns(r))
-                .collect();
-            owds.sort_unstable();
-            let sq = super_quorum(self.cluster.f(s)).min(owds.len());
-            worst = worst.max(owds[sq - 1]);
-        }
-        worst + self.opts.delta_ns
+        let leaders = self.view.leaders(&self.cluster);
+        self.estimator
+            .plan(&self.cluster, shards, &leaders, &self.opts)
+            .headroom_ns
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::ProbeReply { sent_ns, server_ns } => {
-                let window = self.opts.probe_window;
-                let samples = &mut self.samples[from.index()];
-                samples.push_back(server_ns as i64 - sent_ns as i64);
-                while samples.len() > window {
-                    samples.pop_front();
-                }
-            }
+            Msg::ProbeReply { sent_ns, server_ns } => self.estimator.record(
+                from,
+                (sent_ns, server_ns, ctx.now_ns()),
+                self.opts.probe_window,
+            ),
             Msg::NewView(view) => self.on_new_view(ctx, view),
             Msg::FastReply(reply) => {
                 if !self.in_view(ctx, reply.g_view) {

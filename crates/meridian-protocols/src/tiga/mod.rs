@@ -9,13 +9,17 @@
 //! ## Paper → code
 //! | paper | code |
 //! |---|---|
-//! | §3.1 timestamp initialization, OWD measurement | `coordinator.rs`: [`Coordinator::owd_ns`], [`Coordinator::headroom_ns`], `on_client_request` |
+//! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
 //! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute) |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
-//! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp) |
+//! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
+//! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`]; sweep: `examples/tiga_figures.rs headroom` |
+//! | §5.7 Table 3 / Fig. 14, clocks | `examples/tiga_figures.rs clocks` (p50 and checker verdict per clock profile) |
+//! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
+//! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::check_setup`](Protocol::check_setup) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
 //! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
 //! | §4 view manager (Alg. 4) | `view.rs` [`ViewManager`]: three replicas (`vm0..2`) on [`crate::raft_group`] (the `raft` crate); heartbeats, `detect_failures`, `find_new_leaders`, `next_view`, broadcast |
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
@@ -25,10 +29,36 @@
 //!
 //! ## Choices the paper leaves open
 //! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
-//!   clock; the server answers with its local clock at receipt; a sample is the difference
-//!   (so clock error shows up, as in §5.7). The estimate is the `probe_percentile` (50th: the median)
-//!   of the last `probe_window` (16) samples per server, clamped at 0; before the first
-//!   sample the topology's mean one-way delay is used.
+//!   clock; the server answers with its local clock at receipt; a forward sample is the
+//!   difference (so clock error shows up, as in §5.7, and is exactly the headroom that
+//!   server needed), a back sample is the coordinator's clock at the answer's receipt
+//!   minus the server's stamp. The last `probe_window` (16) samples per server are kept;
+//!   before the first sample the topology's mean one-way delay is used.
+//! * **Headroom** (`headroom=`): `paper` is §3.1 as written — the median (`probe_percentile`)
+//!   forward sample of the farthest member of each shard's closest super quorum (leader
+//!   included), plus Δ = `delta_ms` (10). `adaptive` (the default) takes a high percentile
+//!   (`adaptive_percentile`, 90) of the samples instead of the median, so the margin follows
+//!   the measured jitter and clock error, plus a small Δ = `adaptive_delta_ms` (2); on
+//!   `gcp-tiga` it cuts p50 from 1.09× to 1.035× `bound_ms` (SC) and from 1.037× to 1.014×
+//!   (HK) at a 100% fast path. `zero` uses the sending time (Fig. 13's 0-Hdrn);
+//!   `headroom_offset_ms` (signed) is added to every headroom for Fig. 13's sweep.
+//! * **Why FI/BR coordinators commit on the slow path on `gcp-tiga`**: with 3 replicas the
+//!   super quorum is all of them, so the fast path waits for the farthest replica (BR from
+//!   FI: 180 ms RTT), while the leaders' (SC) fast replies and the slow reply of the follower
+//!   next to the coordinator arrive ~29 ms earlier (the follower gets the leader's log sync
+//!   as the leader's reply reaches the coordinator). The fast quorum does form (forcing the
+//!   fast path gives 100% fast at 1.063×), it just loses the race — the situation of §6
+//!   "Timestamp initialization". The paper's own implementation polls for slow replies
+//!   every 10 ms (Appendix E) instead of pushing them, which is why its FI/BR latencies sit
+//!   at the fast path's 1.05×.
+//! * **Planned quorum** (`path=`, §6): `fast` (default) sizes the headroom for a super
+//!   quorum; `slow` for the leaders only; `auto` estimates both per transaction — fast:
+//!   headroom + the slowest back delay in the super quorums; slow: headroom + per shard the
+//!   later of the leader's reply and the f-th follower slow reply (topology leader→follower
+//!   delay, then its back delay) — and plans slow only if it wins by more than
+//!   `path_margin_ms` (10). A slow-planned transaction arrives late at far followers, whose
+//!   logs then miss it and fail *other* transactions' fast-path hash checks on the same
+//!   keys, hence the margin and the default `fast`.
 //! * **Unique timestamps**: a coordinator's timestamps are `(t, coordinator node id)` with
 //!   `t` strictly increasing per coordinator; a leader's updated timestamps are
 //!   `(max(clock, conflicting + 1 ns, last + 1 ns), leader node id)` — above every released
@@ -56,6 +86,18 @@
 //!   own entries to match. Without view changes a leader's log eventually contains every
 //!   transaction (coordinators retransmit), so the "remove" case of §3.7 (1) only arises
 //!   with §4's log reconstruction and is not exercised yet.
+//! * **Coordination-free mode** (§6, `coordination=free`): a leader releases T only once its
+//!   clock passes T.t + ε (ε bounds the difference between *two* clocks, so the CLI
+//!   requires every replica's and coordinator's profile to guarantee ±b with 2b ≤ ε, and
+//!   no scheduled clock step), and a case-2 leader releases without the second round: by
+//!   then every clock has passed T.t, so a transaction submitted after anything released
+//!   later gets a larger timestamp from its coordinator. The *first* round stays. §6 drops
+//!   it too, but that is not serializable once a transaction reaches one leader after a
+//!   conflicting, larger timestamp was released there: that leader must move T while the
+//!   others, which got T on time, would already have released it at the old timestamp and
+//!   let conflicting successors see it — two shards ordering T differently. Without the
+//!   first round no leader can know whether another one moved T. So this mode removes
+//!   the second round's wait (case 2), not agreement itself.
 //! * **Slow replies**: a follower sends one per synced entry (§3.7 main text), not the
 //!   batched inquiry of Appendix E. The coordinator counts a slow reply only if its
 //!   timestamp equals the leader's fast reply's.
@@ -121,18 +163,24 @@
 //!   between pieces on *different* shards are refused `Unsupported`; within a shard they
 //!   are resolved by the server.
 //! * Not yet: log truncation and store GC (a view change and a state transfer carry the
-//!   whole log), store snapshots as checkpoints, §6.
+//!   whole log), store snapshots as checkpoints.
 //!
 //! ## Options
-//! `delta_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
+//! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
+//! `adaptive_delta_ms` (2), `headroom_offset_ms` (0), `path` (`fast`|`slow`|`auto`),
+//! `path_margin_ms` (10), `coordination` (`agreement`|`free`), `epsilon_ms` (required with
+//! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
 //! `vm_tick_ms`, `recovery_ms`, and the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
-//! it. Never use it otherwise.
+//! it (`tests/tiga_inversion.rs`: Fig. 5 scripted with fixed delays, clocks and
+//! submission times; a real-time cycle with the switch, none without). Never use it
+//! otherwise.
 
 mod coordinator;
+mod headroom;
 mod options;
 mod queue;
 mod server;
@@ -143,7 +191,8 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use options::{Approach, Options, OPTIONS};
+pub use headroom::{Estimator, Plan, Planned};
+pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
 pub use queue::{conflicts, KeyMaps};
 pub use server::{Server, State};
 pub use view::{Status, View, ViewManager, VIEW_MANAGER};
@@ -194,6 +243,48 @@ impl Protocol for Tiga {
 
     fn check_config(config: &ProtocolConfig) -> Result<(), String> {
         Options::parse(config).map(|_| ())
+    }
+
+    /// The coordination-free mode (§6) is only correct if every clock's error is
+    /// guaranteed: refused unless every replica's and coordinator's clock profile bounds
+    /// its error by b with 2·b ≤ `epsilon_ms`, and no clock step is scheduled.
+    fn check_setup(cluster: &Cluster, config: &ProtocolConfig) -> Result<(), String> {
+        let Some(epsilon_ns) = Options::parse(config)?.epsilon_ns else {
+            return Ok(());
+        };
+        let epsilon_ms = epsilon_ns as f64 / 1e6;
+        for node in &cluster.nodes {
+            if matches!(node.role, NodeRole::Service { .. }) {
+                continue;
+            }
+            match node.clock.params.error_bound_ms {
+                Some(b) if 2.0 * b <= epsilon_ms => {}
+                Some(b) => {
+                    return Err(format!(
+                        "tiga coordination=free: {}'s clock ({}) guarantees ±{b} ms, so two \
+                         clocks may differ by {} ms > epsilon_ms = {epsilon_ms}",
+                        node.name,
+                        node.clock.name,
+                        2.0 * b
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "tiga coordination=free needs clocks with a guaranteed error bound; \
+                         {}'s clock profile `{}` has none (huygens and perfect do)",
+                        node.name, node.clock.name
+                    ))
+                }
+            }
+        }
+        if !cluster.clock_steps.is_empty() {
+            return Err(
+                "tiga coordination=free: the topology schedules clock steps, which \
+                        break the clocks' error bound"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> TigaNode {

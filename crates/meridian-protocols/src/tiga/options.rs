@@ -19,7 +19,38 @@ pub const OPTIONS: &[&str] = &[
     "vm_tick_ms",
     "recovery_ms",
     "unsafe_skip_second_round",
+    "headroom",
+    "adaptive_percentile",
+    "adaptive_delta_ms",
+    "headroom_offset_ms",
+    "path",
+    "path_margin_ms",
+    "coordination",
+    "epsilon_ms",
 ];
+
+/// How the coordinator sizes the headroom (§3.1, §5.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadroomMode {
+    /// The paper's: the `probe_percentile` (median) of the OWD samples plus `delta_ms`.
+    Paper,
+    /// A high percentile (`adaptive_percentile`) of the samples, which follows the measured
+    /// jitter and clock error, plus a small `adaptive_delta_ms`.
+    Adaptive,
+    /// No headroom: the sending time is the timestamp (Fig. 13's 0-Hdrn baseline).
+    Zero,
+}
+
+/// Which quorum the timestamp is planned for (§6 "Timestamp initialization").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathChoice {
+    /// A super quorum per shard (§3.1).
+    Fast,
+    /// The leaders only; commit by the slow path.
+    Slow,
+    /// Whichever the estimated latencies favour, per transaction.
+    Auto,
+}
 
 /// How leaders order timestamp agreement and execution (§3.8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +87,24 @@ pub struct Options {
     /// Period of the servers' housekeeping tick (sync-point reports, log-sync
     /// retransmission, commit-point), default 20 ms.
     pub tick_ns: u64,
+    pub headroom: HeadroomMode,
+    /// The percentile of the OWD samples the adaptive headroom covers, default 90.
+    pub adaptive_percentile: f64,
+    /// Δ of the adaptive headroom, default 2 ms.
+    pub adaptive_delta_ns: u64,
+    /// Added to every headroom (may be negative; the headroom stays ≥ 0), for Fig. 13's
+    /// sweep; default 0.
+    pub headroom_offset_ns: i64,
+    pub path: PathChoice,
+    /// `path=auto` plans for the slow path only when its estimate beats the fast path's by
+    /// more than this, default 10 ms: slow-planned transactions arrive late at some
+    /// followers, whose logs then miss entries and fail other transactions' fast-path
+    /// hash checks under contention, so a marginal gain is not worth it.
+    pub path_margin_ns: u64,
+    /// §6 coordination-free mode (`coordination=free`): the guaranteed bound ε on the
+    /// difference between any two clocks; leaders release T only once their clock passes
+    /// T.t + ε, and a case-2 leader skips the second round. `None`: normal Tiga.
+    pub epsilon_ns: Option<u64>,
     /// Period of the servers' heartbeats to the view manager, default 100 ms.
     pub heartbeat_ns: u64,
     /// The view manager declares a server failed after this long without a heartbeat,
@@ -83,17 +132,53 @@ impl Options {
             }
             Ok((v * NS_PER_MS as f64).round() as u64)
         };
-        let approach = config.get("approach", "auto".to_string())?;
-        let approach = match approach.as_str() {
-            "auto" => Approach::Auto,
-            "preventive" => Approach::Preventive,
-            "detective" => Approach::Detective,
-            _ => {
-                return Err(format!(
-                    "protocol option `approach` has bad value `{approach}`"
-                ))
+        use Approach as A;
+        use HeadroomMode as H;
+        use PathChoice as P;
+        let approach = choice(
+            config,
+            "approach",
+            &[
+                ("auto", A::Auto),
+                ("preventive", A::Preventive),
+                ("detective", A::Detective),
+            ],
+        )?;
+        let headroom = choice(
+            config,
+            "headroom",
+            &[
+                ("adaptive", H::Adaptive),
+                ("paper", H::Paper),
+                ("zero", H::Zero),
+            ],
+        )?;
+        let path = choice(
+            config,
+            "path",
+            &[("fast", P::Fast), ("slow", P::Slow), ("auto", P::Auto)],
+        )?;
+        let free = choice(
+            config,
+            "coordination",
+            &[("agreement", false), ("free", true)],
+        )?;
+        let epsilon_ns = if free {
+            if config.get("epsilon_ms", f64::NAN)?.is_nan() {
+                return Err(
+                    "protocol option `coordination=free` needs `epsilon_ms`, the \
+                            guaranteed bound on the difference between two clocks"
+                        .into(),
+                );
             }
+            Some(ms("epsilon_ms", 0.0)?)
+        } else {
+            None
         };
+        let offset_ms: f64 = config.get("headroom_offset_ms", 0.0)?;
+        if !offset_ms.is_finite() {
+            return Err("protocol option `headroom_offset_ms` must be a number".into());
+        }
         let opts = Options {
             delta_ns: ms("delta_ms", 10.0)?,
             colocation_threshold_ms: config.get("colocation_threshold_ms", 10.0)?,
@@ -109,15 +194,43 @@ impl Options {
             vm_tick_ns: ms("vm_tick_ms", 50.0)?.max(NS_PER_MS),
             recovery_ns: ms("recovery_ms", 1000.0)?.max(NS_PER_MS),
             unsafe_skip_second_round: config.get("unsafe_skip_second_round", false)?,
+            headroom,
+            adaptive_percentile: config.get("adaptive_percentile", 90.0)?,
+            adaptive_delta_ns: ms("adaptive_delta_ms", 2.0)?,
+            headroom_offset_ns: (offset_ms * NS_PER_MS as f64).round() as i64,
+            path,
+            path_margin_ns: ms("path_margin_ms", 10.0)?,
+            epsilon_ns,
         };
         if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
             return Err(
                 "protocol option `failure_timeout_ms` must be at least twice `heartbeat_ms`".into(),
             );
         }
-        if !(0.0..=100.0).contains(&opts.probe_percentile) {
-            return Err("protocol option `probe_percentile` must be in 0..=100".into());
+        for (key, p) in [
+            ("probe_percentile", opts.probe_percentile),
+            ("adaptive_percentile", opts.adaptive_percentile),
+        ] {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(format!("protocol option `{key}` must be in 0..=100"));
+            }
         }
         Ok(opts)
     }
+}
+
+/// The value of the enumerated option `key`: one of `values`' names, the first by default.
+fn choice<T: Copy>(config: &ProtocolConfig, key: &str, values: &[(&str, T)]) -> Result<T, String> {
+    let text = config.get(key, values[0].0.to_string())?;
+    values
+        .iter()
+        .find(|(name, _)| *name == text)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
+            format!(
+                "protocol option `{key}` has bad value `{text}` ({})",
+                names.join(", ")
+            )
+        })
 }

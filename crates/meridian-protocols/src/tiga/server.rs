@@ -127,6 +127,9 @@ pub struct Server {
     /// leader is sealed at it.
     notes: FxHashMap<TxnId, BTreeMap<ShardId, (Timestamp, bool)>>,
     sealed: BTreeSet<TxnId>,
+    /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
+    /// T.t + ε, by that time.
+    deferred: BTreeSet<(u64, TxnId)>,
     /// The release stream: the log entries in the order this leader released them.
     stream: Vec<(TxnId, Timestamp)>,
     follower_sync: FxHashMap<NodeId, u64>,
@@ -190,6 +193,7 @@ impl Server {
             wake_at: None,
             notes: FxHashMap::default(),
             sealed: BTreeSet::new(),
+            deferred: BTreeSet::new(),
             stream: Vec::new(),
             follower_sync: FxHashMap::default(),
             follower_resent_ns: FxHashMap::default(),
@@ -338,6 +342,7 @@ impl Server {
         match timer {
             Timer::Wake => {
                 self.wake_at = None;
+                self.release_deferred(ctx);
                 self.process(ctx);
             }
             Timer::Tick => {
@@ -432,27 +437,32 @@ impl Server {
     /// Releases (followers) or seals/executes (leaders) every expired transaction that has
     /// no conflicting transaction ahead of it, then arms the wake-up timer.
     fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        // One scan collects every ready transaction (pq order); ready ones block later
+        // conflicting ones as well, which the next scan reconsiders once they are handled.
         loop {
             let now = ctx.now_ns();
             let mut blocked = KeyMaps::default();
-            let mut ready = None;
+            let mut ready = Vec::new();
             for &(ts, id) in &self.pq {
                 let e = &self.txns[&id];
-                let ahead = blocked.blocks(&e.reads, &e.writes);
-                if e.state != State::Sealed && ts.time_ns <= now && !ahead {
-                    ready = Some(id);
+                let sealed = e.state == State::Sealed;
+                if !sealed && ts.time_ns > now {
                     break;
                 }
-                if e.state != State::Sealed && ts.time_ns > now {
-                    break;
+                if !sealed && !blocked.blocks(&e.reads, &e.writes) {
+                    ready.push(id);
                 }
                 blocked.record(&e.reads, &e.writes, ts);
             }
-            let Some(id) = ready else { break };
-            if self.is_leader {
-                self.seal(ctx, id);
-            } else {
-                self.follower_release(ctx, id);
+            if ready.is_empty() {
+                break;
+            }
+            for id in ready {
+                if self.is_leader {
+                    self.seal(ctx, id);
+                } else {
+                    self.follower_release(ctx, id);
+                }
             }
         }
         // Arm the wake-up for the first unexpired queued transaction.
@@ -601,10 +611,46 @@ impl Server {
             return;
         }
         let all_agree = notes.values().all(|n| n.0 == agreed);
-        if all_agree || self.opts.unsafe_skip_second_round {
-            self.leader_release(ctx, id);
+        let free = self.opts.epsilon_ns.is_some();
+        if !(all_agree || free || self.opts.unsafe_skip_second_round) {
+            // Case 2: wait for the second round (the others re-sealed at `agreed`).
+            return;
         }
-        // Otherwise case 2: wait for the second round (the others re-sealed at `agreed`).
+        if let Some(epsilon) = self.opts.epsilon_ns {
+            // §6: once this clock passes T.t + ε every clock has passed T.t, so nothing
+            // submitted after T's release can get a smaller timestamp: no second round.
+            let at = own.time_ns + epsilon;
+            let now = ctx.now_ns();
+            if now <= at {
+                self.deferred.insert((at, id));
+                ctx.set_timer(at + 1 - now, Timer::Wake);
+                return;
+            }
+        }
+        self.leader_release(ctx, id);
+    }
+
+    /// Coordination-free mode: re-checks the transactions whose T.t + ε has passed (one
+    /// repositioned or released meanwhile is no longer sealed and is skipped); nothing is
+    /// released outside the NORMAL status.
+    fn release_deferred(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if self.status != Status::Normal {
+            // A view change rebuilds the log; whatever is sealed again in the new view is
+            // deferred again by `check_agreement`.
+            self.deferred.clear();
+            return;
+        }
+        let now = ctx.now_ns();
+        while let Some(&(at, id)) = self.deferred.first() {
+            if at >= now {
+                break;
+            }
+            self.deferred.remove(&(at, id));
+            // A view change may have dropped or replaced it meanwhile.
+            if self.txns.contains_key(&id) {
+                self.check_agreement(ctx, id);
+            }
+        }
     }
 
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {

@@ -386,8 +386,77 @@ fn options_are_checked() {
     assert!(Tiga::check_config(&ProtocolConfig::parse("delta_ms=5").unwrap()).is_ok());
     assert!(Tiga::check_config(&ProtocolConfig::parse("detla_ms=5").unwrap()).is_err());
     assert!(Tiga::check_config(&ProtocolConfig::parse("approach=maybe").unwrap()).is_err());
+    let err = |text: &str| Tiga::check_config(&ProtocolConfig::parse(text).unwrap()).unwrap_err();
+    assert!(err("headroom=huge").contains("paper"));
+    assert!(err("path=fastest").contains("auto"));
+    assert!(err("adaptive_percentile=150").contains("0..=100"));
+    assert!(err("headroom_offset_ms=NaN").contains("headroom_offset_ms"));
+    assert!(err("coordination=free").contains("epsilon_ms"));
+    assert!(err("coordination=free,epsilon_ms=-1").contains("non-negative"));
+    let ok = "headroom=paper,headroom_offset_ms=-20,path=auto,coordination=free,epsilon_ms=0.1";
+    assert!(Tiga::check_config(&ProtocolConfig::parse(ok).unwrap()).is_ok());
     let s = setup("");
     assert!(leaders_colocated(&s.cluster, 10.0));
+}
+
+fn plan_for(config: &str, coordinator: usize) -> Plan {
+    let s = setup(config);
+    let c = &s.cluster;
+    let opts = Options::parse(&s.config).unwrap();
+    let shards = [ShardId(0), ShardId(1), ShardId(2)];
+    let leaders: Vec<NodeId> = shards.iter().map(|&s| c.initial_leader(s)).collect();
+    Estimator::new(c.coordinators[coordinator], c.nodes.len()).plan(c, &shards, &leaders, &opts)
+}
+
+#[test]
+fn headroom_covers_the_farthest_super_quorum_member_plus_delta() {
+    const MS: u64 = 1_000_000;
+    // FI's farthest replica is BR, 90 ms away (topology estimate before any probe).
+    assert_eq!(plan_for("headroom=paper", 2).headroom_ns, 100 * MS);
+    assert_eq!(plan_for("", 2).headroom_ns, 92 * MS);
+    assert_eq!(plan_for("headroom_offset_ms=-30", 2).headroom_ns, 62 * MS);
+    assert_eq!(plan_for("headroom_offset_ms=-300", 2).headroom_ns, 0);
+    assert_eq!(plan_for("headroom=zero", 2).headroom_ns, 0);
+}
+
+#[test]
+fn auto_path_plans_the_slow_path_where_a_simple_quorum_is_near_section_6() {
+    const MS: u64 = 1_000_000;
+    // FI: the leaders (SC) are 61 ms away and the FI follower is local, so leader reply
+    // plus slow reply (~61 ms after the timestamp) beats the super quorum's BR (~90 ms).
+    let fi = plan_for("path=auto", 2);
+    assert_eq!(fi.planned, Planned::Slow);
+    assert_eq!(fi.headroom_ns, 63 * MS);
+    // HK: the slow path needs a log sync on top; the fast path wins.
+    assert_eq!(plan_for("path=auto", 6).planned, Planned::Fast);
+    // SC: slow would save ~5 ms, below the 10 ms margin.
+    assert_eq!(plan_for("path=auto", 0).planned, Planned::Fast);
+    assert_eq!(
+        plan_for("path=auto,path_margin_ms=0", 0).planned,
+        Planned::Slow
+    );
+    assert_eq!(plan_for("", 2).planned, Planned::Fast);
+}
+
+#[test]
+fn owd_samples_measure_clock_error_along_with_delay() {
+    let s = setup("");
+    let c = &s.cluster;
+    let coord = c.coordinators[0];
+    let server = c.shards[0][1];
+    let mut e = Estimator::new(coord, c.nodes.len());
+    // The server's clock is 5 ms ahead: every forward sample is 5 ms above the delay.
+    for i in 0..16u64 {
+        let sent = 1_000_000_000 + i * 100_000_000;
+        let delay = 61_000_000 + i * 10_000;
+        e.record(
+            server,
+            (sent, sent + delay + 5_000_000, sent + 2 * delay),
+            16,
+        );
+    }
+    assert_eq!(e.forward_ns(c, server, 50.0), 66_080_000);
+    assert_eq!(e.forward_ns(c, server, 100.0), 66_150_000);
 }
 
 #[test]
