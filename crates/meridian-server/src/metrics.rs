@@ -130,10 +130,9 @@ pub async fn serve(listener: TcpListener, metrics: Arc<NodeMetrics>, stop: Cance
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut request = [0u8; 1024];
-            let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut request));
-            let Ok(Ok(n)) = read.await else { return };
-            let head = String::from_utf8_lossy(&request[..n]);
+            let Some(head) = read_head(&mut stream).await else {
+                return;
+            };
             let path = head.split_whitespace().nth(1).unwrap_or("/");
             let (status, kind, body) = match path {
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
@@ -149,6 +148,25 @@ pub async fn serve(listener: TcpListener, metrics: Arc<NodeMetrics>, stop: Cance
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
         });
     }
+}
+
+/// Reads a request head (up to the blank line, at most 4 KiB, within 2 s).
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 4096 {
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
 }
