@@ -339,6 +339,7 @@ struct RegionJson {
     p99_ms: Option<f64>,
     bound_ms: Option<f64>,
     p50_wrtt: Option<f64>,
+    paths: std::collections::BTreeMap<&'static str, u64>,
 }
 
 #[derive(Serialize)]
@@ -402,6 +403,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
                     .zip(r.bound_ms())
                     .filter(|(_, b)| *b > 0.0)
                     .map(|(p, b)| p / b),
+                paths: r.paths.clone(),
             })
             .collect(),
         model: plan.model.map(|m| m.to_string()),
@@ -472,6 +474,10 @@ fn print_table(j: &BenchJson) {
             ms(r.bound_ms),
             r.p50_wrtt.map_or("-".to_string(), |v| format!("{v:.2}"))
         );
+        let paths: Vec<String> = r.paths.iter().map(|(p, n)| format!("{p} {n}")).collect();
+        if !paths.is_empty() {
+            println!("         paths: {}", paths.join(", "));
+        }
     }
     for (reason, count) in &j.abort_reasons {
         println!("  {count:>8} × {reason}");

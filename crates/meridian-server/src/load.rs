@@ -55,6 +55,8 @@ pub struct RegionLoad {
     pub latency_us: Histogram<u64>,
     /// Bound of each committed transaction, µs → count.
     pub bounds_us: BTreeMap<u64, u64>,
+    /// Commit paths (fast, slow, …) → count.
+    pub paths: BTreeMap<&'static str, u64>,
 }
 
 impl RegionLoad {
@@ -66,6 +68,7 @@ impl RegionLoad {
             unknown: 0,
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             bounds_us: BTreeMap::new(),
+            paths: BTreeMap::new(),
         }
     }
 
@@ -122,7 +125,8 @@ struct Shared {
 /// A running load; [`Load::interval`] takes the figures since the last call.
 pub struct Load {
     shared: Arc<Shared>,
-    done: tokio::task::JoinHandle<()>,
+    /// Ends when every driver has; yields the load's duration (start to last answer).
+    done: tokio::task::JoinHandle<Duration>,
 }
 
 /// What a finished load measured.
@@ -184,7 +188,11 @@ impl Load {
             };
             drivers.spawn(driver.run(deadline, stop.clone()));
         }
-        let done = tokio::spawn(async move { while drivers.join_next().await.is_some() {} });
+        let start = shared.start;
+        let done = tokio::spawn(async move {
+            while drivers.join_next().await.is_some() {}
+            start.elapsed()
+        });
         Load { shared, done }
     }
 
@@ -203,8 +211,10 @@ impl Load {
 
     /// Waits for the end and returns the totals and the history.
     pub async fn finish(self) -> LoadReport {
-        let _ = self.done.await;
-        let elapsed = self.shared.start.elapsed();
+        let elapsed = self
+            .done
+            .await
+            .unwrap_or_else(|_| self.shared.start.elapsed());
         let stats = self.shared.total.lock().expect("stats lock").clone();
         let mut history = std::mem::take(&mut *self.shared.history.lock().expect("history lock"));
         history.sort_by_key(|e| e.invoke_ns);
@@ -342,8 +352,9 @@ fn record(
 ) {
     let r = &mut stats.regions[region];
     match outcome {
-        Outcome::Committed { .. } => {
+        Outcome::Committed { path, .. } => {
             r.committed += 1;
+            *r.paths.entry(meridian_sim::path_name(*path)).or_default() += 1;
             let us = (latency.as_micros() as u64).max(1);
             let _ = r.latency_us.record(us.min(r.latency_us.high()));
             let bound = (bound_ms.unwrap_or(0.0) * 1e3).round() as u64;
