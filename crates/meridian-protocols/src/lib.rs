@@ -6,6 +6,7 @@
 //!   are judged by the same simulator and checker.
 
 pub mod clock_si;
+pub mod raft_group;
 pub mod tiga;
 pub mod two_pl;
 

@@ -1,7 +1,9 @@
 //! Tiga's coordinator (§3.1, §3.4, §3.7; Algorithm 3): OWD probes, future timestamps,
-//! multicast, and the fast/slow quorum checks.
+//! multicast, and the fast/slow quorum checks; with §4, it counts only replies of the view
+//! it holds and resubmits everything in flight when a new view arrives.
 
 use super::options::Options;
+use super::view::{self, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::{super_quorum, TigaNode};
 use meridian_core::node::Ctx;
@@ -27,8 +29,8 @@ struct ShardReplies {
 #[derive(Debug)]
 struct Inflight {
     request: RequestId,
-    pieces: usize,
-    bodies: Vec<TxnBody>,
+    body: TxnBody,
+    /// Per involved shard, in `body.shards` order.
     replies: Vec<ShardReplies>,
     started_ns: u64,
     last_sent_ns: u64,
@@ -46,6 +48,9 @@ pub struct Coordinator {
     /// Recent OWD samples (server clock at receipt − our clock at sending), per node index.
     samples: Vec<VecDeque<i64>>,
     inflight: FxHashMap<TxnId, Inflight>,
+    /// The view whose replies count (§4); from the view manager.
+    view: View,
+    inquirer: view::Inquirer,
 }
 
 impl Coordinator {
@@ -62,6 +67,8 @@ impl Coordinator {
         Coordinator {
             id,
             samples: vec![VecDeque::new(); cluster.nodes.len()],
+            view: View::initial(&cluster, &opts),
+            inquirer: view::Inquirer::default(),
             cluster,
             opts,
             incarnation,
@@ -73,6 +80,8 @@ impl Coordinator {
 
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         ctx.persist(Record::CoordinatorStarted);
+        // A restarted coordinator may have missed view changes (Appendix B).
+        self.inquire(ctx);
         self.probe(ctx);
         let tick = (self.opts.retry_ns / 4).max(1);
         ctx.set_timer(tick, Timer::CoordTick);
@@ -128,16 +137,20 @@ impl Coordinator {
                     samples.pop_front();
                 }
             }
+            Msg::NewView(view) => self.on_new_view(ctx, view),
             Msg::FastReply(reply) => {
+                if !self.in_view(ctx, reply.g_view) {
+                    return;
+                }
                 let txn = reply.txn;
                 let Some(inf) = self.inflight.get_mut(&txn) else {
                     return;
                 };
-                let Some(i) = inf.bodies.iter().position(|b| shard_of(b) == reply.shard) else {
+                let Some(i) = inf.body.shards.iter().position(|&s| s == reply.shard) else {
                     return;
                 };
                 let shard = &mut inf.replies[i];
-                let leader_idx = leader_index(&self.cluster, reply.shard);
+                let leader_idx = self.view.leader_replica(&self.cluster, reply.shard);
                 if reply.replica == leader_idx {
                     if shard.leader.as_ref().is_none_or(|l| l.ts <= reply.ts) {
                         shard.fast.insert(reply.replica, (reply.ts, reply.hash));
@@ -153,11 +166,15 @@ impl Coordinator {
                 shard,
                 replica,
                 ts,
+                g_view,
             } => {
+                if !self.in_view(ctx, g_view) {
+                    return;
+                }
                 let Some(inf) = self.inflight.get_mut(&txn) else {
                     return;
                 };
-                let Some(i) = inf.bodies.iter().position(|b| shard_of(b) == shard) else {
+                let Some(i) = inf.body.shards.iter().position(|&s| s == shard) else {
                     return;
                 };
                 inf.replies[i].slow.insert(replica, ts);
@@ -178,10 +195,7 @@ impl Coordinator {
                         expired.push(txn);
                     } else if now.saturating_sub(inf.last_sent_ns) >= self.opts.retry_ns {
                         inf.last_sent_ns = now;
-                        for body in &inf.bodies {
-                            let msg = Msg::Submit(Box::new(body.clone()));
-                            ctx.multicast(self.cluster.replicas(shard_of(body)).to_vec(), &msg);
-                        }
+                        submit(ctx, &self.cluster, &inf.body);
                     }
                 }
                 expired.sort_unstable();
@@ -247,36 +261,64 @@ impl Coordinator {
         }
         self.last_ts = t;
         let ts = Timestamp::new(t, self.id.0);
-        let mut bodies = Vec::with_capacity(shards.len());
-        for &s in &shards {
-            let pieces = txn
-                .pieces
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.shard == s)
-                .map(|(i, p)| (i as u16, p.clone()))
-                .collect();
-            let body = TxnBody {
-                id,
-                ts,
-                shards: shards.clone(),
-                pieces,
-            };
-            let msg = Msg::Submit(Box::new(body.clone()));
-            ctx.multicast(self.cluster.replicas(s).to_vec(), &msg);
-            bodies.push(body);
-        }
+        let pieces = txn
+            .pieces
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (i as u16, p))
+            .collect();
+        let body = TxnBody {
+            id,
+            ts,
+            shards,
+            pieces: Arc::new(pieces),
+        };
+        submit(ctx, &self.cluster, &body);
         self.inflight.insert(
             id,
             Inflight {
                 request,
-                pieces: txn.pieces.len(),
-                replies: (0..bodies.len()).map(|_| ShardReplies::default()).collect(),
-                bodies,
+                replies: (0..body.shards.len())
+                    .map(|_| ShardReplies::default())
+                    .collect(),
+                body,
                 started_ns: now,
                 last_sent_ns: now,
             },
         );
+    }
+
+    /// Whether a reply of `g_view` counts; a newer view makes us ask for it.
+    fn in_view(&mut self, ctx: &mut Ctx<'_, TigaNode>, g_view: u64) -> bool {
+        if g_view > self.view.g_view {
+            self.inquire(ctx);
+        }
+        g_view == self.view.g_view
+    }
+
+    fn inquire(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        self.inquirer
+            .inquire(ctx, &self.cluster, self.opts.retry_ns);
+    }
+
+    /// §4: replies of the old view no longer count; retry everything in flight (same id and
+    /// timestamp: servers deduplicate, and recovered entries answer from the new log).
+    fn on_new_view(&mut self, ctx: &mut Ctx<'_, TigaNode>, view: View) {
+        if view.g_view <= self.view.g_view {
+            return;
+        }
+        self.view = view;
+        let now = ctx.now_ns();
+        let mut ids: Vec<TxnId> = self.inflight.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let inf = self.inflight.get_mut(&id).expect("listed");
+            inf.replies
+                .iter_mut()
+                .for_each(|r| *r = ShardReplies::default());
+            inf.last_sent_ns = now;
+            submit(ctx, &self.cluster, &inf.body);
+        }
     }
 
     /// Algorithm 3 lines 8–34.
@@ -285,8 +327,7 @@ impl Coordinator {
         let mut all_fast = true;
         let mut reexecuted = false;
         let mut leader_ts = None;
-        for (body, replies) in inf.bodies.iter().zip(&inf.replies) {
-            let shard = shard_of(body);
+        for (&shard, replies) in inf.body.shards.iter().zip(&inf.replies) {
             let Some(leader) = &replies.leader else {
                 return;
             };
@@ -338,7 +379,7 @@ impl Coordinator {
                 reason: format!("{txn}: a piece aborted on some shards only: {}", failed[0]),
             }
         } else {
-            let mut out = vec![PieceResult::default(); inf.pieces];
+            let mut out = vec![PieceResult::default(); inf.body.pieces.len()];
             for r in results.into_iter().flatten() {
                 for (i, res) in r {
                     out[usize::from(*i)] = res.clone();
@@ -361,11 +402,10 @@ impl Coordinator {
     }
 }
 
-fn shard_of(body: &TxnBody) -> ShardId {
-    body.pieces[0].1.shard
-}
-
-/// The replica index of `shard`'s (initial) leader.
-pub(crate) fn leader_index(cluster: &Cluster, shard: ShardId) -> u32 {
-    cluster.topology.shards[shard.index()].leader.0
+/// Multicasts the transaction to every replica of every involved shard (§3.1).
+fn submit(ctx: &mut Ctx<'_, TigaNode>, cluster: &Cluster, body: &TxnBody) {
+    let msg = Msg::Submit(Box::new(body.clone()));
+    for &s in &body.shards {
+        ctx.multicast(cluster.replicas(s).iter().copied(), &msg);
+    }
 }

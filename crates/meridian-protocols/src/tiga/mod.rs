@@ -1,11 +1,10 @@
-//! # `tiga`: Tiga's normal processing (Geng et al., SOSP '25, §3; technical report
-//! Algorithms 2–3, Appendices D–E)
+//! # `tiga`: Tiga (Geng et al., SOSP '25, §3–§4; technical report Algorithms 2–6,
+//! Appendices B, D–E)
 //!
 //! **Guarantee: strict serializability** (paper §2, proof in the report's Appendix C),
-//! for one-shot transactions, under message loss, duplication, reordering and clock error
-//! of any size (clocks matter for performance only). Failures (§4: view change, view
-//! manager, coordinator recovery, rejoin) are not implemented yet; the state is laid out
-//! for them (see *Not yet* below).
+//! for one-shot transactions, under message loss, duplication, reordering, clock error of
+//! any size (clocks matter for performance only), crashes of up to f replicas per shard,
+//! of coordinators and of one view-manager replica, and partitions.
 //!
 //! ## Paper → code
 //! | paper | code |
@@ -17,7 +16,12 @@
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp) |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
-//! | §3.8 preventive vs detective | [`Tiga::build`]: chosen per run from the initial leaders' topology OWDs against `colocation_threshold_ms` |
+//! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
+//! | §4 view manager (Alg. 4) | `view.rs` [`ViewManager`]: three replicas (`vm0..2`) on [`crate::raft_group`] (the `raft` crate); heartbeats, `detect_failures`, `find_new_leaders`, `next_view`, broadcast |
+//! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
+//! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `send_verify`/`on_verify`, `finish_view_change`, `install_log`, `on_start_view` |
+//! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
+//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` |
 //!
 //! ## Choices the paper leaves open
 //! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
@@ -69,19 +73,61 @@
 //!   aborted and `Unknown` if only some did (Tiga has no cross-shard abort; the other
 //!   shards' writes stand).
 //!
+//! * **View manager on Raft**, not the report's Viewstamped Replication with crash vectors:
+//!   the state machine is `<g-view, g-vec, g-mode>`; a view is installed when its Raft entry
+//!   commits (the report's prepare/commit rounds, Alg. 4 lines 2–36, are Raft's). Only the
+//!   Raft leader judges failures, after one `failure_timeout_ms` of leadership (so it has
+//!   heard every heartbeat once); it re-broadcasts the installed view every `retry_ms`, and
+//!   any node may inquire. Racing proposals for one g-view: the first to commit wins.
+//! * **Failure detection**: servers heartbeat every `heartbeat_ms` (100) with their status;
+//!   a server is alive if heard within `failure_timeout_ms` (1000) and not RECOVERING. A
+//!   view change happens when some shard's leader is not alive.
+//! * **New leaders** (Alg. 4 `find-new-leaders`, by region): one region holding an alive
+//!   replica of every shard, the current leaders' region first; else the region with most
+//!   alive replicas. The approach is preventive iff the new leaders are co-located by the
+//!   topology's mean one-way delays (the paper's probe mesh measures them; we use the
+//!   configured means).
+//! * **Every shard takes part in every view change** (Alg. 5 sends `view-change-req` to all
+//!   servers): each new leader rebuilds its shard's log. Messages carry the g-view, which
+//!   subsumes the l-view check (a stricter, simpler rule).
+//! * **Log rebuild, part (b)**: the report's text keeps remaining entries "with a larger
+//!   timestamp than those recovered in (a)"; its pseudo-code keeps all. We keep every entry
+//!   held at one timestamp by ⌈f/2⌉ + 1 reports except one that *conflicts* with a part-(a)
+//!   entry of a larger timestamp: such an entry cannot have committed (the old leader
+//!   released the (a) entry, so it never sealed the other below it, and no fast quorum
+//!   formed without the leader), and ordering it first would change a committed result.
+//!   An entry held by a leader but not released is recovered if enough followers hold it.
+//! * **Log order after a view change**: the rebuilt, verified log sorted by timestamp (as
+//!   Alg. 5 line 78); the new leader re-executes it from an empty store and sends it whole
+//!   as `start-view`; it becomes the new release stream. Followers execute it as the
+//!   commit-point advances.
+//! * **Diskless servers, as in the report**: a restarted server comes back RECOVERING (it
+//!   persists only a boot marker), takes no part in view changes, and rejoins by a state
+//!   transfer from its leader: the release stream, the commit-point, and the entries the
+//!   leader holds sealed (the rejoining server may have answered those fast before it
+//!   crashed). A leader that restarts before the view manager noticed reports RECOVERING,
+//!   which the view manager treats as failed.
+//! * **Checkpoints**: the state transfer *is* the checkpoint (the leader's log, which the
+//!   joiner executes up to the commit-point); no store snapshot is cut separately yet.
+//! * **Whole transactions everywhere**: every shard receives every piece of a transaction
+//!   ([`TxnBody::pieces`], shared), so a leader can complete a multicast whose coordinator
+//!   died — it re-multicasts a multi-shard transaction it has held for `recovery_ms`
+//!   without agreement (Appendix B's fetch, pushed) — and a view change can add a
+//!   transaction another shard recovered (step ④).
+//!
 //! ## Limits (this session)
 //! * One-shot transactions only: `ClientRequest::Interactive` is answered
 //!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
 //!   between pieces on *different* shards are refused `Unsupported`; within a shard they
 //!   are resolved by the server.
-//! * Not yet: §4 (view manager, view change, recovery coordinator, rejoin, checkpoints —
-//!   servers persist nothing and a crashed server restarts empty), the approach carried
-//!   in a view, the leader-to-leader fetch of Appendix B, log truncation and store GC, §6.
+//! * Not yet: log truncation and store GC (a view change and a state transfer carry the
+//!   whole log), store snapshots as checkpoints, §6.
 //!
 //! ## Options
 //! `delta_ms` (10), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
-//! `retry_ms`, `commit_timeout_ms`, `tick_ms`, and the **test-only**
+//! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
+//! `vm_tick_ms`, `recovery_ms`, and the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
 //! it. Never use it otherwise.
@@ -90,6 +136,7 @@ mod coordinator;
 mod options;
 mod queue;
 mod server;
+mod view;
 mod wire;
 
 #[cfg(test)]
@@ -99,12 +146,13 @@ pub use coordinator::Coordinator;
 pub use options::{Approach, Options, OPTIONS};
 pub use queue::{conflicts, KeyMaps};
 pub use server::{Server, State};
-pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+pub use view::{Status, View, ViewManager, VIEW_MANAGER};
+pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};
 
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;
 use meridian_core::{
-    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId,
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
 };
 
 /// Size of Tiga's fast-path super quorum: 1 + f + ⌈f/2⌉ (§3.1, §3.4).
@@ -121,7 +169,7 @@ pub struct Tiga;
 pub enum TigaNode {
     Server(Box<Server>),
     Coordinator(Box<Coordinator>),
-    Inert,
+    ViewManager(Box<ViewManager>),
 }
 
 /// Whether the initial leaders are co-located (§3.8): every pair's one-way delay is at
@@ -130,11 +178,7 @@ pub fn leaders_colocated(cluster: &Cluster, threshold_ms: f64) -> bool {
     let leaders: Vec<NodeId> = (0..cluster.shard_count())
         .map(|s| cluster.initial_leader(ShardId(s)))
         .collect();
-    leaders.iter().all(|&a| {
-        leaders
-            .iter()
-            .all(|&b| a == b || cluster.one_way_ms(a, b) <= threshold_ms)
-    })
+    view::colocated(cluster, &leaders, threshold_ms)
 }
 
 impl Protocol for Tiga {
@@ -142,6 +186,11 @@ impl Protocol for Tiga {
 
     const NAME: &'static str = "tiga";
     const GUARANTEE: &'static str = "strict-serializable";
+
+    /// The view manager's three replicas (§4).
+    fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
+        view::placement(cluster)
+    }
 
     fn check_config(config: &ProtocolConfig) -> Result<(), String> {
         Options::parse(config).map(|_| ())
@@ -151,25 +200,15 @@ impl Protocol for Tiga {
         let cluster = &setup.cluster;
         let opts = Options::parse(&setup.config)
             .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
-        match cluster.node(node).role {
-            NodeRole::Replica { shard, replica } => {
-                let preventive = match opts.approach {
-                    Approach::Preventive => true,
-                    Approach::Detective => false,
-                    Approach::Auto => leaders_colocated(cluster, opts.colocation_threshold_ms),
-                };
-                let leaders = (0..cluster.shard_count())
-                    .map(|s| cluster.initial_leader(ShardId(s)))
-                    .collect();
+        match &cluster.node(node).role {
+            NodeRole::Replica { .. } => {
+                let restarted = recovered.iter().any(|r| matches!(r, Record::ServerStarted));
                 TigaNode::Server(Box::new(Server::new(
                     node,
-                    shard,
-                    replica.0,
-                    leaders,
-                    cluster.replicas(shard).to_vec(),
-                    preventive,
+                    cluster.clone(),
                     opts,
                     setup.procedures.clone(),
+                    restarted,
                 )))
             }
             NodeRole::Coordinator { .. } => TigaNode::Coordinator(Box::new(Coordinator::restore(
@@ -178,7 +217,17 @@ impl Protocol for Tiga {
                 cluster.clone(),
                 recovered,
             ))),
-            NodeRole::Service { .. } => TigaNode::Inert,
+            NodeRole::Service { index, .. } => {
+                // Distinct, seed-independent election timeouts: 10, 14, 18 ticks.
+                let election_ticks = 10 + 4 * *index as usize;
+                TigaNode::ViewManager(Box::new(ViewManager::new(
+                    node,
+                    cluster.clone(),
+                    opts,
+                    election_ticks,
+                    recovered,
+                )))
+            }
         }
     }
 
@@ -210,7 +259,7 @@ impl Node for TigaNode {
         match self {
             TigaNode::Server(s) => s.on_start(ctx),
             TigaNode::Coordinator(c) => c.on_start(ctx),
-            TigaNode::Inert => {}
+            TigaNode::ViewManager(v) => v.on_start(ctx),
         }
     }
 
@@ -218,7 +267,7 @@ impl Node for TigaNode {
         match self {
             TigaNode::Server(s) => s.on_message(ctx, from, msg),
             TigaNode::Coordinator(c) => c.on_message(ctx, from, msg),
-            TigaNode::Inert => {}
+            TigaNode::ViewManager(v) => v.on_message(ctx, from, msg),
         }
     }
 
@@ -226,7 +275,7 @@ impl Node for TigaNode {
         match self {
             TigaNode::Server(s) => s.on_timer(ctx, timer),
             TigaNode::Coordinator(c) => c.on_timer(ctx, timer),
-            TigaNode::Inert => {}
+            TigaNode::ViewManager(v) => v.on_timer(ctx, timer),
         }
     }
 

@@ -14,6 +14,10 @@ pub const OPTIONS: &[&str] = &[
     "retry_ms",
     "commit_timeout_ms",
     "tick_ms",
+    "heartbeat_ms",
+    "failure_timeout_ms",
+    "vm_tick_ms",
+    "recovery_ms",
     "unsafe_skip_second_round",
 ];
 
@@ -52,6 +56,17 @@ pub struct Options {
     /// Period of the servers' housekeeping tick (sync-point reports, log-sync
     /// retransmission, commit-point), default 20 ms.
     pub tick_ns: u64,
+    /// Period of the servers' heartbeats to the view manager, default 100 ms.
+    pub heartbeat_ns: u64,
+    /// The view manager declares a server failed after this long without a heartbeat,
+    /// default 1000 ms (§4).
+    pub failure_timeout_ns: u64,
+    /// Period of the view manager's Raft tick, default 50 ms (elections after 10–20 ticks).
+    pub vm_tick_ns: u64,
+    /// A leader that has held a multi-shard transaction this long without every involved
+    /// leader's notification acts as its recovery coordinator and multicasts it again to
+    /// every involved replica (§4 coordinator failure), default 1000 ms.
+    pub recovery_ns: u64,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
 }
@@ -89,8 +104,17 @@ impl Options {
             retry_ns: ms("retry_ms", 400.0)?.max(NS_PER_MS),
             commit_timeout_ns: ms("commit_timeout_ms", 4000.0)?,
             tick_ns: ms("tick_ms", 20.0)?.max(NS_PER_MS / 10),
+            heartbeat_ns: ms("heartbeat_ms", 100.0)?.max(NS_PER_MS),
+            failure_timeout_ns: ms("failure_timeout_ms", 1000.0)?.max(NS_PER_MS),
+            vm_tick_ns: ms("vm_tick_ms", 50.0)?.max(NS_PER_MS),
+            recovery_ns: ms("recovery_ms", 1000.0)?.max(NS_PER_MS),
             unsafe_skip_second_round: config.get("unsafe_skip_second_round", false)?,
         };
+        if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
+            return Err(
+                "protocol option `failure_timeout_ms` must be at least twice `heartbeat_ms`".into(),
+            );
+        }
         if !(0.0..=100.0).contains(&opts.probe_percentile) {
             return Err("protocol option `probe_percentile` must be in 0..=100".into());
         }

@@ -1,13 +1,18 @@
 //! Tiga's server (§3.2–§3.8; Algorithms 1–2): priority queue, conflict detection,
 //! timestamp update, optimistic execution, timestamp agreement, log synchronization.
+//! The failure half (§4; Algorithms 5–6: view change, rejoin, recovery coordinator) is in
+//! [`view_change`].
+
+mod view_change;
 
 use super::options::Options;
 use super::queue::KeyMaps;
-use super::wire::{FastReply, Msg, ShardResult, Timer, TxnBody};
+use super::view::{Status, View};
+use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
-use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
+use meridian_core::{Cluster, NodeId, NodeRole, ShardId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
 };
@@ -52,20 +57,29 @@ struct Entry {
     executions: u32,
     last_fast: Option<FastReply>,
     notified_ns: u64,
+    /// When this server first got it (local clock): a leader acts as recovery coordinator
+    /// for multi-shard transactions stuck since long ago.
+    arrived_ns: u64,
+}
+
+/// The keys `shard`'s pieces of `body` read and write, sorted and deduplicated.
+pub(crate) fn keys_on(body: &TxnBody, shard: ShardId) -> (Vec<Key>, Vec<Key>) {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for (_, p) in body.pieces_on(shard) {
+        reads.extend(p.read_keys());
+        writes.extend(p.write_keys());
+    }
+    for v in [&mut reads, &mut writes] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    (reads, writes)
 }
 
 impl Entry {
-    fn new(body: TxnBody) -> Entry {
-        let mut reads = Vec::new();
-        let mut writes = Vec::new();
-        for (_, p) in &body.pieces {
-            reads.extend(p.read_keys());
-            writes.extend(p.write_keys());
-        }
-        for v in [&mut reads, &mut writes] {
-            v.sort_unstable();
-            v.dedup();
-        }
+    fn new(body: TxnBody, shard: ShardId, now_ns: u64) -> Entry {
+        let (reads, writes) = keys_on(&body, shard);
         Entry {
             body,
             reads,
@@ -75,6 +89,7 @@ impl Entry {
             executions: 0,
             last_fast: None,
             notified_ns: 0,
+            arrived_ns: now_ns,
         }
     }
 }
@@ -85,9 +100,15 @@ pub struct Server {
     id: NodeId,
     shard: ShardId,
     replica: u32,
+    cluster: Arc<Cluster>,
+    // ---- view (§4): everything below `view` is derived from it ----
+    view: View,
+    status: Status,
+    /// The last g-view in which this server was NORMAL (Algorithm 5 `last-normal-view`).
+    last_normal_view: u64,
     leader: NodeId,
     is_leader: bool,
-    /// The (initial) leader of every shard.
+    /// The leader of every shard in this view.
     leaders: Vec<NodeId>,
     followers: Vec<NodeId>,
     f: usize,
@@ -120,31 +141,44 @@ pub struct Server {
     reported: u64,
     reported_ns: u64,
     fetching: FxHashSet<TxnId>,
+    // ---- §4 ----
+    heartbeat_ns: u64,
+    inquirer: super::view::Inquirer,
+    view_change: view_change::ViewChangeState,
 }
 
 impl Server {
-    #[allow(clippy::too_many_arguments)]
+    /// Server `id` in view 0; `restarted` (it found its own boot record) makes it start
+    /// RECOVERING, with no state, until a state transfer (Algorithm 6).
     pub fn new(
         id: NodeId,
-        shard: ShardId,
-        replica: u32,
-        leaders: Vec<NodeId>,
-        replicas: Vec<NodeId>,
-        preventive: bool,
+        cluster: Arc<Cluster>,
         opts: Options,
         procedures: Arc<Procedures>,
+        restarted: bool,
     ) -> Server {
-        let leader = leaders[shard.index()];
-        Server {
+        let NodeRole::Replica { shard, replica } = cluster.node(id).role else {
+            panic!("node {id} is not a replica");
+        };
+        let view = View::initial(&cluster, &opts);
+        let mut server = Server {
             id,
             shard,
-            replica,
-            leader,
-            is_leader: leader == id,
-            leaders,
-            f: (replicas.len() - 1) / 2,
-            followers: replicas.into_iter().filter(|&r| r != leader).collect(),
-            preventive,
+            replica: replica.0,
+            f: cluster.f(shard),
+            status: if restarted {
+                Status::Recovering
+            } else {
+                Status::Normal
+            },
+            last_normal_view: 0,
+            leader: id,
+            is_leader: false,
+            leaders: Vec::new(),
+            followers: Vec::new(),
+            preventive: view.preventive,
+            view,
+            cluster,
             opts,
             procedures,
             txns: FxHashMap::default(),
@@ -168,11 +202,44 @@ impl Server {
             reported: 0,
             reported_ns: 0,
             fetching: FxHashSet::default(),
-        }
+            heartbeat_ns: 0,
+            inquirer: Default::default(),
+            view_change: Default::default(),
+        };
+        server.adopt_view(server.view.clone());
+        server
+    }
+
+    /// Takes `view`'s leaders and approach (no state changes beyond that).
+    fn adopt_view(&mut self, view: View) {
+        self.leaders = view.leaders(&self.cluster);
+        self.leader = self.leaders[self.shard.index()];
+        self.is_leader = self.leader == self.id;
+        self.followers = self
+            .cluster
+            .replicas(self.shard)
+            .iter()
+            .copied()
+            .filter(|&r| r != self.leader)
+            .collect();
+        self.preventive = view.preventive;
+        self.view = view;
     }
 
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        ctx.persist(Record::ServerStarted);
         ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+        if self.status == Status::Recovering {
+            self.inquire(ctx);
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    pub fn view(&self) -> &View {
+        &self.view
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
@@ -184,6 +251,39 @@ impl Server {
                     server_ns: ctx.now_ns(),
                 },
             ),
+            Msg::NewView(view) => self.on_new_view(ctx, view),
+            Msg::ViewChangeReport(report) => self.on_report(ctx, from, *report),
+            Msg::Verify {
+                g_view,
+                shard,
+                entries,
+                answer,
+            } => self.on_verify(ctx, from, (g_view, shard, answer), entries),
+            Msg::StartView { g_view, log } => self.on_start_view(ctx, from, g_view, log),
+            Msg::StateTransferReq { g_view } => self.on_state_transfer_req(ctx, from, g_view),
+            Msg::StateTransfer {
+                g_view,
+                log,
+                pending,
+                commit_point,
+            } => self.on_state_transfer(ctx, from, g_view, (log, pending), commit_point),
+            msg if self.status == Status::Normal => self.on_normal_message(ctx, from, msg),
+            _ => {}
+        }
+    }
+
+    /// The messages of normal processing (§3), accepted in NORMAL status only and, between
+    /// servers and from servers, only in this server's g-view (§4).
+    fn on_normal_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
+        if let Some(g_view) = msg.g_view() {
+            if g_view != self.view.g_view {
+                if g_view > self.view.g_view {
+                    self.inquire(ctx);
+                }
+                return;
+            }
+        }
+        match msg {
             Msg::Submit(body) => self.on_submit(ctx, *body),
             Msg::Notify {
                 txn,
@@ -191,6 +291,7 @@ impl Server {
                 ts,
                 sealed,
                 echo,
+                ..
             } if self.is_leader => self.on_notify(ctx, from, txn, (shard, ts, sealed), echo),
             Msg::LogSync {
                 from: pos,
@@ -212,17 +313,17 @@ impl Server {
                 *known = (*known).max(sync_point.min(self.stream.len() as u64));
                 self.advance_commit_point();
             }
-            Msg::Fetch { txn } if self.is_leader => {
+            Msg::Fetch { txn, .. } if self.is_leader => {
                 if let Some(e) = self.txns.get(&txn) {
                     let mut body = e.body.clone();
                     body.ts = self.log.get(txn).map_or(body.ts, |l| l.ts);
                     ctx.send(from, Msg::FetchReply(Box::new(body)));
                 }
             }
-            Msg::FetchReply(body) if !self.is_leader => {
+            Msg::FetchReply(body) if !self.is_leader && from == self.leader => {
                 self.fetching.remove(&body.id);
                 if !self.txns.contains_key(&body.id) {
-                    let mut e = Entry::new(*body);
+                    let mut e = Entry::new(*body, self.shard, ctx.now_ns());
                     e.state = State::Held;
                     self.txns.insert(e.body.id, e);
                 }
@@ -240,7 +341,11 @@ impl Server {
                 self.process(ctx);
             }
             Timer::Tick => {
-                self.tick(ctx);
+                self.heartbeat(ctx);
+                match self.status {
+                    Status::Normal => self.tick(ctx),
+                    Status::ViewChange | Status::Recovering => self.tick_view_change(ctx),
+                }
                 ctx.set_timer(self.opts.tick_ns, Timer::Tick);
             }
             _ => {}
@@ -250,7 +355,7 @@ impl Server {
     // ---- arrival: conflict detection and timestamp update (§3.2, Algorithm 2 lines 1–6) --
 
     fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaNode>, body: TxnBody) {
-        if body.pieces.is_empty() || body.pieces[0].1.shard != self.shard {
+        if !body.involves(self.shard) || body.pieces_on(self.shard).next().is_none() {
             return;
         }
         if let Some(e) = self.txns.get(&body.id) {
@@ -264,7 +369,7 @@ impl Server {
             }
             return;
         }
-        let mut e = Entry::new(body);
+        let mut e = Entry::new(body, self.shard, ctx.now_ns());
         let id = e.body.id;
         if let Some(floor) = self.maps.conflict_floor(&e.reads, &e.writes, e.body.ts) {
             if self.is_leader {
@@ -315,6 +420,7 @@ impl Server {
                         ts,
                         sealed,
                         echo: false,
+                        g_view: self.view.g_view,
                     },
                 );
             }
@@ -381,6 +487,7 @@ impl Server {
             ts,
             hash,
             result: None,
+            g_view: self.view.g_view,
             reexecuted: false,
         };
         e.last_fast = Some(reply.clone());
@@ -441,6 +548,7 @@ impl Server {
                         ts,
                         sealed: true,
                         echo: true,
+                        g_view: self.view.g_view,
                     },
                 );
             }
@@ -519,6 +627,7 @@ impl Server {
             from: pos,
             entries: vec![(id, ts)],
             commit_point: self.commit_point,
+            g_view: self.view.g_view,
         };
         ctx.multicast(self.followers.clone(), &msg);
         self.advance_commit_point();
@@ -527,7 +636,7 @@ impl Server {
     fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
-        let result = execute(&mut self.store, &self.procedures, &e.body, ts);
+        let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
         e.executions += 1;
         let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
         let reply = FastReply {
@@ -537,6 +646,7 @@ impl Server {
             ts,
             hash,
             result: Some(result.clone()),
+            g_view: self.view.g_view,
             reexecuted: e.executions > 1,
         };
         e.result = Some(result);
@@ -562,7 +672,8 @@ impl Server {
         while let Some(&(id, ts)) = self.sync_buffer.get(&self.sync_point) {
             let Some(e) = self.txns.get_mut(&id) else {
                 if self.fetching.insert(id) {
-                    ctx.send(self.leader, Msg::Fetch { txn: id });
+                    let g_view = self.view.g_view;
+                    ctx.send(self.leader, Msg::Fetch { txn: id, g_view });
                 }
                 break;
             };
@@ -599,6 +710,7 @@ impl Server {
                 shard: self.shard,
                 replica: self.replica,
                 ts,
+                g_view: self.view.g_view,
             },
         );
     }
@@ -610,7 +722,7 @@ impl Server {
         while self.executed_upto < upto {
             let (id, ts) = self.synced[self.executed_upto as usize];
             let e = &self.txns[&id];
-            let _ = execute(&mut self.store, &self.procedures, &e.body, ts);
+            let _ = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
             self.store.commit(id);
             self.executed_upto += 1;
         }
@@ -650,6 +762,7 @@ impl Server {
                             from: synced,
                             entries: self.stream[synced as usize..upto as usize].to_vec(),
                             commit_point: self.commit_point,
+                            g_view: self.view.g_view,
                         },
                     );
                 } else if self.commit_point > self.commit_sent {
@@ -660,11 +773,13 @@ impl Server {
                             from: end,
                             entries: Vec::new(),
                             commit_point: self.commit_point,
+                            g_view: self.view.g_view,
                         },
                     );
                 }
             }
             self.commit_sent = self.commit_point;
+            self.recover_stuck(ctx);
         } else {
             if self.sync_point != self.reported
                 || now.saturating_sub(self.reported_ns) >= self.opts.retry_ns
@@ -676,6 +791,7 @@ impl Server {
                     Msg::SyncReport {
                         shard: self.shard,
                         sync_point: self.sync_point,
+                        g_view: self.view.g_view,
                     },
                 );
             }
@@ -731,12 +847,13 @@ pub(crate) fn reply_hash(
     })
 }
 
-/// Executes a shard's pieces at `ts` on the store (pending versions); an aborted piece
+/// Executes `shard`'s pieces at `ts` on the store (pending versions); an aborted piece
 /// revokes what the transaction wrote.
 pub(crate) fn execute(
     store: &mut MvStore,
     procedures: &Procedures,
     body: &TxnBody,
+    shard: ShardId,
     ts: Timestamp,
 ) -> ShardResult {
     let id = body.id;
@@ -751,8 +868,8 @@ pub(crate) fn execute(
             .max()
             .unwrap_or(0);
         let mut done: Vec<Option<PieceResult>> = vec![None; width];
-        let mut out = Vec::with_capacity(body.pieces.len());
-        for (i, piece) in &body.pieces {
+        let mut out = Vec::new();
+        for (i, piece) in body.pieces_on(shard) {
             let inputs: Vec<Option<&PieceResult>> = done.iter().map(Option::as_ref).collect();
             let r = execute_piece(piece, &inputs, procedures, &mut access)?;
             done[usize::from(*i)] = Some(r.clone());

@@ -3,7 +3,7 @@
 
 use super::*;
 use bytes::Bytes;
-use meridian_core::node::Setup;
+use meridian_core::node::{Ctx, Setup};
 use meridian_core::node::{Effect, NodeEffect};
 use meridian_core::txn::{Op, Operand, Piece};
 use meridian_core::{Context, NodeRng, Procedures, Timestamp, Topology, TxnId};
@@ -40,7 +40,12 @@ impl Harness {
         }
     }
 
-    fn deliver(&mut self, now: u64, from: NodeId, msg: Msg) -> Vec<NodeEffect<TigaNode>> {
+    /// Runs one handler at local time `now`; returns its effects.
+    fn with_ctx(
+        &mut self,
+        now: u64,
+        handler: impl FnOnce(&mut TigaNode, &mut Ctx<'_, TigaNode>),
+    ) -> Vec<NodeEffect<TigaNode>> {
         let mut effects = Vec::new();
         let mut ctx = Context::new(
             self.id,
@@ -49,21 +54,20 @@ impl Harness {
             &mut effects,
             &mut self.next_timer,
         );
-        self.node.on_message(&mut ctx, from, msg);
+        handler(&mut self.node, &mut ctx);
         effects
     }
 
+    fn deliver(&mut self, now: u64, from: NodeId, msg: Msg) -> Vec<NodeEffect<TigaNode>> {
+        self.with_ctx(now, |node, ctx| node.on_message(ctx, from, msg))
+    }
+
+    fn timer(&mut self, now: u64, timer: Timer) -> Vec<NodeEffect<TigaNode>> {
+        self.with_ctx(now, |node, ctx| node.on_timer(ctx, timer))
+    }
+
     fn wake(&mut self, now: u64) -> Vec<NodeEffect<TigaNode>> {
-        let mut effects = Vec::new();
-        let mut ctx = Context::new(
-            self.id,
-            now,
-            &mut self.rng,
-            &mut effects,
-            &mut self.next_timer,
-        );
-        self.node.on_timer(&mut ctx, Timer::Wake);
-        effects
+        self.timer(now, Timer::Wake)
     }
 
     fn server(&self) -> &Server {
@@ -111,13 +115,13 @@ fn body(seq: u64, t: u64, shard: u32, shards: &[u32], k: &str) -> TxnBody {
         id: TxnId::new(COORD, 0, seq),
         ts: Timestamp::new(t, COORD.0),
         shards: shards.iter().map(|&s| ShardId(s)).collect(),
-        pieces: vec![(
+        pieces: Arc::new(vec![(
             0,
             Piece::ops(
                 ShardId(shard),
                 vec![Op::Append(key(k), Operand::Literal(key(&seq.to_string())))],
             ),
-        )],
+        )]),
     }
 }
 
@@ -128,6 +132,7 @@ fn note(txn: TxnId, shard: u32, t: u64, sealed: bool) -> Msg {
         ts: Timestamp::new(t, COORD.0),
         sealed,
         echo: false,
+        g_view: 0,
     }
 }
 
@@ -209,6 +214,7 @@ fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts()
                 (late.id, Timestamp::new(300, leader.0)),
             ],
             commit_point: 3,
+            g_view: 0,
         },
     );
     let slow = sent(&effects)
@@ -382,4 +388,48 @@ fn options_are_checked() {
     assert!(Tiga::check_config(&ProtocolConfig::parse("approach=maybe").unwrap()).is_err());
     let s = setup("");
     assert!(leaders_colocated(&s.cluster, 10.0));
+}
+
+#[test]
+fn a_leader_completes_the_multicast_of_a_vanished_coordinator() {
+    // Shard 0's leader got a two-shard transaction; shard 1 never did (the coordinator
+    // crashed mid-multicast), so no notification will ever come back.
+    let (mut h, t) = two_shard_leader("approach=detective,recovery_ms=1000");
+    h.wake(200);
+    let ms = 1_000_000;
+    let early = sent(&h.timer(500 * ms, Timer::Tick));
+    assert!(!early.iter().any(|(_, m)| matches!(m, Msg::Submit(_))));
+    let late = sent(&h.timer(1100 * ms, Timer::Tick));
+    let s = setup("");
+    let resent: Vec<NodeId> = late
+        .iter()
+        .filter(|(_, m)| matches!(m, Msg::Submit(b) if b.id == t.id))
+        .map(|(to, _)| *to)
+        .collect();
+    for &r in s.cluster.replicas(ShardId(1)) {
+        assert!(
+            resent.contains(&r),
+            "shard 1 replica {r} not sent the transaction"
+        );
+    }
+}
+
+#[test]
+fn views_name_leaders_by_local_view_modulo_replicas() {
+    let s = setup("");
+    let c = &s.cluster;
+    let opts = Options::parse(&ProtocolConfig::parse("").unwrap()).unwrap();
+    let mut v = View::initial(c, &opts);
+    assert_eq!(v.g_view, 0);
+    assert_eq!(
+        v.leaders(c),
+        (0..3)
+            .map(|s| c.initial_leader(ShardId(s)))
+            .collect::<Vec<_>>()
+    );
+    v.l_views[1] += 4;
+    assert_eq!(
+        v.leader(c, ShardId(1)),
+        c.replicas(ShardId(1))[(v.l_views[1] % 3) as usize]
+    );
 }

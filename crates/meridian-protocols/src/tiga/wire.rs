@@ -1,19 +1,49 @@
 //! Tiga's messages, timers and durable records.
 
+use super::view::{Status, View};
+use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::txn::{AbortReason, Piece, PieceResult};
 use meridian_core::{ShardId, Timestamp, TxnId};
 use meridian_store::Hash160;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
-/// A transaction as one shard sees it: the pieces for that shard (with their index in the
-/// client's transaction), every involved shard (for timestamp agreement), and its current
-/// timestamp.
+/// A transaction with its current timestamp: every piece of the client's transaction (with
+/// its index), shared, and every involved shard. Every shard gets the whole transaction so
+/// that a leader can complete a multicast its coordinator did not (§4 coordinator failure,
+/// Appendix B) and a view change can add a transaction a shard lost (§4 step ④).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TxnBody {
     pub id: TxnId,
     pub ts: Timestamp,
     pub shards: Vec<ShardId>,
-    pub pieces: Vec<(u16, Piece)>,
+    pub pieces: Arc<Vec<(u16, Piece)>>,
+}
+
+impl TxnBody {
+    /// The pieces `shard` executes, in order.
+    pub fn pieces_on(&self, shard: ShardId) -> impl Iterator<Item = &(u16, Piece)> {
+        self.pieces.iter().filter(move |(_, p)| p.shard == shard)
+    }
+
+    pub fn involves(&self, shard: ShardId) -> bool {
+        self.shards.contains(&shard)
+    }
+}
+
+/// A server's log list at a view change (Algorithm 5 `send-view-change`): the entries
+/// consistent with its leader (`synced`, in the leader's release order; for a leader, its
+/// whole release stream) and its other entries — fast-released ones and its emptied queue —
+/// each with the timestamp it holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ViewChangeReport {
+    pub g_view: u64,
+    pub shard: ShardId,
+    pub replica: u32,
+    /// The last g-view in which this server was NORMAL.
+    pub last_normal_view: u64,
+    pub synced: Vec<TxnBody>,
+    pub others: Vec<TxnBody>,
 }
 
 /// What a leader's optimistic execution of a shard's pieces produced.
@@ -31,6 +61,8 @@ pub struct FastReply {
     pub hash: Hash160,
     /// The leader's execution results; `None` from followers.
     pub result: Option<ShardResult>,
+    /// The sender's g-view: a coordinator counts replies of its own view only.
+    pub g_view: u64,
     /// The leader revoked an earlier execution and executed again (§3.5 case 3).
     pub reexecuted: bool,
 }
@@ -55,6 +87,7 @@ pub enum Msg {
         shard: ShardId,
         replica: u32,
         ts: Timestamp,
+        g_view: u64,
     },
     /// Leader → leaders: the timestamp this leader holds for `txn` (§3.5/§3.6), and
     /// whether it is sealed at it (at the head of the queue, recorded in rMap/wMap and, in
@@ -66,6 +99,7 @@ pub enum Msg {
         sealed: bool,
         /// An answer from a leader that already released `txn` (never answered again).
         echo: bool,
+        g_view: u64,
     },
     /// Leader → follower: entries of the leader's release stream from position `from`,
     /// and the leader's commit-point (§3.7).
@@ -74,18 +108,78 @@ pub enum Msg {
         from: u64,
         entries: Vec<(TxnId, Timestamp)>,
         commit_point: u64,
+        g_view: u64,
     },
     /// Follower → leader: periodic sync-point report (§3.7).
     SyncReport {
         shard: ShardId,
         sync_point: u64,
+        g_view: u64,
     },
     /// Follower → leader: the body of an entry this follower never received (§3.7 (2)).
     Fetch {
         txn: TxnId,
+        g_view: u64,
     },
     /// Leader → follower: the fetched body.
     FetchReply(Box<TxnBody>),
+
+    // ---- §4: view manager, view change, rejoin ----
+    /// View manager replica ↔ replica.
+    Raft(RaftMsg),
+    /// Server → view manager, every `heartbeat_ms`.
+    Heartbeat {
+        g_view: u64,
+        status: Status,
+    },
+    /// Anyone → a view manager replica: which view is installed?
+    ViewInquiry,
+    /// View manager → servers and coordinators (Algorithm 4 `view-change-req`), and the
+    /// answer to an inquiry.
+    NewView(View),
+    /// Server → its shard's new leader (Algorithm 5 `view-change`).
+    ViewChangeReport(Box<ViewChangeReport>),
+    /// New leader → the other new leaders (Algorithm 5 `timestamp-verification`): every
+    /// entry of the sender's rebuilt log that involves the receiver's shard.
+    Verify {
+        g_view: u64,
+        shard: ShardId,
+        entries: Vec<TxnBody>,
+        /// Sent in answer to a leader that had finished: never answered again.
+        answer: bool,
+    },
+    /// New leader → followers (Algorithm 5 `start-view`): the new log list in order.
+    StartView {
+        g_view: u64,
+        log: Vec<TxnBody>,
+    },
+    /// Rejoining server → its leader (Algorithm 6 `state-transfer-req`).
+    StateTransferReq {
+        g_view: u64,
+    },
+    /// Leader → rejoining server: the release stream, the commit-point, and the entries the
+    /// leader holds but has not released yet (which it may have answered fast).
+    StateTransfer {
+        g_view: u64,
+        log: Vec<TxnBody>,
+        pending: Vec<TxnBody>,
+        commit_point: u64,
+    },
+}
+
+impl Msg {
+    /// The g-view a server-to-server or server-to-coordinator message was sent in.
+    pub fn g_view(&self) -> Option<u64> {
+        match self {
+            Msg::FastReply(r) => Some(r.g_view),
+            Msg::SlowReply { g_view, .. }
+            | Msg::Notify { g_view, .. }
+            | Msg::LogSync { g_view, .. }
+            | Msg::SyncReport { g_view, .. }
+            | Msg::Fetch { g_view, .. } => Some(*g_view),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -98,6 +192,8 @@ pub enum Timer {
     Wake,
     /// Server: housekeeping.
     Tick,
+    /// View manager: a Raft tick and failure detection.
+    VmTick,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,4 +201,10 @@ pub enum Record {
     /// A coordinator booted: the number of these records is its incarnation, so its
     /// transaction ids never repeat after a restart.
     CoordinatorStarted,
+    /// A server booted: a server that finds one at build time restarted, lost its state
+    /// (servers keep none on disk, as in the report's diskless design) and rejoins through
+    /// a state transfer (Algorithm 6).
+    ServerStarted,
+    /// A view manager replica's Raft state.
+    Raft(RaftRecord),
 }

@@ -1,0 +1,524 @@
+//! The server's failure half (§4; report Algorithms 5–6 and Appendix B): heartbeats to the
+//! view manager, the view change (steps ②–⑤), rejoin by state transfer, and the leader
+//! acting as recovery coordinator for a transaction whose coordinator vanished mid-multicast.
+
+use super::{execute, keys_on, reply_hash, Entry, Footprint, Server, State};
+use crate::tiga::queue::KeyMaps;
+use crate::tiga::view::{Status, View, VIEW_MANAGER};
+use crate::tiga::wire::{FastReply, Msg, TxnBody, ViewChangeReport};
+use crate::tiga::TigaNode;
+use meridian_core::node::Ctx;
+use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
+use meridian_store::{footprint, MvStore, OrderedLog};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
+
+/// Progress of the view change (or rejoin) this server is in.
+#[derive(Debug, Default)]
+pub(crate) struct ViewChangeState {
+    /// This server's report for the current g-view, resent until the new log arrives.
+    report: Option<ViewChangeReport>,
+    /// When the report, verifications or a state-transfer request were last sent.
+    sent_ns: u64,
+    /// New leader: the reports of this shard's servers, by replica index.
+    reports: BTreeMap<u32, ViewChangeReport>,
+    /// New leader: the log rebuilt from f + 1 reports (step ③), awaiting step ④.
+    rebuilt: Option<Vec<TxnBody>>,
+    /// New leader: what it told every other shard's leader (kept to answer a late one).
+    verify_out: BTreeMap<ShardId, Vec<TxnBody>>,
+    /// New leader: what every other shard's leader told it.
+    verify_in: BTreeMap<ShardId, Vec<TxnBody>>,
+}
+
+impl Server {
+    // ---- talking to the view manager ----------------------------------------------------
+
+    pub(super) fn heartbeat(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let now = ctx.now_ns();
+        if self.heartbeat_ns != 0 && now.saturating_sub(self.heartbeat_ns) < self.opts.heartbeat_ns
+        {
+            return;
+        }
+        self.heartbeat_ns = now.max(1);
+        let msg = Msg::Heartbeat {
+            g_view: self.view.g_view,
+            status: self.status,
+        };
+        ctx.multicast(self.cluster.services(VIEW_MANAGER), &msg);
+    }
+
+    /// Asks the view manager for its view, at most once per `retry_ms`.
+    pub(super) fn inquire(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        self.inquirer
+            .inquire(ctx, &self.cluster, self.opts.retry_ns);
+    }
+
+    /// Retransmissions while not NORMAL.
+    pub(super) fn tick_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let now = ctx.now_ns();
+        if now.saturating_sub(self.view_change.sent_ns) < self.opts.retry_ns {
+            return;
+        }
+        self.view_change.sent_ns = now;
+        match self.status {
+            Status::Recovering => {
+                self.inquire(ctx);
+                self.request_transfer(ctx);
+            }
+            Status::ViewChange => {
+                if let Some(report) = &self.view_change.report {
+                    if !self.is_leader {
+                        let msg = Msg::ViewChangeReport(Box::new(report.clone()));
+                        ctx.send(self.leader, msg);
+                    }
+                }
+                let missing: Vec<ShardId> = self
+                    .view_change
+                    .verify_out
+                    .keys()
+                    .filter(|s| !self.view_change.verify_in.contains_key(s))
+                    .copied()
+                    .collect();
+                for shard in missing {
+                    self.send_verify(ctx, shard, false);
+                }
+            }
+            Status::Normal => {}
+        }
+    }
+
+    // ---- step ②: a new view arrives ------------------------------------------------------
+
+    pub(super) fn on_new_view(&mut self, ctx: &mut Ctx<'_, TigaNode>, view: View) {
+        if view.g_view <= self.view.g_view {
+            return;
+        }
+        if self.status == Status::Recovering {
+            // Algorithm 5 line 4: a recovering server takes no part in the view change; it
+            // asks the new leader for its state instead (Algorithm 6).
+            self.adopt_view(view);
+            self.view_change = ViewChangeState::default();
+            self.request_transfer(ctx);
+            return;
+        }
+        // Algorithm 5 lines 6–15: stop processing, put the queue into the log list (the
+        // report lists it), send the log list to the new leader.
+        let report = self.make_report(view.g_view);
+        self.adopt_view(view);
+        self.status = Status::ViewChange;
+        self.pq.clear();
+        self.wake_at = None;
+        self.view_change = ViewChangeState {
+            report: Some(report.clone()),
+            sent_ns: ctx.now_ns(),
+            ..ViewChangeState::default()
+        };
+        if self.is_leader {
+            self.on_report(ctx, self.id, report);
+        } else {
+            ctx.send(self.leader, Msg::ViewChangeReport(Box::new(report)));
+        }
+    }
+
+    /// This server's log list: entries consistent with its leader (a leader's whole release
+    /// stream; a follower's synced prefix), then its other entries — released fast, queued,
+    /// sealed — at the timestamps it holds. Held (late, never accepted) ones are not in it.
+    fn make_report(&self, g_view: u64) -> ViewChangeReport {
+        // The state belongs to the role this server had when it was installed.
+        let prefix = if self.stream.is_empty() {
+            &self.synced
+        } else {
+            &self.stream
+        };
+        let synced: Vec<TxnBody> = prefix
+            .iter()
+            .map(|&(id, ts)| self.body_at(id, ts))
+            .collect();
+        let in_prefix: FxHashSet<TxnId> = prefix.iter().map(|&(id, _)| id).collect();
+        let mut others: Vec<TxnBody> = self
+            .txns
+            .iter()
+            .filter(|(id, e)| {
+                !in_prefix.contains(id)
+                    && matches!(e.state, State::Released | State::Queued | State::Sealed)
+            })
+            .map(|(_, e)| e.body.clone())
+            .collect();
+        others.sort_unstable_by_key(|b| (b.ts, b.id));
+        ViewChangeReport {
+            g_view,
+            shard: self.shard,
+            replica: self.replica,
+            last_normal_view: self.last_normal_view,
+            synced,
+            others,
+        }
+    }
+
+    fn body_at(&self, id: TxnId, ts: Timestamp) -> TxnBody {
+        let mut body = self.txns[&id].body.clone();
+        body.ts = ts;
+        body
+    }
+
+    // ---- step ③: the new leader rebuilds the log -------------------------------------------
+
+    pub(super) fn on_report(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        report: ViewChangeReport,
+    ) {
+        if report.shard != self.shard || report.g_view != self.view.g_view {
+            if report.g_view > self.view.g_view {
+                self.inquire(ctx);
+            }
+            return;
+        }
+        if !self.is_leader {
+            return;
+        }
+        match self.status {
+            Status::Normal => {
+                // The sender missed our start-view: send our log list as it is now.
+                let log = self.stream_bodies();
+                let g_view = self.view.g_view;
+                ctx.send(from, Msg::StartView { g_view, log });
+            }
+            Status::ViewChange => {
+                self.view_change.reports.insert(report.replica, report);
+                let enough = self.view_change.reports.len() > self.f;
+                if enough && self.view_change.rebuilt.is_none() {
+                    let log = self.rebuild_log();
+                    self.view_change.rebuilt = Some(log);
+                    for s in 0..self.cluster.shard_count() {
+                        if ShardId(s) != self.shard {
+                            self.send_verify(ctx, ShardId(s), false);
+                        }
+                    }
+                    self.finish_view_change(ctx);
+                }
+            }
+            Status::Recovering => {}
+        }
+    }
+
+    /// Algorithm 5 `rebuild-log`: (a) the synced prefix of the report with the largest
+    /// last-normal-view and, among those, the largest sync-point; (b) every other entry that
+    /// ⌈f/2⌉ + 1 reports hold at the same timestamp, in timestamp order — except one that
+    /// conflicts with an (a) entry of a larger timestamp (see the module doc: such an entry
+    /// cannot have committed, and placing it before the (a) entry would change that entry's
+    /// committed result).
+    fn rebuild_log(&self) -> Vec<TxnBody> {
+        let reports: Vec<&ViewChangeReport> = self.view_change.reports.values().collect();
+        let lnv = reports
+            .iter()
+            .map(|r| r.last_normal_view)
+            .max()
+            .expect("f + 1 reports");
+        let best = reports
+            .iter()
+            .filter(|r| r.last_normal_view == lnv)
+            .max_by_key(|r| (r.synced.len(), std::cmp::Reverse(r.replica)))
+            .expect("a report with the largest last-normal-view");
+        let mut log = best.synced.clone();
+        let in_a: FxHashSet<TxnId> = log.iter().map(|b| b.id).collect();
+        let mut a_maps = KeyMaps::default();
+        for b in &log {
+            let (reads, writes) = keys_on(b, self.shard);
+            a_maps.record(&reads, &writes, b.ts);
+        }
+        let mut seen: BTreeMap<(Timestamp, TxnId), (usize, &TxnBody)> = BTreeMap::new();
+        for r in &reports {
+            let mut listed = FxHashSet::default();
+            for b in r.synced.iter().chain(&r.others) {
+                if !in_a.contains(&b.id) && listed.insert(b.id) {
+                    seen.entry((b.ts, b.id)).or_insert((0, b)).0 += 1;
+                }
+            }
+        }
+        let threshold = self.f.div_ceil(2) + 1;
+        for (count, body) in seen.into_values() {
+            let (reads, writes) = keys_on(body, self.shard);
+            if count >= threshold && a_maps.conflict_floor(&reads, &writes, body.ts).is_none() {
+                log.push(body.clone());
+            }
+        }
+        log
+    }
+
+    // ---- step ④: timestamp verification across shards ------------------------------------
+
+    fn send_verify(&mut self, ctx: &mut Ctx<'_, TigaNode>, shard: ShardId, answer: bool) {
+        let Some(log) = &self.view_change.rebuilt else {
+            return;
+        };
+        let entries: Vec<TxnBody> = log.iter().filter(|b| b.involves(shard)).cloned().collect();
+        self.view_change.verify_out.insert(shard, entries.clone());
+        let msg = Msg::Verify {
+            g_view: self.view.g_view,
+            shard: self.shard,
+            entries,
+            answer,
+        };
+        ctx.send(self.leaders[shard.index()], msg);
+    }
+
+    pub(super) fn on_verify(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        (g_view, shard, answer): (u64, ShardId, bool),
+        entries: Vec<TxnBody>,
+    ) {
+        if g_view != self.view.g_view {
+            if g_view > self.view.g_view {
+                self.inquire(ctx);
+            }
+            return;
+        }
+        let valid = shard != self.shard
+            && shard.index() < self.leaders.len()
+            && from == self.leaders[shard.index()];
+        if !self.is_leader || !valid {
+            return;
+        }
+        match self.status {
+            // A leader still waiting for ours (we finished): answer once, never an answer.
+            Status::Normal if !answer => self.send_verify(ctx, shard, true),
+            Status::ViewChange => {
+                self.view_change.verify_in.insert(shard, entries);
+                self.finish_view_change(ctx);
+            }
+            _ => {}
+        }
+    }
+
+    /// Algorithm 5 `verify-timestamp-across-shards`, then step ⑤: every entry takes the
+    /// largest timestamp any shard holds for it, a transaction another shard recovered but
+    /// this one lost is added, the log is sorted by timestamp, executed, and sent to the
+    /// followers.
+    fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let others = self.cluster.shard_count() as usize - 1;
+        let vc = &self.view_change;
+        let Some(rebuilt) = &vc.rebuilt else {
+            return;
+        };
+        if vc.verify_in.len() < others {
+            return;
+        }
+        let mut log = rebuilt.clone();
+        let mut index: FxHashMap<TxnId, usize> =
+            log.iter().enumerate().map(|(i, b)| (b.id, i)).collect();
+        for entries in vc.verify_in.values() {
+            for b in entries.iter().filter(|b| b.involves(self.shard)) {
+                match index.get(&b.id) {
+                    Some(&i) => log[i].ts = log[i].ts.max(b.ts),
+                    None => {
+                        index.insert(b.id, log.len());
+                        log.push(b.clone());
+                    }
+                }
+            }
+        }
+        log.sort_unstable_by_key(|b| (b.ts, b.id));
+        let g_view = self.view.g_view;
+        self.install_log(ctx, log.clone(), true);
+        self.status = Status::Normal;
+        self.last_normal_view = g_view;
+        self.view_change.report = None;
+        ctx.multicast(self.followers.clone(), &Msg::StartView { g_view, log });
+    }
+
+    /// Replaces this server's state with `log` (in order): a leader executes it and makes it
+    /// its release stream; a follower makes it its synced prefix and executes it as the
+    /// commit-point advances.
+    fn install_log(&mut self, ctx: &mut Ctx<'_, TigaNode>, log: Vec<TxnBody>, as_leader: bool) {
+        self.reset_state();
+        let now = ctx.now_ns();
+        for body in log {
+            let (id, ts) = (body.id, body.ts);
+            let mut e = Entry::new(body, self.shard, now);
+            self.maps.record(&e.reads, &e.writes, ts);
+            if as_leader {
+                let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
+                self.store.commit(id);
+                e.last_fast = Some(FastReply {
+                    txn: id,
+                    shard: self.shard,
+                    replica: self.replica,
+                    ts,
+                    hash: reply_hash(&self.log, &e.reads, &e.writes, id, ts),
+                    result: Some(result.clone()),
+                    g_view: self.view.g_view,
+                    reexecuted: false,
+                });
+                e.result = Some(result);
+                e.state = State::Released;
+                self.stream.push((id, ts));
+            } else {
+                e.state = State::Synced;
+                self.synced.push((id, ts));
+            }
+            self.log
+                .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+                .expect("a rebuilt log holds each transaction once");
+            self.txns.insert(id, e);
+            self.last_assigned_ns = self.last_assigned_ns.max(ts.time_ns);
+        }
+        self.sync_point = self.synced.len() as u64;
+    }
+
+    fn reset_state(&mut self) {
+        self.txns.clear();
+        self.pq.clear();
+        self.maps = KeyMaps::default();
+        self.log = OrderedLog::new();
+        self.store = MvStore::new();
+        self.wake_at = None;
+        self.notes.clear();
+        self.sealed.clear();
+        self.stream.clear();
+        self.follower_sync.clear();
+        self.follower_resent_ns.clear();
+        self.commit_point = 0;
+        self.commit_sent = 0;
+        self.sync_point = 0;
+        self.sync_buffer.clear();
+        self.synced.clear();
+        self.executed_upto = 0;
+        self.reported = 0;
+        self.reported_ns = 0;
+        self.fetching.clear();
+    }
+
+    fn stream_bodies(&self) -> Vec<TxnBody> {
+        self.stream
+            .iter()
+            .map(|&(id, ts)| self.body_at(id, ts))
+            .collect()
+    }
+
+    /// Step ⑤ at a follower: the new leader's log list replaces its own.
+    pub(super) fn on_start_view(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        g_view: u64,
+        log: Vec<TxnBody>,
+    ) {
+        let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
+        if self.status != Status::ViewChange || !current {
+            return;
+        }
+        self.install_log(ctx, log, false);
+        self.status = Status::Normal;
+        self.last_normal_view = g_view;
+        self.view_change = ViewChangeState::default();
+    }
+
+    // ---- rejoin (Algorithm 6) ---------------------------------------------------------------
+
+    fn request_transfer(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if self.status == Status::Recovering && !self.is_leader {
+            let g_view = self.view.g_view;
+            ctx.send(self.leader, Msg::StateTransferReq { g_view });
+            self.view_change.sent_ns = ctx.now_ns();
+        }
+        // A recovering server that is its view's leader waits: its heartbeats say
+        // RECOVERING, so the view manager replaces it.
+    }
+
+    pub(super) fn on_state_transfer_req(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        g_view: u64,
+    ) {
+        let mine = self.cluster.replicas(self.shard).contains(&from);
+        if self.status != Status::Normal || !self.is_leader || g_view != self.view.g_view || !mine {
+            return;
+        }
+        // What this leader released, and what it holds sealed (it may have answered those
+        // fast, and so may the rejoining server before it crashed).
+        let pending: Vec<TxnBody> = self
+            .pq
+            .iter()
+            .filter(|(_, id)| self.txns[id].state == State::Sealed)
+            .map(|&(ts, id)| self.body_at(id, ts))
+            .collect();
+        let msg = Msg::StateTransfer {
+            g_view,
+            log: self.stream_bodies(),
+            pending,
+            commit_point: self.commit_point,
+        };
+        ctx.send(from, msg);
+    }
+
+    pub(super) fn on_state_transfer(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        from: NodeId,
+        g_view: u64,
+        (log, pending): (Vec<TxnBody>, Vec<TxnBody>),
+        commit_point: u64,
+    ) {
+        let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
+        if self.status != Status::Recovering || !current {
+            return;
+        }
+        self.install_log(ctx, log, false);
+        let now = ctx.now_ns();
+        for body in pending {
+            if self.txns.contains_key(&body.id) {
+                continue;
+            }
+            let (id, ts) = (body.id, body.ts);
+            let mut e = Entry::new(body, self.shard, now);
+            e.state = State::Released;
+            self.maps.record(&e.reads, &e.writes, ts);
+            self.log
+                .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+                .expect("pending entries are not in the stream");
+            self.txns.insert(id, e);
+        }
+        self.commit_point = commit_point.min(self.sync_point);
+        self.status = Status::Normal;
+        self.last_normal_view = g_view;
+        self.view_change = ViewChangeState::default();
+        self.execute_committed();
+    }
+
+    // ---- coordinator failure (§4, Appendix B) ---------------------------------------------
+
+    /// A leader holding a multi-shard transaction for `recovery_ms` without agreement acts
+    /// as its recovery coordinator: it multicasts the transaction to every replica of every
+    /// involved shard, so a multicast cut short by a coordinator crash completes (replicas
+    /// deduplicate by id).
+    pub(super) fn recover_stuck(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let now = ctx.now_ns();
+        let stuck: Vec<TxnId> = self
+            .pq
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|id| {
+                let e = &self.txns[id];
+                e.body.shards.len() > 1 && now.saturating_sub(e.arrived_ns) >= self.opts.recovery_ns
+            })
+            .collect();
+        for id in stuck {
+            let e = self.txns.get_mut(&id).expect("queued");
+            e.arrived_ns = now;
+            let msg = Msg::Submit(Box::new(e.body.clone()));
+            let targets: Vec<NodeId> = e
+                .body
+                .shards
+                .iter()
+                .flat_map(|&s| self.cluster.replicas(s).iter().copied())
+                .filter(|&n| n != self.id)
+                .collect();
+            ctx.multicast(targets, &msg);
+        }
+    }
+}
