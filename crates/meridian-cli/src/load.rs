@@ -85,7 +85,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1.0)]
     wan_scale: f64,
     /// Transactions per second over all coordinators.
-    #[arg(long, default_value = "1000")]
+    #[arg(long, default_value = "200")]
     rate: String,
     /// MicroBench options, e.g. `zipf=0.9`.
     #[arg(long, default_value = "zipf=0.5")]
@@ -184,7 +184,7 @@ pub fn demo(demo: DemoArgs) -> ExitCode {
         workload_opts: demo.workload_opts,
         duration: demo.duration.unwrap_or_default(),
         rate: demo.rate,
-        max_outstanding: 256,
+        max_outstanding: 64,
         timeout: "5s".into(),
         history: None,
         check: None,
