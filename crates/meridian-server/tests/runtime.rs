@@ -251,3 +251,48 @@ async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_coordinator_is_a_timeout() {
+    // Accepts the connection and reads, but never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    });
+    let options = ClientOptions {
+        timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(vec![addr], options).await.unwrap();
+    let setup = setup::<Tiga>("local");
+    let result = client.execute(add_txn(&setup, &["s"], 1)).await;
+    assert!(
+        matches!(result, Err(ClientError::Timeout { .. })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_sessions_read_their_writes_and_commit() {
+    let setup = setup::<ClockSi>("local");
+    let config = config(setup.cluster.nodes.len());
+    let addr = config.addresses.peer[setup.cluster.coordinators[1].index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let key = Bytes::from_static(b"session-key");
+    let session = client.begin(None).await.unwrap();
+    assert_eq!(session.get(key.clone()).await.unwrap(), None);
+    session.put(key.clone(), encode_int(41)).await.unwrap();
+    let committed = session.commit().await.unwrap();
+    assert!(committed.commit_ts.is_some());
+
+    let next = client.begin(committed.commit_ts).await.unwrap();
+    assert_eq!(next.get(key.clone()).await.unwrap(), Some(encode_int(41)));
+    next.abort().await.unwrap();
+    host.shutdown().await;
+}
