@@ -360,6 +360,8 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
     let addresses = Addresses::from_topology(&setup.cluster)?;
     let pids = pid_files(run_dir).unwrap_or_default();
     let mut up = vec![false; setup.cluster.nodes.len()];
+    // What each live node believes leads its shard (node id), from its /status.
+    let mut belief: Vec<Option<u64>> = vec![None; setup.cluster.nodes.len()];
     println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
     for info in &setup.cluster.nodes {
         let pid = pids
@@ -367,8 +369,12 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
             .find(|(n, _, _)| *n == file_name(&info.name))
             .map(|(_, p, _)| *p);
         let running = pid.is_some_and(alive);
-        let answers = http_get(addresses.metrics[info.id.index()], "/status").is_some();
+        let status = http_get(addresses.metrics[info.id.index()], "/status");
+        let answers = status.is_some();
         up[info.id.index()] = running && answers;
+        belief[info.id.index()] = status
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|json| json["shard_leader"].as_u64());
         let state = match (running, answers) {
             (true, true) => "up",
             (true, false) => "starting (process alive, not answering)",
@@ -382,12 +388,15 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         );
     }
     for (s, replicas) in setup.cluster.shards.iter().enumerate() {
-        let leader = setup
+        let configured = setup
             .cluster
             .initial_leader(meridian_core::ShardId(s as u32));
         let live = replicas.iter().filter(|r| up[r.index()]).count();
+        let (leader, how) = reported_leader(replicas, &up, &belief)
+            .map(|(leader, votes)| (leader, format!("reported by {votes}/{live} live replicas")))
+            .unwrap_or((configured, "configured; not reported".to_string()));
         println!(
-            "shard{s}: leader {} ({}, configured; the protocols do not yet report view changes), {live}/{} replicas up",
+            "shard{s}: leader {} ({}, {how}), {live}/{} replicas up",
             setup.cluster.node(leader).name,
             if up[leader.index()] { "up" } else { "DOWN" },
             replicas.len()
@@ -408,6 +417,23 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The leader most live replicas of a shard report, with how many report it.
+fn reported_leader(
+    replicas: &[meridian_core::NodeId],
+    up: &[bool],
+    belief: &[Option<u64>],
+) -> Option<(meridian_core::NodeId, usize)> {
+    let mut votes: std::collections::BTreeMap<u64, usize> = Default::default();
+    for r in replicas.iter().filter(|r| up[r.index()]) {
+        if let Some(leader) = belief[r.index()] {
+            *votes.entry(leader).or_default() += 1;
+        }
+    }
+    let (leader, count) = votes.into_iter().max_by_key(|(_, n)| *n)?;
+    let leader = u32::try_from(leader).ok().map(meridian_core::NodeId)?;
+    replicas.contains(&leader).then_some((leader, count))
 }
 
 /// A plain HTTP GET on loopback; the body, or None.

@@ -260,6 +260,19 @@ fn leader_kill(protocol: &str, model: &str, restart: bool) {
         late_commits > 0,
         "transactions commit after the kill: {report}"
     );
+    if !restart {
+        // The view change moved shard0's leadership, and the replicas say so.
+        let status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+        let shown = text(&status);
+        let line = shown
+            .lines()
+            .find(|l| l.starts_with("shard0:"))
+            .unwrap_or("");
+        assert!(
+            line.contains("reported by") && !line.contains("leader shard0/replica0 "),
+            "{shown}"
+        );
+    }
     let down = meridian(&["cluster", "down", "--run-dir", run_dir]);
     assert_eq!(down.status.code(), Some(0), "{}", text(&down));
     if let Some(mut child) = restarted {

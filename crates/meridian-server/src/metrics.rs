@@ -19,6 +19,8 @@ macro_rules! counters {
             pub protocol: String,
             /// Set while the node's event loop runs.
             pub up: AtomicBool,
+            /// The node id this node believes leads its shard; `NO_LEADER` if none.
+            pub shard_leader: AtomicU64,
             $(#[doc = $help] pub $name: AtomicU64,)*
         }
 
@@ -57,11 +59,15 @@ counters! {
     records_recovered: "Durable records read back at start.",
 }
 
+/// `shard_leader` when the protocol names no leader.
+pub const NO_LEADER: u64 = u64::MAX;
+
 impl NodeMetrics {
     pub fn new(node: &str, protocol: &str) -> NodeMetrics {
         NodeMetrics {
             node: node.to_string(),
             protocol: protocol.to_string(),
+            shard_leader: AtomicU64::new(NO_LEADER),
             ..NodeMetrics::default()
         }
     }
@@ -102,6 +108,10 @@ impl NodeMetrics {
             "up": self.up.load(Ordering::Relaxed),
             "pid": std::process::id(),
             "committed": self.committed.load(Ordering::Relaxed),
+            "shard_leader": match self.shard_leader.load(Ordering::Relaxed) {
+                NO_LEADER => None,
+                id => Some(id),
+            },
         })
         .to_string()
     }

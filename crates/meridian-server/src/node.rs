@@ -172,6 +172,11 @@ impl<N: Node> NodeLoop<N> {
         }
         self.sync_wal();
         self.effects = effects;
+        let leader = self
+            .node
+            .shard_leader()
+            .map_or(crate::metrics::NO_LEADER, |l| u64::from(l.0));
+        self.metrics.shard_leader.store(leader, Ordering::Relaxed);
     }
 
     fn apply(&mut self, effect: NodeEffect<N>) {
