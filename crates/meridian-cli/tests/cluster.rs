@@ -22,7 +22,9 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A base port with `n` free ports above it, for the peer and the metrics ranges.
+/// A base port with `n` free ports above it, for the peer and the metrics ranges. Chosen
+/// below Linux's ephemeral range (32768–60999): there, the many outgoing connections of a
+/// cluster running in a parallel test could take a port between this check and the bind.
 fn free_base(n: u16) -> u16 {
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now()
@@ -30,7 +32,7 @@ fn free_base(n: u16) -> u16 {
             .unwrap()
             .subsec_nanos() as u64;
     for attempt in 0..200u64 {
-        let base = 20_000 + ((seed.wrapping_mul(2_654_435_761) + attempt * 7_919) % 40_000) as u16;
+        let base = 10_000 + ((seed.wrapping_mul(2_654_435_761) + attempt * 7_919) % 22_000) as u16;
         if (base..base + 2 * n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
