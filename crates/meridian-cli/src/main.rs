@@ -6,6 +6,12 @@
 //!   history; `meridian sim swarm --seeds N …` runs many seeds and prints a replay command
 //!   for every failure.
 //!
+//! * `meridian server --topology T --node N` — run one node as a process.
+//! * `meridian cluster up|down|status` — every node of a topology as a process on loopback.
+//! * `meridian client get|put|txn` — one transaction against a running cluster.
+//! * `meridian bench` — open-loop load against the runtime (in-process or `--remote`).
+//! * `meridian demo` — an in-process geo-distributed Tiga cluster under load, live.
+//!
 //! Bad input of any kind (arguments, topology, history) is a clear message and exit code 2.
 
 /// The simulator allocates many small, short-lived objects (messages, effects, records);
@@ -13,7 +19,10 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod client;
+mod load;
 mod protocols;
+mod runtime;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +42,17 @@ enum Command {
     Check(CheckArgs),
     /// Run a protocol in the deterministic simulator.
     Sim(Box<sim::SimArgs>),
+    /// Run an in-process three-region Tiga cluster with WAN emulation under MicroBench load,
+    /// with a live readout (Ctrl-C or --duration stops it).
+    Demo(load::DemoArgs),
+    /// Run one node of a cluster as this process.
+    Server(runtime::ServerArgs),
+    /// Start, stop or inspect a cluster of server processes on this machine.
+    Cluster(runtime::ClusterCommandArgs),
+    /// Run one transaction against a running cluster.
+    Client(client::ClientArgs),
+    /// Open-loop load against the runtime (in-process, or a running cluster with --remote).
+    Bench(Box<load::BenchArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -61,6 +81,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(args),
         Command::Sim(args) => sim::main(*args),
+        Command::Demo(args) => load::demo(args),
+        Command::Server(args) => runtime::server(args),
+        Command::Cluster(args) => runtime::cluster(args),
+        Command::Client(args) => client::main(args),
+        Command::Bench(args) => load::bench(*args),
     }
 }
 

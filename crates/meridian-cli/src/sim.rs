@@ -180,7 +180,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
     })
 }
 
-fn unknown_protocol(name: &str) -> String {
+pub fn unknown_protocol(name: &str) -> String {
     let known: Vec<String> = protocols::names()
         .iter()
         .map(|(n, g)| format!("{n} ({g})"))
@@ -270,7 +270,7 @@ fn run_one(args: RunArgs) -> ExitCode {
         Err(e) => return bad_input(e),
     };
     if let Some(path) = &args.history {
-        if let Err(e) = write_history(path, &result.report) {
+        if let Err(e) = write_history(path, &result.report.history) {
             return bad_input(format!("--history {}: {e}", path.display()));
         }
     }
@@ -289,9 +289,13 @@ fn run_one(args: RunArgs) -> ExitCode {
     }
 }
 
-fn write_history(path: &std::path::Path, report: &SimReport) -> std::io::Result<()> {
+/// Writes a history as JSON Lines.
+pub fn write_history(
+    path: &std::path::Path,
+    history: &[meridian_check::Entry],
+) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for entry in &report.history {
+    for entry in history {
         meridian_check::history::write_entry(&mut out, entry)?;
     }
     out.flush()

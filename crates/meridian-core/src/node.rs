@@ -217,6 +217,13 @@ pub trait Node: Sized + 'static {
         request: RequestId,
         req: ClientRequest,
     );
+
+    /// The leader of this node's shard as this node currently believes, for operators
+    /// (`meridian cluster status` shows it after view changes); None if the protocol has
+    /// no leaders or does not say. Drivers only read it; protocol logic never relies on it.
+    fn shard_leader(&self) -> Option<NodeId> {
+        None
+    }
 }
 
 /// Parses `key=value,key=value` (the shape of protocol and workload options); a repeated

@@ -381,4 +381,11 @@ impl Node for TigaNode {
             _ => ctx.refuse_not_coordinator(request),
         }
     }
+
+    fn shard_leader(&self) -> Option<NodeId> {
+        match self {
+            TigaNode::Server(s) => Some(s.leader()),
+            _ => None,
+        }
+    }
 }

@@ -214,6 +214,11 @@ impl Server {
         server
     }
 
+    /// The leader of this server's shard in the view it follows.
+    pub fn leader(&self) -> NodeId {
+        self.leader
+    }
+
     /// Takes `view`'s leaders and approach (no state changes beyond that).
     fn adopt_view(&mut self, view: View) {
         self.leaders = view.leaders(&self.cluster);

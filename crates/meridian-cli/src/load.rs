@@ -1,0 +1,488 @@
+//! `meridian bench` (open-loop load against the runtime, in-process or against a cluster
+//! started with `cluster up`) and `meridian demo` (the same, in-process, with a live line).
+
+use crate::bad_input;
+use crate::protocols::with_protocol;
+use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
+use crate::sim::unknown_protocol;
+use clap::Args;
+use meridian_check::Model;
+use meridian_client::{Client, ClientOptions, Submit};
+use meridian_core::node::{parse_key_values, Setup};
+use meridian_core::time::parse_duration_ns;
+use meridian_core::{NodeId, Protocol};
+use meridian_server::{
+    Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, LoadStats, Target,
+};
+use meridian_workload::WorkloadOptions;
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Drive a cluster started with `meridian cluster up` (TCP to its coordinators)
+    /// instead of hosting every node in this process.
+    #[arg(long)]
+    remote: bool,
+    /// Workload: microbench, list-append (one-shot), bank.
+    #[arg(long, default_value = "microbench")]
+    workload: String,
+    /// Workload options, `key=value[,key=value…]`.
+    #[arg(long, default_value = "")]
+    workload_opts: String,
+    /// How long the load runs (e.g. `30s`, `10m`).
+    #[arg(long, default_value = "10s")]
+    duration: String,
+    /// Transactions per second over all coordinators, or `max` (as fast as the cap allows).
+    #[arg(long, default_value = "max")]
+    rate: String,
+    /// Transactions in flight per coordinator at most.
+    #[arg(long, default_value_t = 64)]
+    max_outstanding: usize,
+    /// A transaction unanswered this long counts as unknown.
+    #[arg(long, default_value = "5s")]
+    timeout: String,
+    /// Write the history (JSON Lines) here.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Check the history against this model (needs a checkable workload, e.g. list-append).
+    #[arg(long)]
+    check: Option<String>,
+    /// Print one live line per second.
+    #[arg(long)]
+    live: bool,
+    /// Serve each in-process node's /metrics on the topology's metrics ports.
+    #[arg(long)]
+    metrics: bool,
+    /// `table` or `json`.
+    #[arg(long, default_value = "table")]
+    report: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "warn")]
+    log_level: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// A bundled topology name or a TOML path.
+    #[arg(long, default_value = "gcp-tiga")]
+    topology: String,
+    #[arg(long, default_value = "tiga")]
+    protocol: String,
+    /// Run this long (e.g. `30s`); without it, until Ctrl-C.
+    #[arg(long)]
+    duration: Option<String>,
+    /// Multiplies the topology's one-way delays (1: the real WAN; 0: none).
+    #[arg(long, default_value_t = 1.0)]
+    wan_scale: f64,
+    /// Transactions per second over all coordinators.
+    #[arg(long, default_value = "200")]
+    rate: String,
+    /// MicroBench options, e.g. `zipf=0.9`.
+    #[arg(long, default_value = "zipf=0.5")]
+    workload_opts: String,
+    /// Serve each node's /metrics on the topology's metrics ports.
+    #[arg(long)]
+    metrics: bool,
+    #[arg(long, default_value = "warn")]
+    log_level: String,
+}
+
+/// Everything a run needs, validated.
+struct Plan {
+    args: BenchArgs,
+    options: LoadOptions,
+    workload_options: WorkloadOptions,
+    timeout: Duration,
+    model: Option<Model>,
+    json: bool,
+}
+
+fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
+    init_logging(&args.log_level)?;
+    args.cluster.check()?;
+    let duration = if until_ctrl_c {
+        Duration::from_secs(365 * 24 * 3600)
+    } else {
+        Duration::from_nanos(
+            parse_duration_ns(&args.duration).map_err(|e| format!("--duration: {e}"))?,
+        )
+    };
+    let rate_per_s = match args.rate.as_str() {
+        "max" => None,
+        text => match text.parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Some(r),
+            _ => {
+                return Err(format!(
+                    "--rate: `{text}` is not a positive number or `max`"
+                ))
+            }
+        },
+    };
+    if args.max_outstanding == 0 {
+        return Err("--max-outstanding: must be at least 1".into());
+    }
+    let timeout = Duration::from_nanos(
+        parse_duration_ns(&args.timeout).map_err(|e| format!("--timeout: {e}"))?,
+    );
+    let workload_options = WorkloadOptions {
+        options: parse_key_values(&args.workload_opts)
+            .map_err(|e| format!("--workload-opts: {e}"))?,
+    };
+    let model = args
+        .check
+        .as_deref()
+        .filter(|m| *m != "none")
+        .map(|m| m.parse::<Model>().map_err(|e| format!("--check: {e}")))
+        .transpose()?;
+    let json = match args.report.as_str() {
+        "json" => true,
+        "table" => false,
+        other => return Err(format!("--report: `{other}` is not `table` or `json`")),
+    };
+    let options = LoadOptions {
+        duration,
+        rate_per_s,
+        max_outstanding: args.max_outstanding,
+        record_history: args.history.is_some() || model.is_some(),
+        seed: args.seed,
+    };
+    Ok(Plan {
+        args,
+        options,
+        workload_options,
+        timeout,
+        model,
+        json,
+    })
+}
+
+pub fn bench(args: BenchArgs) -> ExitCode {
+    run(args, false)
+}
+
+pub fn demo(demo: DemoArgs) -> ExitCode {
+    let forever = demo.duration.is_none();
+    let args = BenchArgs {
+        cluster: ClusterArgs {
+            topology: demo.topology,
+            protocol: demo.protocol,
+            protocol_opts: String::new(),
+            wan_scale: demo.wan_scale,
+        },
+        remote: false,
+        workload: "microbench".into(),
+        workload_opts: demo.workload_opts,
+        duration: demo.duration.unwrap_or_default(),
+        rate: demo.rate,
+        max_outstanding: 64,
+        timeout: "5s".into(),
+        history: None,
+        check: None,
+        live: true,
+        metrics: demo.metrics,
+        report: "table".into(),
+        seed: 1,
+        log_level: demo.log_level,
+    };
+    run(args, forever)
+}
+
+fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
+    let plan = match parse(args, until_ctrl_c) {
+        Ok(p) => p,
+        Err(e) => return bad_input(e),
+    };
+    let protocol = plan.args.cluster.protocol.clone();
+    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(drive::<P>(&plan)), Err(unknown_protocol(&protocol)));
+    let (report, setup) = match result {
+        Ok(r) => r,
+        Err(e) => return bad_input(e),
+    };
+    finish(&plan, &report, &setup)
+}
+
+async fn drive<P: Protocol>(plan: &Plan) -> Result<(LoadReport, Setup), String>
+where
+    P::Node: Send,
+{
+    let setup = plan.args.cluster.setup::<P>()?;
+    let workload =
+        meridian_workload::build(&plan.args.workload, &setup.cluster, &plan.workload_options)
+            .map_err(|e| format!("--workload: {e}"))?;
+    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let host = if plan.args.remote {
+        None
+    } else {
+        let mut config = HostConfig::new(addresses.clone());
+        config.wan_scale = plan.args.cluster.wan_scale;
+        config.seed = plan.args.seed;
+        config.listen = false;
+        config.serve_metrics = plan.args.metrics;
+        let all: Vec<NodeId> = setup.cluster.nodes.iter().map(|n| n.id).collect();
+        Some(
+            Host::<P>::start(setup.clone(), &all, config)
+                .await
+                .map_err(|e| e.to_string())?,
+        )
+    };
+    let mut targets = Vec::new();
+    for &coordinator in &setup.cluster.coordinators {
+        let submit: Arc<dyn Submit> = match &host {
+            Some(host) => Arc::new(
+                host.local_client(coordinator)
+                    .expect("every node is hosted")
+                    .with_timeout(plan.timeout),
+            ),
+            None => {
+                let options = ClientOptions {
+                    timeout: plan.timeout,
+                    ..ClientOptions::default()
+                };
+                let addr = addresses.peer[coordinator.index()];
+                Arc::new(
+                    Client::connect(vec![addr], options)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+        };
+        let cluster = setup.cluster.clone();
+        targets.push(Target {
+            region: setup
+                .cluster
+                .topology
+                .region_name(setup.cluster.region_of(coordinator))
+                .to_string(),
+            submit,
+            bound_ms: Arc::new(move |shards| P::bound_ms(&cluster, coordinator, shards)),
+        });
+    }
+    let stop = CancellationToken::new();
+    let load = Load::start(workload, targets, plan.options.clone(), stop.clone());
+    let started = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    while !load.is_finished() {
+        tokio::select! {
+            _ = &mut ctrl_c, if !stop.is_cancelled() => {
+                stop.cancel();
+                eprintln!("\nstopping: waiting for transactions in flight…");
+            }
+            _ = tick.tick() => {
+                if plan.args.live {
+                    live_line(started.elapsed(), &load.interval());
+                }
+            }
+        }
+    }
+    if plan.args.live {
+        println!();
+    }
+    let report = load.finish().await;
+    if let Some(host) = host {
+        host.shutdown().await;
+    }
+    Ok((report, setup))
+}
+
+/// One line, rewritten in place on a terminal: throughput, commit rate, p50/p99 per region.
+fn live_line(elapsed: Duration, interval: &LoadStats) {
+    let finished = interval.finished();
+    let committed = interval.committed();
+    let rate = if finished == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1}%", 100.0 * committed as f64 / finished as f64)
+    };
+    let regions: Vec<String> = interval
+        .regions
+        .iter()
+        .map(|r| match (r.percentile_ms(50.0), r.percentile_ms(99.0)) {
+            (Some(p50), Some(p99)) => format!("{} {p50:.0}/{p99:.0}", r.region),
+            _ => format!("{} -", r.region),
+        })
+        .collect();
+    let line = format!(
+        "[{:>4}s] {committed:>6} txn/s  commit {rate}  p50/p99 ms: {}",
+        elapsed.as_secs(),
+        regions.join("  ")
+    );
+    let mut out = std::io::stdout();
+    if out.is_terminal() {
+        let _ = write!(out, "\r\x1b[2K{line}");
+    } else {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
+#[derive(Serialize)]
+struct RegionJson {
+    region: String,
+    committed: u64,
+    aborted: u64,
+    unknown: u64,
+    p50_ms: Option<f64>,
+    p90_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    bound_ms: Option<f64>,
+    p50_wrtt: Option<f64>,
+    paths: std::collections::BTreeMap<&'static str, u64>,
+}
+
+#[derive(Serialize)]
+struct BenchJson {
+    protocol: String,
+    topology: String,
+    workload: String,
+    wan_scale: f64,
+    remote: bool,
+    elapsed_s: f64,
+    committed: u64,
+    committed_per_s: f64,
+    aborted: u64,
+    unknown: u64,
+    abort_reasons: std::collections::BTreeMap<String, u64>,
+    regions: Vec<RegionJson>,
+    model: Option<String>,
+    valid: Option<bool>,
+    anomalies: usize,
+    invariant: Option<String>,
+}
+
+fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
+    if let Some(path) = &plan.args.history {
+        if let Err(e) = crate::sim::write_history(path, &report.history) {
+            return bad_input(format!("--history {}: {e}", path.display()));
+        }
+    }
+    let check = plan
+        .model
+        .map(|m| meridian_check::check(&report.history, m));
+    let stats = &report.stats;
+    let sum = |f: fn(&meridian_server::RegionLoad) -> u64| stats.regions.iter().map(f).sum::<u64>();
+    let elapsed_s = report.elapsed.as_secs_f64();
+    let json = BenchJson {
+        protocol: plan.args.cluster.protocol.clone(),
+        topology: setup.cluster.topology.name.clone(),
+        workload: plan.args.workload.clone(),
+        wan_scale: plan.args.cluster.wan_scale,
+        remote: plan.args.remote,
+        elapsed_s,
+        committed: stats.committed(),
+        committed_per_s: stats.committed() as f64 / elapsed_s.max(1e-9),
+        aborted: sum(|r| r.aborted),
+        unknown: sum(|r| r.unknown),
+        abort_reasons: stats.abort_reasons.clone(),
+        regions: stats
+            .regions
+            .iter()
+            .map(|r| RegionJson {
+                region: r.region.clone(),
+                committed: r.committed,
+                aborted: r.aborted,
+                unknown: r.unknown,
+                p50_ms: r.percentile_ms(50.0),
+                p90_ms: r.percentile_ms(90.0),
+                p99_ms: r.percentile_ms(99.0),
+                bound_ms: r.bound_ms(),
+                p50_wrtt: r
+                    .percentile_ms(50.0)
+                    .zip(r.bound_ms())
+                    .filter(|(_, b)| *b > 0.0)
+                    .map(|(p, b)| p / b),
+                paths: r.paths.clone(),
+            })
+            .collect(),
+        model: plan.model.map(|m| m.to_string()),
+        valid: check.as_ref().map(|c| c.valid),
+        anomalies: check.as_ref().map_or(0, |c| c.anomalies.len()),
+        invariant: report.invariant.clone().err(),
+    };
+    if plan.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("serializable")
+        );
+    } else {
+        print_table(&json);
+        if let Some(c) = &check {
+            println!("{c}");
+        }
+    }
+    let passed = check.as_ref().is_none_or(|c| c.valid) && report.invariant.is_ok();
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_table(j: &BenchJson) {
+    println!(
+        "{} on {} ({}; WAN scale {}{}): {:.1} s, {} committed ({:.0}/s), {} aborted, {} unknown",
+        j.protocol,
+        j.topology,
+        j.workload,
+        j.wan_scale,
+        if j.remote {
+            ", remote cluster"
+        } else {
+            ", in-process"
+        },
+        j.elapsed_s,
+        j.committed,
+        j.committed_per_s,
+        j.aborted,
+        j.unknown
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    println!(
+        "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "region",
+        "committed",
+        "aborted",
+        "unknown",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "bound",
+        "p50/WRTT"
+    );
+    for r in &j.regions {
+        println!(
+            "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            r.region,
+            r.committed,
+            r.aborted,
+            r.unknown,
+            ms(r.p50_ms),
+            ms(r.p90_ms),
+            ms(r.p99_ms),
+            ms(r.bound_ms),
+            r.p50_wrtt.map_or("-".to_string(), |v| format!("{v:.2}"))
+        );
+        let paths: Vec<String> = r.paths.iter().map(|(p, n)| format!("{p} {n}")).collect();
+        if !paths.is_empty() {
+            println!("         paths: {}", paths.join(", "));
+        }
+    }
+    for (reason, count) in &j.abort_reasons {
+        println!("  {count:>8} × {reason}");
+    }
+    if let Some(invariant) = &j.invariant {
+        println!("workload invariant violated: {invariant}");
+    }
+}

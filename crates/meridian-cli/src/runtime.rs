@@ -1,0 +1,449 @@
+//! `meridian server` (one node as a process) and `meridian cluster up|down|status`
+//! (every node of a topology as a process on this machine).
+
+use crate::bad_input;
+use crate::protocols::with_protocol;
+use crate::sim::unknown_protocol;
+use clap::{Args, Subcommand};
+use meridian_core::node::Setup;
+use meridian_core::{NodeRole, Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_server::{Addresses, Host, HostConfig};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Options every runtime command shares.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// A bundled topology name or a TOML path.
+    #[arg(long, default_value = "gcp-tiga")]
+    pub topology: String,
+    /// Protocol the nodes run.
+    #[arg(long, default_value = "tiga")]
+    pub protocol: String,
+    /// Protocol options, `key=value[,key=value…]`.
+    #[arg(long, default_value = "")]
+    pub protocol_opts: String,
+    /// Multiplies the topology's one-way delays (1: real WAN delays; 0: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub wan_scale: f64,
+}
+
+impl ClusterArgs {
+    /// The protocol's cluster for these arguments.
+    pub fn setup<P: Protocol>(&self) -> Result<Setup, String> {
+        let topology = Topology::load(&self.topology).map_err(|e| e.to_string())?;
+        let config = ProtocolConfig::parse(&self.protocol_opts)
+            .map_err(|e| format!("--protocol-opts: {e}"))?;
+        meridian_sim::setup::<P>(topology, config, Procedures::new())
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.wan_scale.is_finite() && self.wan_scale >= 0.0) {
+            return Err(format!(
+                "--wan-scale: must be a number ≥ 0, got {}",
+                self.wan_scale
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`).
+    #[arg(long)]
+    node: String,
+    /// Durable logs go under DIR/<node>/; without it the node keeps nothing across restarts.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Force records to disk after each event (survives power loss; slow).
+    #[arg(long)]
+    fsync: bool,
+    /// Added to this node's system clock, in ms (skew experiments).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    clock_offset_ms: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+/// Installs the `tracing` subscriber at `level`.
+pub fn init_logging(level: &str) -> Result<(), String> {
+    let level: tracing::Level = level.parse().map_err(|_| {
+        format!("--log-level: `{level}` is not one of error, warn, info, debug, trace")
+    })?;
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    Ok(())
+}
+
+/// A tokio runtime with two workers (the machine this targets has two cores).
+pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+pub fn server(args: ServerArgs) -> ExitCode {
+    if let Err(e) = init_logging(&args.log_level).and_then(|_| args.cluster.check()) {
+        return bad_input(e);
+    }
+    let protocol = args.cluster.protocol.clone();
+    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(serve::<P>(&args)), Err(unknown_protocol(&protocol)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => bad_input(e),
+    }
+}
+
+async fn serve<P: Protocol>(args: &ServerArgs) -> Result<(), String>
+where
+    P::Node: Send,
+{
+    let setup = args.cluster.setup::<P>()?;
+    let node = setup.cluster.node_by_name(&args.node).ok_or_else(|| {
+        let names: Vec<&str> = setup
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        format!(
+            "--node: no node `{}` (nodes: {})",
+            args.node,
+            names.join(", ")
+        )
+    })?;
+    let mut config = HostConfig::new(Addresses::from_topology(&setup.cluster)?);
+    config.wan_scale = args.cluster.wan_scale;
+    config.data_dir = args.data_dir.clone();
+    config.fsync = args.fsync;
+    config.seed = args.seed;
+    config.clock_offset_ms = args.clock_offset_ms;
+    let host = Host::<P>::start(setup, &[node], config)
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for_signal().await;
+    tracing::info!(node = %args.node, "stopping");
+    host.shutdown().await;
+    Ok(())
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM.
+pub async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterCommandArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Start every node of the topology as a process on this machine.
+    Up(UpArgs),
+    /// Stop the processes `up` started (SIGTERM, then SIGKILL after 5 s).
+    Down(RunDirArgs),
+    /// Show which nodes are up and each shard's leader.
+    Status(RunDirArgs),
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(flatten)]
+    run: RunDirArgs,
+    /// Log level of the servers.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Args, Debug)]
+struct RunDirArgs {
+    /// Where pid files (pids/), logs (logs/) and durable logs (data/) go.
+    #[arg(long, default_value = "meridian-run")]
+    run_dir: PathBuf,
+}
+
+pub fn cluster(args: ClusterCommandArgs) -> ExitCode {
+    let result = match args.command {
+        ClusterCommand::Up(up) => cluster_up(&up),
+        ClusterCommand::Down(run) => cluster_down(&run.run_dir),
+        ClusterCommand::Status(run) => cluster_status(&run.run_dir),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => bad_input(e),
+    }
+}
+
+/// What `up` records for `down` and `status`: the arguments the servers were started with.
+fn saved_args_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("cluster.args")
+}
+
+fn file_name(node: &str) -> String {
+    node.replace('/', "-")
+}
+
+fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
+    up.cluster.check()?;
+    let protocol = up.cluster.protocol.clone();
+    let setup = with_protocol!(protocol.as_str(), P => up.cluster.setup::<P>(), Err(unknown_protocol(&protocol)))?;
+    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let run_dir = &up.run.run_dir;
+    for sub in ["pids", "logs", "data"] {
+        std::fs::create_dir_all(run_dir.join(sub))
+            .map_err(|e| format!("--run-dir {}: {e}", run_dir.display()))?;
+    }
+    let topology = std::fs::canonicalize(&up.cluster.topology)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| up.cluster.topology.clone());
+    let saved = [
+        topology.clone(),
+        protocol.clone(),
+        up.cluster.protocol_opts.clone(),
+    ]
+    .join("\n");
+    std::fs::write(saved_args_path(run_dir), saved).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    for info in &setup.cluster.nodes {
+        let name = file_name(&info.name);
+        let log = std::fs::File::create(run_dir.join("logs").join(format!("{name}.log")))
+            .map_err(|e| e.to_string())?;
+        let mut command = Command::new(&exe);
+        command
+            .args(["server", "--topology", &topology, "--protocol", &protocol])
+            .args(["--protocol-opts", &up.cluster.protocol_opts])
+            .args(["--wan-scale", &up.cluster.wan_scale.to_string()])
+            .args(["--node", &info.name, "--log-level", &up.log_level])
+            .arg("--data-dir")
+            .arg(run_dir.join("data"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        // Its own process group: a Ctrl-C at the terminal that ran `up` does not reach it.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        std::fs::write(
+            run_dir.join("pids").join(format!("{name}.pid")),
+            child.id().to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut waiting: Vec<usize> = (0..setup.cluster.nodes.len()).collect();
+    while !waiting.is_empty() && Instant::now() < deadline {
+        waiting.retain(|&i| http_get(addresses.metrics[i], "/status").is_none());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !waiting.is_empty() {
+        let names: Vec<&str> = waiting
+            .iter()
+            .map(|&i| setup.cluster.nodes[i].name.as_str())
+            .collect();
+        eprintln!(
+            "error: not answering after 20 s: {} (see {}/logs)",
+            names.join(", "),
+            run_dir.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    println!(
+        "{} nodes of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
+        setup.cluster.nodes.len(),
+        setup.cluster.topology.name,
+        up.cluster.wan_scale,
+        run_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The pid files under `run_dir/pids`, as (node file name, pid).
+fn pid_files(run_dir: &Path) -> Result<Vec<(String, i32, PathBuf)>, String> {
+    let dir = run_dir.join("pids");
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        format!(
+            "{}: {e} (did `cluster up` run with this --run-dir?)",
+            dir.display()
+        )
+    })?;
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_stem().map(|s| s.to_string_lossy().to_string()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        match text.trim().parse::<i32>() {
+            Ok(pid) if pid > 0 => pids.push((name, pid, path)),
+            _ => eprintln!("warning: {} does not hold a pid", path.display()),
+        }
+    }
+    pids.sort();
+    Ok(pids)
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() && !is_zombie(pid)
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn cluster_down(run_dir: &Path) -> Result<ExitCode, String> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let pids = pid_files(run_dir)?;
+    for (_, pid, _) in &pids {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|(_, pid, _)| alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut killed = 0;
+    for (name, pid, path) in &pids {
+        if alive(*pid) {
+            eprintln!("{name} (pid {pid}) ignored SIGTERM for 5 s: SIGKILL");
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            killed += 1;
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    println!("stopped {} nodes ({killed} killed)", pids.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
+    let saved = std::fs::read_to_string(saved_args_path(run_dir))
+        .map_err(|e| format!("{}: {e} (did `cluster up` run here?)", run_dir.display()))?;
+    let mut lines = saved.lines();
+    let args = ClusterArgs {
+        topology: lines.next().unwrap_or_default().to_string(),
+        protocol: lines.next().unwrap_or_default().to_string(),
+        protocol_opts: lines.next().unwrap_or_default().to_string(),
+        wan_scale: 0.0,
+    };
+    let protocol = args.protocol.clone();
+    let setup = with_protocol!(protocol.as_str(), P => args.setup::<P>(), Err(unknown_protocol(&protocol)))?;
+    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let pids = pid_files(run_dir).unwrap_or_default();
+    let mut up = vec![false; setup.cluster.nodes.len()];
+    // What each live node believes leads its shard (node id), from its /status.
+    let mut belief: Vec<Option<u64>> = vec![None; setup.cluster.nodes.len()];
+    println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
+    for info in &setup.cluster.nodes {
+        let pid = pids
+            .iter()
+            .find(|(n, _, _)| *n == file_name(&info.name))
+            .map(|(_, p, _)| *p);
+        let running = pid.is_some_and(alive);
+        let status = http_get(addresses.metrics[info.id.index()], "/status");
+        let answers = status.is_some();
+        up[info.id.index()] = running && answers;
+        belief[info.id.index()] = status
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|json| json["shard_leader"].as_u64());
+        let state = match (running, answers) {
+            (true, true) => "up",
+            (true, false) => "starting (process alive, not answering)",
+            (false, _) => "down",
+        };
+        println!(
+            "{:<18} {:<6} {:>8}  {state}",
+            info.name,
+            setup.cluster.topology.region_name(info.region),
+            pid.map_or("-".to_string(), |p| p.to_string())
+        );
+    }
+    for (s, replicas) in setup.cluster.shards.iter().enumerate() {
+        let configured = setup
+            .cluster
+            .initial_leader(meridian_core::ShardId(s as u32));
+        let live = replicas.iter().filter(|r| up[r.index()]).count();
+        let (leader, how) = reported_leader(replicas, &up, &belief)
+            .map(|(leader, votes)| (leader, format!("reported by {votes}/{live} live replicas")))
+            .unwrap_or((configured, "configured; not reported".to_string()));
+        println!(
+            "shard{s}: leader {} ({}, {how}), {live}/{} replicas up",
+            setup.cluster.node(leader).name,
+            if up[leader.index()] { "up" } else { "DOWN" },
+            replicas.len()
+        );
+    }
+    let coordinators_up = setup
+        .cluster
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.role, NodeRole::Coordinator { .. }) && up[n.id.index()])
+        .count();
+    println!(
+        "coordinators: {coordinators_up}/{} up",
+        setup.cluster.coordinators.len()
+    );
+    Ok(if up.iter().all(|u| *u) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The leader most live replicas of a shard report, with how many report it.
+fn reported_leader(
+    replicas: &[meridian_core::NodeId],
+    up: &[bool],
+    belief: &[Option<u64>],
+) -> Option<(meridian_core::NodeId, usize)> {
+    let mut votes: std::collections::BTreeMap<u64, usize> = Default::default();
+    for r in replicas.iter().filter(|r| up[r.index()]) {
+        if let Some(leader) = belief[r.index()] {
+            *votes.entry(leader).or_default() += 1;
+        }
+    }
+    let (leader, count) = votes.into_iter().max_by_key(|(_, n)| *n)?;
+    let leader = u32::try_from(leader).ok().map(meridian_core::NodeId)?;
+    replicas.contains(&leader).then_some((leader, count))
+}
+
+/// A plain HTTP GET on loopback; the body, or None.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}

@@ -1,0 +1,425 @@
+//! A host: some (or all) nodes of a cluster in this process, wired to each other through
+//! in-process links and to the rest through TCP.
+
+use crate::metrics::{self, NodeMetrics};
+use crate::node::{NodeLoop, Route};
+use crate::storage::Wal;
+use crate::transport::{self, Inbound, Remote, Reply};
+use meridian_client::{ClientError, Submit};
+use meridian_core::node::Setup;
+use meridian_core::time::NS_PER_MS;
+use meridian_core::txn::{ClientRequest, ClientResponse};
+use meridian_core::{Cluster, Node, NodeId, NodeRng, Protocol};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Every node's listening addresses.
+#[derive(Clone, Debug)]
+pub struct Addresses {
+    /// Where node i accepts peers and clients.
+    pub peer: Vec<SocketAddr>,
+    /// Where node i serves `/metrics` and `/status`.
+    pub metrics: Vec<SocketAddr>,
+}
+
+impl Addresses {
+    /// The topology's `[runtime]` layout: node i at `base_port + i` and
+    /// `metrics_base_port + i` on `host`.
+    pub fn from_topology(cluster: &Cluster) -> Result<Addresses, String> {
+        let spec = &cluster.topology.runtime;
+        let n = cluster.nodes.len();
+        let port = |base: u16, i: usize| -> Result<SocketAddr, String> {
+            let port = usize::from(base) + i;
+            let port = u16::try_from(port).map_err(|_| {
+                format!("node {i}: port {port} is above 65535; lower the base port")
+            })?;
+            (spec.host.as_str(), port)
+                .to_socket_addrs()
+                .map_err(|e| format!("runtime.host `{}`: {e}", spec.host))?
+                .next()
+                .ok_or_else(|| format!("runtime.host `{}` resolves to nothing", spec.host))
+        };
+        Ok(Addresses {
+            peer: (0..n)
+                .map(|i| port(spec.base_port, i))
+                .collect::<Result<_, _>>()?,
+            metrics: (0..n)
+                .map(|i| port(spec.metrics_base_port, i))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// How a host runs its nodes.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Multiplies every emulated one-way delay (1.0: the topology's delays; 0: none).
+    pub wan_scale: f64,
+    /// Durable logs go under `data_dir/<node name>/`; None keeps nothing (no recovery).
+    pub data_dir: Option<PathBuf>,
+    /// Force each handler's records to disk (survives power loss, costs a disk flush).
+    pub fsync: bool,
+    /// Seeds the nodes' RNGs and the delay jitter.
+    pub seed: u64,
+    /// Added to the system clock of every hosted node, in ms (for skew experiments).
+    pub clock_offset_ms: f64,
+    pub addresses: Addresses,
+    /// Accept peers and clients over TCP.
+    pub listen: bool,
+    /// Serve `/metrics` and `/status` over HTTP.
+    pub serve_metrics: bool,
+    /// Capacity of each node's inbox.
+    pub inbox_capacity: usize,
+    /// Capacity of each link's queue.
+    pub link_capacity: usize,
+}
+
+impl HostConfig {
+    pub fn new(addresses: Addresses) -> HostConfig {
+        HostConfig {
+            wan_scale: 1.0,
+            data_dir: None,
+            fsync: false,
+            seed: 1,
+            clock_offset_ms: 0.0,
+            addresses,
+            listen: true,
+            serve_metrics: true,
+            inbox_capacity: 65_536,
+            link_capacity: 65_536,
+        }
+    }
+}
+
+type Msg<P> = <<P as Protocol>::Node as Node>::Msg;
+
+/// Nodes of protocol `P` running in this process.
+pub struct Host<P: Protocol> {
+    setup: Setup,
+    inboxes: Vec<Option<mpsc::Sender<Inbound<Msg<P>>>>>,
+    metrics: Vec<Arc<NodeMetrics>>,
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+/// Why a host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot listen on {addr} for {node}: {error}")]
+    Bind {
+        node: String,
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("durable log of {node} in {dir}: {error}")]
+    Wal {
+        node: String,
+        dir: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl<P: Protocol> Host<P>
+where
+    P::Node: Send,
+{
+    /// Starts `hosted` (node ids of `setup.cluster`) with `config`. Must run inside a
+    /// tokio runtime.
+    pub async fn start(
+        setup: Setup,
+        hosted: &[NodeId],
+        config: HostConfig,
+    ) -> Result<Host<P>, HostError> {
+        let cluster = setup.cluster.clone();
+        let n = cluster.nodes.len();
+        if config.addresses.peer.len() < n || config.addresses.metrics.len() < n {
+            return Err(HostError::Config(format!(
+                "addresses for {} nodes, cluster has {n}",
+                config.addresses.peer.len()
+            )));
+        }
+        if !(config.wan_scale.is_finite() && config.wan_scale >= 0.0) {
+            return Err(HostError::Config(format!(
+                "WAN scale must be a finite number ≥ 0, got {}",
+                config.wan_scale
+            )));
+        }
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let mut inboxes: Vec<Option<mpsc::Sender<Inbound<Msg<P>>>>> = vec![None; n];
+        let mut receivers = Vec::new();
+        for &id in hosted {
+            let (tx, rx) = mpsc::channel(config.inbox_capacity);
+            inboxes[id.index()] = Some(tx);
+            receivers.push((id, rx));
+        }
+        let metrics: Vec<Arc<NodeMetrics>> = cluster
+            .nodes
+            .iter()
+            .map(|info| Arc::new(NodeMetrics::new(&info.name, P::NAME)))
+            .collect();
+        for (id, inbox_rx) in receivers {
+            let name = cluster.node(id).name.clone();
+            let inbox = inboxes[id.index()]
+                .clone()
+                .expect("hosted node has an inbox");
+            if config.listen {
+                let addr = config.addresses.peer[id.index()];
+                let listener = bind(&name, addr).await?;
+                let cluster_name = cluster.topology.name.clone();
+                tasks.spawn(transport::listen(
+                    listener,
+                    id,
+                    cluster_name,
+                    inbox.clone(),
+                    metrics[id.index()].clone(),
+                    stop.clone(),
+                ));
+            }
+            if config.serve_metrics {
+                let listener = bind(&name, config.addresses.metrics[id.index()]).await?;
+                tasks.spawn(metrics::serve(
+                    listener,
+                    metrics[id.index()].clone(),
+                    stop.clone(),
+                ));
+            }
+            let routes = routes::<P>(id, &cluster, &config, &inboxes, &metrics, &stop, &mut tasks);
+            let node_loop =
+                build_node::<P>(id, &setup, &config, routes, metrics[id.index()].clone())?;
+            tasks.spawn(node_loop.run(inbox_rx, stop.clone()));
+            tracing::info!(node = %name, id = %id, protocol = P::NAME, "node started");
+        }
+        Ok(Host {
+            setup,
+            inboxes,
+            metrics,
+            stop,
+            tasks,
+        })
+    }
+
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.setup.cluster
+    }
+
+    /// The counters of node `id` (all zero for a node not hosted here).
+    pub fn metrics(&self, id: NodeId) -> &Arc<NodeMetrics> {
+        &self.metrics[id.index()]
+    }
+
+    /// An in-process client of coordinator `id`; None if it is not hosted here.
+    pub fn local_client(&self, id: NodeId) -> Option<LocalClient<Msg<P>>> {
+        let inbox = self.inboxes.get(id.index())?.clone()?;
+        Some(LocalClient {
+            inbox,
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// A token cancelled when the host stops.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Stops every task: node loops write out their logs, links and listeners close.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        self.inboxes.clear();
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            while self.tasks.join_next().await.is_some() {}
+        });
+        if drained.await.is_err() {
+            tracing::warn!("tasks still running 5 s after shutdown; aborting them");
+            self.tasks.abort_all();
+        }
+    }
+}
+
+async fn bind(node: &str, addr: SocketAddr) -> Result<TcpListener, HostError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| HostError::Bind {
+            node: node.to_string(),
+            addr,
+            error,
+        })
+}
+
+/// The scaled delay between two nodes, ns, and its jitter mean.
+fn link_delay(cluster: &Cluster, from: NodeId, to: NodeId, scale: f64) -> (u64, f64) {
+    let one_way_ns = cluster.one_way_ms(from, to) * scale * NS_PER_MS as f64;
+    let jitter_ns = cluster.topology.jitter_ms * scale * NS_PER_MS as f64;
+    (one_way_ns.round() as u64, jitter_ns)
+}
+
+/// Node `id`'s route to every node, spawning the link tasks it needs.
+fn routes<P: Protocol>(
+    id: NodeId,
+    cluster: &Cluster,
+    config: &HostConfig,
+    inboxes: &[Option<mpsc::Sender<Inbound<Msg<P>>>>],
+    metrics: &[Arc<NodeMetrics>],
+    stop: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) -> Vec<Route<Msg<P>>> {
+    (0..cluster.nodes.len())
+        .map(|j| {
+            let to = NodeId(j as u32);
+            if to == id {
+                return Route::Own;
+            }
+            let (one_way_ns, jitter_mean_ns) = link_delay(cluster, id, to, config.wan_scale);
+            let (queue, rx) = mpsc::channel(config.link_capacity);
+            match &inboxes[j] {
+                Some(inbox) if config.wan_scale == 0.0 => return Route::Direct(inbox.clone()),
+                Some(inbox) => {
+                    tasks.spawn(transport::local_link(id, rx, inbox.clone()));
+                }
+                None => {
+                    let remote = Remote {
+                        from: id,
+                        to,
+                        addr: config.addresses.peer[j],
+                        cluster: cluster.topology.name.clone(),
+                    };
+                    let metrics = metrics[id.index()].clone();
+                    tasks.spawn(transport::tcp_link(remote, rx, metrics, stop.clone()));
+                }
+            }
+            Route::Link {
+                queue,
+                one_way_ns,
+                jitter_mean_ns,
+            }
+        })
+        .collect()
+}
+
+/// Builds node `id` from its durable log (if any) and wraps it in its event loop.
+fn build_node<P: Protocol>(
+    id: NodeId,
+    setup: &Setup,
+    config: &HostConfig,
+    routes: Vec<Route<Msg<P>>>,
+    metrics: Arc<NodeMetrics>,
+) -> Result<NodeLoop<P::Node>, HostError> {
+    let name = setup.cluster.node(id).name.clone();
+    let (wal, recovered, incarnation) = match &config.data_dir {
+        None => (None, Vec::new(), 0),
+        Some(dir) => {
+            let dir = dir.join(name.replace('/', "-"));
+            let wal_error = |error| HostError::Wal {
+                node: name.clone(),
+                dir: dir.clone(),
+                error,
+            };
+            let incarnation = next_incarnation(&dir).map_err(wal_error)?;
+            let (wal, records, dropped) = Wal::open(&dir, config.fsync).map_err(wal_error)?;
+            if dropped > 0 {
+                tracing::warn!(node = %name, dropped_bytes = dropped, "dropped a torn tail of the durable log");
+            }
+            (Some(wal), records, incarnation)
+        }
+    };
+    NodeMetrics::add(&metrics.records_recovered, recovered.len() as u64);
+    if !recovered.is_empty() {
+        tracing::info!(node = %name, records = recovered.len(), incarnation, "recovering from the durable log");
+    }
+    let node = P::build(id, setup, &recovered);
+    let seed = config.seed ^ (u64::from(id.0) << 32) ^ u64::from(incarnation);
+    Ok(NodeLoop::new(
+        id,
+        node,
+        NodeRng::seed_from_u64(seed),
+        ChaCha8Rng::seed_from_u64(seed ^ 0xDE1A),
+        routes,
+        wal,
+        (config.clock_offset_ms * NS_PER_MS as f64) as i64,
+        metrics,
+    ))
+}
+
+/// Counts the node's starts in `dir/incarnation`, so each start draws a fresh RNG stream.
+fn next_incarnation(dir: &std::path::Path) -> std::io::Result<u32> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("incarnation");
+    let previous = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let next = previous.map_or(0, |p| p + 1);
+    std::fs::write(&path, next.to_string())?;
+    Ok(next)
+}
+
+/// A client of a coordinator in this process: requests go straight into its inbox.
+#[derive(Clone)]
+pub struct LocalClient<M> {
+    inbox: mpsc::Sender<Inbound<M>>,
+    timeout: Duration,
+}
+
+impl<M: Send + 'static> LocalClient<M> {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub async fn request(&self, request: ClientRequest) -> Result<ClientResponse, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        let reply = Reply::Local(tx);
+        if self
+            .inbox
+            .send(Inbound::Request { request, reply })
+            .await
+            .is_err()
+        {
+            return Err(ClientError::Unreachable {
+                tried: "in-process coordinator".into(),
+                last_error: "node stopped".into(),
+            });
+        }
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(ClientError::Unknown {
+                reason: "coordinator stopped before answering".into(),
+            }),
+            Err(_) => Err(ClientError::Timeout {
+                after: self.timeout,
+            }),
+        }
+    }
+}
+
+impl<M: Send + 'static> Submit for LocalClient<M> {
+    fn submit(
+        &self,
+        request: ClientRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<ClientResponse, ClientError>> + Send + '_>> {
+        Box::pin(self.request(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn every_protocol_node_can_move_between_threads() {
+        assert_send::<meridian_protocols::tiga::TigaNode>();
+        assert_send::<meridian_protocols::clock_si::SiNode>();
+        assert_send::<<meridian_protocols::two_pl::TwoPlTwoPc as meridian_core::Protocol>::Node>();
+    }
+}

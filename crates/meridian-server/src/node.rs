@@ -1,0 +1,284 @@
+//! One node's event loop: the runtime's counterpart of the simulator's `Sim::with_node` and
+//! `Sim::apply`. It owns the protocol's state machine and calls one handler per event
+//! (an inbox message or request, a timer, a message to itself), then carries out the
+//! handler's effects in order.
+//!
+//! * **Clock.** `now_ns` is the system clock (ns since the Unix epoch) plus the node's
+//!   configured offset, the runtime's stand-in for the simulator's clock models.
+//! * **Timers** live in a `DelayQueue`, keyed by the protocol's `TimerId`, so a cancel is O(1).
+//! * **Write-ahead.** Persisted records are buffered and written out before the first send
+//!   or response that follows them, so no message leaves ahead of the state it depends on.
+//! * **Messages to self** go through a local queue (never the inbox, which the loop itself
+//!   drains and which may be full), with no delay, as in the simulator.
+
+use crate::metrics::NodeMetrics;
+use crate::storage::Wal;
+use crate::transport::{Held, Inbound, Reply};
+use meridian_core::node::{Effect, NodeEffect};
+use meridian_core::txn::{ClientResponse, Outcome};
+use meridian_core::{Context, Node, NodeId, NodeRng, RequestId, TimerId};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{delay_queue, DelayQueue};
+
+/// How a node reaches one other node.
+pub enum Route<M> {
+    /// An in-process node with no emulated delay: straight into its inbox.
+    Direct(mpsc::Sender<Inbound<M>>),
+    /// A link task (delayed, or over TCP); `one_way_ns` and `jitter_mean_ns` are the
+    /// emulated delay, already scaled.
+    Link {
+        queue: mpsc::Sender<Held<M>>,
+        one_way_ns: u64,
+        jitter_mean_ns: f64,
+    },
+    /// The node itself.
+    Own,
+}
+
+/// Everything a node's loop owns.
+pub struct NodeLoop<N: Node> {
+    pub id: NodeId,
+    pub node: N,
+    pub rng: NodeRng,
+    pub delay_rng: ChaCha8Rng,
+    pub routes: Vec<Route<N::Msg>>,
+    pub wal: Option<Wal<N::Record>>,
+    pub clock_offset_ns: i64,
+    pub metrics: Arc<NodeMetrics>,
+    next_timer: u64,
+    effects: Vec<NodeEffect<N>>,
+    timers: DelayQueue<(TimerId, N::Timer)>,
+    timer_keys: FxHashMap<TimerId, delay_queue::Key>,
+    to_self: VecDeque<N::Msg>,
+    pending: FxHashMap<RequestId, Reply>,
+    next_request: u64,
+}
+
+impl<N: Node> NodeLoop<N> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: NodeId,
+        node: N,
+        rng: NodeRng,
+        delay_rng: ChaCha8Rng,
+        routes: Vec<Route<N::Msg>>,
+        wal: Option<Wal<N::Record>>,
+        clock_offset_ns: i64,
+        metrics: Arc<NodeMetrics>,
+    ) -> Self {
+        NodeLoop {
+            id,
+            node,
+            rng,
+            delay_rng,
+            routes,
+            wal,
+            clock_offset_ns,
+            metrics,
+            next_timer: 0,
+            effects: Vec::new(),
+            timers: DelayQueue::new(),
+            timer_keys: FxHashMap::default(),
+            to_self: VecDeque::new(),
+            pending: FxHashMap::default(),
+            next_request: 0,
+        }
+    }
+
+    /// The node's local clock: system time plus its configured offset.
+    fn now_ns(&self) -> u64 {
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("system clock after 1970")
+            .as_nanos() as i128;
+        u64::try_from(system + i128::from(self.clock_offset_ns)).unwrap_or(0)
+    }
+
+    /// Runs the loop until `stop` or until every inbox sender is gone.
+    pub async fn run(
+        mut self,
+        mut inbox: mpsc::Receiver<Inbound<N::Msg>>,
+        stop: CancellationToken,
+    ) {
+        self.metrics.up.store(true, Ordering::Relaxed);
+        self.handle(|n, ctx| n.on_start(ctx));
+        loop {
+            while let Some(msg) = self.to_self.pop_front() {
+                let id = self.id;
+                self.handle(|n, ctx| n.on_message(ctx, id, msg));
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                Some(expired) = std::future::poll_fn(|cx| self.timers.poll_expired(cx)) => {
+                    let (id, timer) = expired.into_inner();
+                    self.timer_keys.remove(&id);
+                    NodeMetrics::add(&self.metrics.timers_fired, 1);
+                    self.handle(|n, ctx| n.on_timer(ctx, timer));
+                }
+                event = inbox.recv() => match event {
+                    Some(event) => self.on_inbound(event),
+                    None => break,
+                },
+            }
+        }
+        if let Some(wal) = self.wal.as_mut() {
+            if let Err(e) = wal.sync() {
+                tracing::error!(node = %self.id, error = %e, "durable log write failed at shutdown");
+            }
+        }
+        self.metrics.up.store(false, Ordering::Relaxed);
+    }
+
+    fn on_inbound(&mut self, event: Inbound<N::Msg>) {
+        match event {
+            Inbound::Message { from, msg } => {
+                NodeMetrics::add(&self.metrics.messages_received, 1);
+                self.handle(|n, ctx| n.on_message(ctx, from, msg));
+            }
+            Inbound::Request { request, reply } => {
+                NodeMetrics::add(&self.metrics.client_requests, 1);
+                self.next_request += 1;
+                let id = RequestId(self.next_request);
+                self.pending.insert(id, reply);
+                self.handle(|n, ctx| n.on_client_request(ctx, id, request));
+            }
+        }
+    }
+
+    /// Runs `handler` with a fresh context, then carries out its effects in order.
+    fn handle(&mut self, handler: impl FnOnce(&mut N, &mut meridian_core::node::Ctx<'_, N>)) {
+        let now = self.now_ns();
+        let mut effects = std::mem::take(&mut self.effects);
+        let mut ctx = Context::new(
+            self.id,
+            now,
+            &mut self.rng,
+            &mut effects,
+            &mut self.next_timer,
+        );
+        handler(&mut self.node, &mut ctx);
+        for effect in effects.drain(..) {
+            self.apply(effect);
+        }
+        self.sync_wal();
+        self.effects = effects;
+        let leader = self
+            .node
+            .shard_leader()
+            .map_or(crate::metrics::NO_LEADER, |l| u64::from(l.0));
+        self.metrics.shard_leader.store(leader, Ordering::Relaxed);
+    }
+
+    fn apply(&mut self, effect: NodeEffect<N>) {
+        match effect {
+            Effect::Send { to, msg } => {
+                self.sync_wal();
+                self.send(to, msg);
+            }
+            Effect::SetTimer {
+                id,
+                after_ns,
+                timer,
+            } => {
+                let key = self
+                    .timers
+                    .insert((id, timer), Duration::from_nanos(after_ns));
+                self.timer_keys.insert(id, key);
+            }
+            Effect::CancelTimer { id } => {
+                if let Some(key) = self.timer_keys.remove(&id) {
+                    self.timers.remove(&key);
+                }
+            }
+            Effect::Respond { request, response } => {
+                self.sync_wal();
+                self.respond(request, response);
+            }
+            Effect::Persist { record } => self.persist(&record, false),
+            Effect::Checkpoint { record } => self.persist(&record, true),
+        }
+    }
+
+    fn send(&mut self, to: NodeId, msg: N::Msg) {
+        NodeMetrics::add(&self.metrics.messages_sent, 1);
+        let delivered = match &self.routes[to.index()] {
+            Route::Own => {
+                self.to_self.push_back(msg);
+                true
+            }
+            Route::Direct(inbox) => inbox
+                .try_send(Inbound::Message { from: self.id, msg })
+                .is_ok(),
+            Route::Link {
+                queue,
+                one_way_ns,
+                jitter_mean_ns,
+            } => {
+                let jitter = if *jitter_mean_ns > 0.0 {
+                    let u: f64 = self.delay_rng.gen_range(f64::EPSILON..1.0);
+                    (-u.ln() * jitter_mean_ns) as u64
+                } else {
+                    0
+                };
+                let due = Instant::now() + Duration::from_nanos(one_way_ns + jitter);
+                queue.try_send((due, msg)).is_ok()
+            }
+        };
+        if !delivered {
+            NodeMetrics::add(&self.metrics.messages_dropped, 1);
+        }
+    }
+
+    fn respond(&mut self, request: RequestId, response: ClientResponse) {
+        let Some(reply) = self.pending.remove(&request) else {
+            panic!("{} answered {request} twice or never received it", self.id);
+        };
+        if let ClientResponse::Outcome(outcome) = &response {
+            let counter = match outcome {
+                Outcome::Committed { .. } => &self.metrics.committed,
+                Outcome::Aborted { .. } => &self.metrics.aborted,
+                Outcome::Unknown { .. } => &self.metrics.unknown,
+            };
+            NodeMetrics::add(counter, 1);
+        }
+        if !reply.send(response) {
+            NodeMetrics::add(&self.metrics.responses_dropped, 1);
+        }
+    }
+
+    fn persist(&mut self, record: &N::Record, checkpoint: bool) {
+        let Some(wal) = self.wal.as_mut() else {
+            return;
+        };
+        let before = wal.bytes_written;
+        let result = if checkpoint {
+            wal.checkpoint(record)
+        } else {
+            wal.append(record)
+        };
+        if let Err(e) = result {
+            // A node that cannot keep its log must not go on acting as if it had.
+            panic!("{}: durable log write failed: {e}", self.id);
+        }
+        NodeMetrics::add(&self.metrics.records_persisted, 1);
+        NodeMetrics::add(&self.metrics.bytes_persisted, wal.bytes_written - before);
+    }
+
+    fn sync_wal(&mut self) {
+        if let Some(wal) = self.wal.as_mut().filter(|w| w.is_dirty()) {
+            if let Err(e) = wal.sync() {
+                panic!("{}: durable log write failed: {e}", self.id);
+            }
+        }
+    }
+}

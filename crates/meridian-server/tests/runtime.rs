@@ -1,0 +1,298 @@
+//! The runtime hosts the protocols' nodes unchanged: transactions commit over real sockets,
+//! bad frames close only their own connection, and durable logs bring a restarted host back.
+
+use bytes::Bytes;
+use meridian_client::{Client, ClientError, ClientOptions};
+use meridian_core::node::Setup;
+use meridian_core::txn::{Op, Operand, Piece, PieceResult, Txn};
+use meridian_core::value::{decode_int, encode_int};
+use meridian_core::{NodeId, Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_protocols::clock_si::ClockSi;
+use meridian_protocols::tiga::Tiga;
+use meridian_server::{Addresses, Host, HostConfig};
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Free loopback ports (bound then released; the race with other tests is negligible).
+fn free_addresses(n: usize) -> Addresses {
+    let grab = || {
+        let listeners: Vec<TcpListener> = (0..n)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap())
+            .collect::<Vec<SocketAddr>>()
+    };
+    Addresses {
+        peer: grab(),
+        metrics: grab(),
+    }
+}
+
+fn setup<P: Protocol>(topology: &str) -> Setup {
+    let topology = Topology::load(topology).unwrap();
+    meridian_sim::setup::<P>(topology, ProtocolConfig::default(), Procedures::new()).unwrap()
+}
+
+fn key(setup: &Setup, name: &str) -> (meridian_core::ShardId, Bytes) {
+    let k = Bytes::copy_from_slice(name.as_bytes());
+    (setup.cluster.partitioner.shard_of(&k), k)
+}
+
+fn add_txn(setup: &Setup, names: &[&str], by: i64) -> Txn {
+    let mut pieces: Vec<Piece> = Vec::new();
+    for name in names {
+        let (shard, k) = key(setup, name);
+        let op = Op::Add(k, Operand::Literal(encode_int(by)));
+        match pieces.iter_mut().find(|p| p.shard == shard) {
+            Some(p) => match &mut p.body {
+                meridian_core::PieceBody::Ops(ops) => ops.push(op),
+                _ => unreachable!(),
+            },
+            None => pieces.push(Piece::ops(shard, vec![op])),
+        }
+    }
+    Txn { pieces }
+}
+
+fn last_int(results: &[PieceResult]) -> i64 {
+    let out = results.last().unwrap().outputs.last().unwrap().clone();
+    decode_int(&out.unwrap()).unwrap()
+}
+
+async fn start<P: Protocol>(setup: &Setup, config: HostConfig) -> Host<P>
+where
+    P::Node: Send,
+{
+    let all: Vec<NodeId> = setup.cluster.nodes.iter().map(|n| n.id).collect();
+    Host::<P>::start(setup.clone(), &all, config).await.unwrap()
+}
+
+fn config(n: usize) -> HostConfig {
+    let mut c = HostConfig::new(free_addresses(n));
+    c.wan_scale = 0.0;
+    c.serve_metrics = false;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiga_commits_over_tcp_and_a_bad_frame_closes_only_its_connection() {
+    let setup = setup::<Tiga>("local");
+    let config = config(setup.cluster.nodes.len());
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<Tiga>(&setup, config).await;
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+
+    // A connection that sends garbage after a valid client hello, one that claims an
+    // oversized frame, and one that stops inside a frame.
+    let mut garbage = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = meridian_client::wire::encode(&meridian_client::wire::Hello::Client);
+    garbage.write_u32(hello.len() as u32).await.unwrap();
+    garbage.write_all(&hello).await.unwrap();
+    garbage
+        .write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    let mut oversized = tokio::net::TcpStream::connect(addr).await.unwrap();
+    oversized.write_u32(u32::MAX).await.unwrap();
+    let mut truncated = tokio::net::TcpStream::connect(addr).await.unwrap();
+    truncated.write_all(&[0, 0, 0, 9, 1, 2]).await.unwrap();
+    truncated.shutdown().await.unwrap();
+
+    for stream in [&mut garbage, &mut oversized] {
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the server closes a connection that sent a bad frame: {read:?}"
+        );
+    }
+
+    for round in 1..=5 {
+        let committed = client
+            .execute(add_txn(&setup, &["a", "b", "c"], 1))
+            .await
+            .unwrap();
+        assert_eq!(last_int(&committed.results), round);
+    }
+    let errors = host
+        .metrics(coordinator)
+        .frame_errors
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(errors >= 3, "three bad connections counted, saw {errors}");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_cluster_and_a_lost_coordinator_are_distinct_errors() {
+    let setup = setup::<Tiga>("local");
+    let config = config(setup.cluster.nodes.len());
+    let addr = config.addresses.peer[setup.cluster.coordinators[0].index()];
+    let options = ClientOptions {
+        timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_millis(500),
+    };
+    let dead = Client::connect(vec![addr], options.clone()).await;
+    assert!(
+        matches!(dead, Err(ClientError::Unreachable { .. })),
+        "{:?}",
+        dead.err()
+    );
+
+    let host = start::<Tiga>(&setup, config).await;
+    let client = Client::connect(vec![addr], options).await.unwrap();
+    client.execute(add_txn(&setup, &["x"], 1)).await.unwrap();
+    host.shutdown().await;
+    let after = client.execute(add_txn(&setup, &["x"], 1)).await;
+    assert!(
+        matches!(
+            after,
+            Err(ClientError::Unknown { .. } | ClientError::Unreachable { .. })
+        ),
+        "{after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_host_recovers_from_its_durable_logs() {
+    let setup = setup::<ClockSi>("local");
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = config(setup.cluster.nodes.len());
+    first.data_dir = Some(dir.path().to_path_buf());
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = first.addresses.peer[coordinator.index()];
+    let host = start::<ClockSi>(&setup, first.clone()).await;
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        client
+            .execute(add_txn(&setup, &["p", "q"], 5))
+            .await
+            .unwrap();
+    }
+    drop(client);
+    host.shutdown().await;
+
+    let host = start::<ClockSi>(&setup, first).await;
+    let recovered: u64 = setup
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            host.metrics(n.id)
+                .records_recovered
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    assert!(recovered > 0, "the restarted nodes read their logs");
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let committed = client.execute(add_txn(&setup, &["q"], 0)).await.unwrap();
+    assert_eq!(
+        last_int(&committed.results),
+        15,
+        "writes before the restart survive"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
+    let setup = setup::<Tiga>("local");
+    let mut config = config(setup.cluster.nodes.len());
+    config.wan_scale = 1.0;
+    let (left, right): (Vec<NodeId>, Vec<NodeId>) = setup
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .partition(|id| id.0 % 2 == 0);
+    let a = Host::<Tiga>::start(setup.clone(), &left, config.clone())
+        .await
+        .unwrap();
+    let b = Host::<Tiga>::start(setup.clone(), &right, config.clone())
+        .await
+        .unwrap();
+    let coordinators: Vec<SocketAddr> = setup
+        .cluster
+        .coordinators
+        .iter()
+        .map(|c| config.addresses.peer[c.index()])
+        .collect();
+    let client = Client::connect(coordinators, ClientOptions::default())
+        .await
+        .unwrap();
+    for round in 1..=3 {
+        let committed = client
+            .execute(add_txn(&setup, &["m", "n", "o"], 2))
+            .await
+            .unwrap();
+        assert_eq!(last_int(&committed.results), 2 * round);
+    }
+    let sent: u64 = left
+        .iter()
+        .map(|id| {
+            a.metrics(*id)
+                .reconnects
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    assert!(
+        sent > 0,
+        "nodes of one host opened TCP links to the other's"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_coordinator_is_a_timeout() {
+    // Accepts the connection and reads, but never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    });
+    let options = ClientOptions {
+        timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(vec![addr], options).await.unwrap();
+    let setup = setup::<Tiga>("local");
+    let result = client.execute(add_txn(&setup, &["s"], 1)).await;
+    assert!(
+        matches!(result, Err(ClientError::Timeout { .. })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_sessions_read_their_writes_and_commit() {
+    let setup = setup::<ClockSi>("local");
+    let config = config(setup.cluster.nodes.len());
+    let addr = config.addresses.peer[setup.cluster.coordinators[1].index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let key = Bytes::from_static(b"session-key");
+    let session = client.begin(None).await.unwrap();
+    assert_eq!(session.get(key.clone()).await.unwrap(), None);
+    session.put(key.clone(), encode_int(41)).await.unwrap();
+    let committed = session.commit().await.unwrap();
+    assert!(committed.commit_ts.is_some());
+
+    let next = client.begin(committed.commit_ts).await.unwrap();
+    assert_eq!(next.get(key.clone()).await.unwrap(), Some(encode_int(41)));
+    next.abort().await.unwrap();
+    host.shutdown().await;
+}
