@@ -268,3 +268,52 @@ fn bank_runs_are_judged_by_their_invariant_not_the_dependency_checker() {
     assert_eq!(report["model"], serde_json::Value::Null);
     assert!(report["committed"].as_u64().unwrap() > 100);
 }
+
+#[test]
+fn tpcc_and_bank_runs_end_with_their_final_state_conditions_checked() {
+    for (protocol, workload) in [("2pl-2pc", "tpcc"), ("clock-si", "bank")] {
+        let out = meridian(&[
+            "sim",
+            "--protocol",
+            protocol,
+            "--topology",
+            "local",
+            "--workload",
+            workload,
+            "--duration",
+            "300ms",
+            "--drain",
+            "2s",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).contains(&format!(
+                "workload `{workload}` conditions hold on the final state"
+            )),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let json = meridian(&[
+        "sim",
+        "--protocol",
+        "2pl-2pc",
+        "--topology",
+        "local",
+        "--workload",
+        "tpcc",
+        "--workload-opts",
+        "mix=payment",
+        "--duration",
+        "300ms",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));
+}

@@ -9,7 +9,6 @@ use meridian_check::{Entry, EntryType};
 use meridian_core::node::{Effect, NodeEffect, Setup};
 use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
-use meridian_core::value::concat;
 use meridian_core::{
     ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
     RequestId, ShardId, TimerId, Timestamp, Topology, TxnId,
@@ -185,6 +184,8 @@ struct Sim<'w, P: Protocol> {
     report: SimReport,
     region_index: FxHashMap<u16, usize>,
     effects: Vec<NodeEffect<P::Node>>,
+    /// The time of the last event popped and put back (the queue refuses earlier ones).
+    resume_ns: u64,
 }
 
 /// Runs `workload` against protocol `P` on `setup` and returns what happened.
@@ -199,6 +200,9 @@ pub fn run<P: Protocol>(
     let end_ns = options.duration_ns + options.drain_ns;
     while let Some((at_ns, event)) = sim.queue.pop() {
         if at_ns > end_ns {
+            // Kept for the audit, which goes on from here.
+            sim.push(at_ns, event);
+            sim.resume_ns = at_ns;
             break;
         }
         sim.now_ns = at_ns;
@@ -216,6 +220,9 @@ pub fn run<P: Protocol>(
     sim.now_ns = end_ns;
     sim.finish()
 }
+
+/// Virtual time one audit transaction may take before it counts as not committed.
+const AUDIT_TXN_LIMIT_NS: u64 = 30 * NS_PER_S;
 
 impl<'w, P: Protocol> Sim<'w, P> {
     fn new(setup: Setup, workload: &'w mut dyn Workload, options: SimOptions) -> Self {
@@ -281,6 +288,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             report,
             region_index,
             effects: Vec::new(),
+            resume_ns: 0,
         }
     }
 
@@ -659,10 +667,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
             ClientResponse::Began(txn) => session.txn = Some(txn),
             ClientResponse::Read(value) => {
                 session.reads.push(value.clone());
-                if let InteractiveOp::Append(key, suffix) = &ops[session.next_op] {
-                    session.appending = Some((key.clone(), concat(value.as_ref(), suffix)));
-                } else {
-                    session.next_op += 1;
+                let op = &ops[session.next_op];
+                match op.modified(value.as_ref()) {
+                    Some(new) => session.appending = Some((op.key().clone(), new)),
+                    None => session.next_op += 1,
                 }
             }
             ClientResponse::Written => {
@@ -682,7 +690,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     flight.commit_sent = true;
                     Step::Commit { txn }
                 }
-                Some(InteractiveOp::Get(key) | InteractiveOp::Append(key, _)) => Step::Get {
+                Some(
+                    InteractiveOp::Get(key)
+                    | InteractiveOp::Append(key, _)
+                    | InteractiveOp::Add(key, _),
+                ) => Step::Get {
                     txn,
                     key: key.clone(),
                 },
@@ -793,7 +805,65 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.report.virtual_ns = self.now_ns;
         self.report.trace_hash = self.trace.finish();
         self.report.invariant = self.workload.check_history(&self.report.history);
+        let keys = self.workload.audit_keys();
+        if self.report.invariant.is_ok() && !keys.is_empty() {
+            let partitioner = self.cluster().partitioner;
+            let state =
+                meridian_workload::audit::run(&partitioner, &keys, |txn| self.execute_alone(txn));
+            self.report.invariant =
+                meridian_workload::audit::verdict(&*self.workload, &keys, &state);
+            self.report.audited_keys = keys.len() as u64;
+        }
         self.report
+    }
+
+    /// Runs one audit transaction to its outcome with nothing else submitted: the event
+    /// loop goes on (timers, messages) until the answer or [`AUDIT_TXN_LIMIT_NS`]. Audit
+    /// transactions are in neither the statistics nor the history.
+    fn execute_alone(&mut self, txn: &meridian_core::txn::Txn) -> Outcome {
+        // The queue's clock may be past `now_ns` (an event was popped and put back).
+        self.now_ns = self.now_ns.max(self.resume_ns);
+        let to = self.cluster().coordinators[0];
+        self.next_request += 1;
+        let request = RequestId(self.next_request);
+        self.push(
+            self.now_ns + CLIENT_HOP_NS,
+            Event::Request {
+                to,
+                request,
+                req: ClientRequest::OneShot(txn.clone()),
+            },
+        );
+        let deadline_ns = self.now_ns + AUDIT_TXN_LIMIT_NS;
+        while let Some((at_ns, event)) = self.queue.pop() {
+            if at_ns > deadline_ns {
+                self.push(at_ns, event);
+                self.resume_ns = at_ns;
+                break;
+            }
+            self.now_ns = at_ns;
+            match event {
+                Event::Response {
+                    request: r,
+                    response,
+                } if r == request => {
+                    return match response {
+                        ClientResponse::Outcome(outcome) => outcome,
+                        other => panic!("a one-shot audit read was answered with {other:?}"),
+                    }
+                }
+                // Leftover client events of the load: no client acts any more.
+                Event::Response { .. }
+                | Event::ClientNext { .. }
+                | Event::ClientTimeout { .. }
+                | Event::EndOfLoad => {}
+                event => self.dispatch(event),
+            }
+        }
+        self.now_ns = deadline_ns.max(self.now_ns);
+        Outcome::Unknown {
+            reason: "audit read unanswered".to_string(),
+        }
     }
 }
 
@@ -802,11 +872,7 @@ fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
         TxnPlan::OneShot(txn) => txn.shards(),
         TxnPlan::Interactive(ops) => ops
             .iter()
-            .map(|op| match op {
-                InteractiveOp::Get(k) | InteractiveOp::Put(k, _) | InteractiveOp::Append(k, _) => {
-                    cluster.partitioner.shard_of(k)
-                }
-            })
+            .map(|op| cluster.partitioner.shard_of(op.key()))
             .collect(),
     };
     shards.sort_unstable();

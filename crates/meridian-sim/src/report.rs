@@ -85,8 +85,11 @@ pub struct SimReport {
     pub trace_hash: u64,
     /// The recorded history (empty unless recording was asked for).
     pub history: Vec<Entry>,
-    /// The workload's own invariant over the history.
+    /// The workload's own invariant over the history, and its conditions over the final
+    /// state read by the end-of-run audit.
     pub invariant: Result<(), String>,
+    /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
+    pub audited_keys: u64,
 }
 
 impl Default for SimReport {
@@ -105,6 +108,7 @@ impl Default for SimReport {
             trace_hash: 0,
             history: Vec::new(),
             invariant: Ok(()),
+            audited_keys: 0,
         }
     }
 }
