@@ -5,6 +5,8 @@
 //! * `meridian sim …` — run a protocol in the deterministic simulator, optionally check the
 //!   history; `meridian sim swarm --seeds N …` runs many seeds and prints a replay command
 //!   for every failure.
+//! * `meridian experiment run FILE` — run an experiment file (DESIGN §10) on the simulator:
+//!   JSON, CSV and SVG/PNG plots under `results/<name>/`.
 //!
 //! Bad input of any kind (arguments, topology, history) is a clear message and exit code 2.
 
@@ -13,6 +15,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod experiment;
 mod protocols;
 mod sim;
 
@@ -33,6 +36,8 @@ enum Command {
     Check(CheckArgs),
     /// Run a protocol in the deterministic simulator.
     Sim(Box<sim::SimArgs>),
+    /// Run an experiment file (sweeps, results, plots).
+    Experiment(experiment::ExperimentArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(args),
         Command::Sim(args) => sim::main(*args),
+        Command::Experiment(args) => experiment::main(args),
     }
 }
 

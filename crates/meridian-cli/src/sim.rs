@@ -145,6 +145,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
             .map_err(|e| format!("--service-time: {e}"))?,
         faults: FaultPlan::default(),
         record_history: true,
+        open_loop: None,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());

@@ -317,3 +317,49 @@ fn tpcc_and_bank_runs_end_with_their_final_state_conditions_checked() {
     ]);
     assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));
 }
+
+#[test]
+fn experiment_run_writes_results_and_plots_and_refuses_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/smoke.toml");
+    let out = meridian(&[
+        "experiment",
+        "run",
+        file,
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    for f in [
+        "results.json",
+        "results.csv",
+        "latency-vs-rate.png",
+        "latency-cdf.svg",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f} missing: {}", stdout(&out));
+    }
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("tiga,400,all,")), "{csv}");
+    let bad = file_with("name = \"x\"\n[sweep]\nprotocol = [\"nope\"]\n");
+    let refused = meridian(&[
+        "experiment",
+        "run",
+        bad.path().to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("unknown protocol `nope`"),
+        "{}",
+        stderr(&refused)
+    );
+}

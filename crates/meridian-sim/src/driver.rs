@@ -48,6 +48,20 @@ pub struct SimOptions {
     pub service_time_ns: u64,
     pub faults: FaultPlan,
     pub record_history: bool,
+    /// Open-loop load (Tiga §5.1) instead of closed-loop clients: each coordinator gets
+    /// transactions at a rate, up to a cap of outstanding ones.
+    pub open_loop: Option<OpenLoop>,
+}
+
+/// Open-loop load: "each coordinator submits transactions at a given rate; the coordinator
+/// maintains a cap on the outstanding transactions and stops submitting new transactions
+/// once this cap is reached" (Tiga §5.1). Arrivals are Poisson at `rate_tps` per
+/// coordinator; an arrival that finds `max_outstanding` transactions in flight is not
+/// submitted (counted in [`SimReport::throttled`]). `clients_per_coordinator` is ignored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpenLoop {
+    pub rate_tps: f64,
+    pub max_outstanding: u32,
 }
 
 impl Default for SimOptions {
@@ -61,6 +75,7 @@ impl Default for SimOptions {
             service_time_ns: 0,
             faults: FaultPlan::default(),
             record_history: true,
+            open_loop: None,
         }
     }
 }
@@ -114,6 +129,10 @@ enum Event<M, T> {
     },
     ClientNext {
         client: u32,
+    },
+    /// An open-loop arrival at coordinator `coordinator` (an index into the coordinators).
+    Arrival {
+        coordinator: u32,
     },
     ClientTimeout {
         client: u32,
@@ -186,6 +205,8 @@ struct Sim<'w, P: Protocol> {
     effects: Vec<NodeEffect<P::Node>>,
     /// The time of the last event popped and put back (the queue refuses earlier ones).
     resume_ns: u64,
+    /// Open-loop arrival times.
+    arrival_rng: ChaCha8Rng,
 }
 
 /// Runs `workload` against protocol `P` on `setup` and returns what happened.
@@ -244,7 +265,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 busy_until_ns: 0,
             })
             .collect();
-        let clients = (0..options.clients_per_coordinator)
+        let slots_per_coordinator = match options.open_loop {
+            Some(open) => open.max_outstanding,
+            None => options.clients_per_coordinator,
+        };
+        let clients = (0..slots_per_coordinator)
             .flat_map(|_| cluster.coordinators.iter().copied())
             .enumerate()
             .map(|(i, coordinator)| Client {
@@ -270,6 +295,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             });
         }
         Sim {
+            arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
             network: Network::new(&cluster),
             net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
             setup,
@@ -318,8 +344,15 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 }),
             );
         }
-        for client in 0..self.clients.len() as u32 {
-            self.push(0, Event::ClientNext { client });
+        if self.options.open_loop.is_some() {
+            for coordinator in 0..self.cluster().coordinators.len() as u32 {
+                let at = self.interarrival_ns();
+                self.push(at, Event::Arrival { coordinator });
+            }
+        } else {
+            for client in 0..self.clients.len() as u32 {
+                self.push(0, Event::ClientNext { client });
+            }
         }
         self.push(self.options.duration_ns, Event::EndOfLoad);
     }
@@ -493,6 +526,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
             Event::Response { request, response } => self.on_response(request, response),
             Event::ClientNext { client } => self.client_next(client),
+            Event::Arrival { coordinator } => self.arrival(coordinator),
             Event::ClientTimeout { client, request } => self.on_timeout(client, request),
             Event::Fault(fault) => self.apply_fault(fault),
             Event::EndOfLoad => self.end_of_load(),
@@ -506,6 +540,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::Request { to, request, .. } => (3, to.0 as u64, request.0),
             Event::Response { request, .. } => (4, request.0, 0),
             Event::ClientNext { client } => (5, u64::from(*client), 0),
+            Event::Arrival { coordinator } => (9, u64::from(*coordinator), 0),
             Event::ClientTimeout { client, request } => (6, u64::from(*client), request.0),
             Event::Fault(_) => (7, 0, 0),
             Event::EndOfLoad => (8, 0, 0),
@@ -609,6 +644,31 @@ impl<'w, P: Protocol> Sim<'w, P> {
             commit_sent,
         });
         self.submit(client, request, req);
+    }
+
+    /// An open-loop arrival: the first idle client slot of the coordinator takes it, or it
+    /// is throttled (the cap is reached); then the next arrival is scheduled.
+    fn arrival(&mut self, coordinator: u32) {
+        if !self.loading {
+            return;
+        }
+        let coordinators = self.cluster().coordinators.len() as u32;
+        let idle = (coordinator..self.clients.len() as u32)
+            .step_by(coordinators as usize)
+            .find(|&c| self.clients[c as usize].current.is_none());
+        match idle {
+            Some(client) => self.client_next(client),
+            None => self.report.throttled += 1,
+        }
+        let at = self.now_ns + self.interarrival_ns();
+        self.push(at, Event::Arrival { coordinator });
+    }
+
+    /// An exponential interarrival time at the open-loop rate (at least 1 ns).
+    fn interarrival_ns(&mut self) -> u64 {
+        let rate = self.options.open_loop.expect("open loop").rate_tps;
+        let u: f64 = rand::Rng::gen_range(&mut self.arrival_rng, f64::EPSILON..1.0);
+        ((-u.ln() / rate) * NS_PER_S as f64).max(1.0) as u64
     }
 
     fn fresh_request(&mut self, client: u32) -> RequestId {
@@ -753,7 +813,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 ops,
             });
         }
-        if self.loading {
+        if self.loading && self.options.open_loop.is_none() {
             self.push(self.now_ns, Event::ClientNext { client });
         }
     }
@@ -855,6 +915,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 // Leftover client events of the load: no client acts any more.
                 Event::Response { .. }
                 | Event::ClientNext { .. }
+                | Event::Arrival { .. }
                 | Event::ClientTimeout { .. }
                 | Event::EndOfLoad => {}
                 event => self.dispatch(event),

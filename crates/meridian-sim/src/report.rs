@@ -88,6 +88,8 @@ pub struct SimReport {
     /// The workload's own invariant over the history, and its conditions over the final
     /// state read by the end-of-run audit.
     pub invariant: Result<(), String>,
+    /// Open-loop arrivals not submitted because the coordinator's cap was reached.
+    pub throttled: u64,
     /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
     pub audited_keys: u64,
 }
@@ -109,6 +111,7 @@ impl Default for SimReport {
             history: Vec::new(),
             invariant: Ok(()),
             audited_keys: 0,
+            throttled: 0,
         }
     }
 }
