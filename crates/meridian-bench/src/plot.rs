@@ -58,8 +58,9 @@ pub fn write(chart: &Chart, stem: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(vec![svg, png])
 }
 
-/// The axis range of `values`, padded so points do not sit on the frame.
-fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+/// The axis range of `values`, padded so points do not sit on the frame; a y axis of
+/// non-negative values starts at 0 (`from_zero`) so heights compare honestly.
+fn range(values: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = values
         .filter(|v| v.is_finite() && (!log || *v > 0.0))
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
@@ -76,10 +77,10 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
         hi += 1.0_f64.max(hi.abs() * 0.1);
     }
     let pad = (hi - lo) * 0.05;
-    (
-        (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }),
-        hi + pad,
-    )
+    if from_zero && lo >= 0.0 {
+        return (0.0, hi + pad);
+    }
+    (lo - pad, hi + pad)
 }
 
 fn draw<DB: DrawingBackend>(
@@ -92,8 +93,8 @@ where
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
     let points = || chart.series.iter().flat_map(|(_, p)| p.iter());
-    let (x0, x1) = range(points().map(|p| p.0), chart.log_x);
-    let (y0, y1) = range(points().map(|p| p.1), false);
+    let (x0, x1) = range(points().map(|p| p.0), chart.log_x, false);
+    let (y0, y1) = range(points().map(|p| p.1), false, true);
     let mut builder = ChartBuilder::on(&root);
     builder
         .caption(&chart.title, (FONT, 24))
