@@ -20,6 +20,7 @@
 //! duration = "5s"
 //! drain = "5s"
 //! clock = "huygens"          # optional override of every node's clock profile
+//! service_time = "20us"      # per-event processing time at a node (default 0)
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -97,7 +98,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 11] = [
+const PARAMS: [&str; 12] = [
     "protocol",
     "topology",
     "workload",
@@ -109,6 +110,7 @@ const PARAMS: [&str; 11] = [
     "drain",
     "clock",
     "seed",
+    "service_time",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -229,7 +231,9 @@ fn text(v: &toml::Value) -> String {
 
 fn duration_ms(key: &str, v: &str) -> Result<u64, String> {
     let v = v.trim();
-    let (number, scale) = if let Some(n) = v.strip_suffix("ms") {
+    let (number, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix("ms") {
         (n, 1.0)
     } else if let Some(n) = v.strip_suffix('s') {
         (n, 1000.0)
@@ -240,6 +244,24 @@ fn duration_ms(key: &str, v: &str) -> Result<u64, String> {
         Ok(x) if x.is_finite() && x > 0.0 => Ok((x * scale).round() as u64),
         _ => Err(format!(
             "`{key}`: `{v}` is not a duration such as `5s` or `500ms`"
+        )),
+    }
+}
+
+/// A per-event service time in µs (`20us`, `0.5ms`); 0 is allowed.
+fn service_us(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let (number, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1000.0)
+    } else {
+        (v, 1.0)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok((x * scale).round() as u64),
+        _ => Err(format!(
+            "`service_time`: `{v}` is not a duration such as `20us` or `0.1ms`"
         )),
     }
 }
@@ -295,6 +317,10 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
             None => duration_ms("drain", &get("drain", "5s"))?,
         },
         seed: number("seed", &get("seed", "1"))?,
+        service_time_us: match params.get("service_time") {
+            None => 0,
+            Some(t) => service_us(t)?,
+        },
     })
 }
 
@@ -646,6 +672,14 @@ kind = "cdf"
         assert_eq!(target.runs.len(), 4 * 3);
         assert_eq!(target.runs[0].workload_opts["zipf"], "0.5");
         assert_eq!(target.runs[0].duration_ms, 2000);
+        assert_eq!(target.runs[0].service_time_us, 0);
+        let timed = parse("name = \"t\"\n[base]\nservice_time = \"0.02ms\"").unwrap();
+        assert_eq!(
+            points(&timed, &Overrides::default()).unwrap()[0]
+                .1
+                .service_time_us,
+            20
+        );
         assert_eq!(results.len(), 4);
         // The median of seeds 1, 2, 3 adds 2 ms.
         let b200 = results
@@ -693,6 +727,10 @@ kind = "cdf"
             ("name = \"x\"\nrepeats = 0", "repeats"),
             ("name = \"x\"\n[base]\nload = \"half\"", "`half`"),
             ("name = \"x\"\n[base]\nduration = \"soon\"", "`soon`"),
+            (
+                "name = \"x\"\n[base]\nservice_time = \"-3us\"",
+                "`service_time`",
+            ),
             (
                 "name = \"x\"\n[[plot]]\nname = \"p\"\nx = \"rate\"\ny = \"p50\"",
                 "`p50` is not a metric",

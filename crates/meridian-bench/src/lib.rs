@@ -43,6 +43,9 @@ pub struct Point {
     pub clock: Option<String>,
     pub duration_ms: u64,
     pub drain_ms: u64,
+    /// Processing time of every event at a node, µs (0: infinitely fast nodes). With it,
+    /// throughput saturates as on real servers.
+    pub service_time_us: u64,
     pub seed: u64,
 }
 

@@ -190,6 +190,7 @@ fn simulate<P: Protocol>(
         clients_per_coordinator: clients,
         record_history: false,
         open_loop,
+        service_time_ns: point.service_time_us * 1_000,
         ..SimOptions::default()
     };
     let end_ns = (options.duration_ns + options.drain_ns) as f64;
