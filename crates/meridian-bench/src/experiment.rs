@@ -516,9 +516,17 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     } else {
         spec.title.clone()
     };
+    // A log axis only when latencies span more than a decade and a half; within less,
+    // plotters draws no log ticks and a linear axis reads better.
+    let xs = series.values().flatten().map(|p| p.0).filter(|x| *x > 0.0);
+    let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    let log_x = spec.kind == "cdf" && hi / lo > 30.0;
     let (x_label, y_label) = if spec.kind == "cdf" {
+        let scale = if log_x { ", log scale" } else { "" };
         (
-            "commit latency (ms, log scale)".to_string(),
+            format!("commit latency (ms{scale})"),
             "fraction of committed txns".to_string(),
         )
     } else {
@@ -529,7 +537,7 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
         x_label,
         y_label,
         series: series.into_iter().collect(),
-        log_x: spec.kind == "cdf",
+        log_x,
     }
 }
 
