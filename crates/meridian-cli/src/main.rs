@@ -5,6 +5,8 @@
 //! * `meridian sim …` — run a protocol in the deterministic simulator, optionally check the
 //!   history; `meridian sim swarm --seeds N …` runs many seeds and prints a replay command
 //!   for every failure.
+//! * `meridian experiment run FILE` — run an experiment file (DESIGN §10) on the simulator:
+//!   JSON, CSV and SVG/PNG plots under `results/<name>/`.
 //!
 //! * `meridian server --topology T --node N` — run one node as a process.
 //! * `meridian cluster up|down|status` — every node of a topology as a process on loopback.
@@ -20,6 +22,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod client;
+mod experiment;
 mod load;
 mod protocols;
 mod runtime;
@@ -53,6 +56,8 @@ enum Command {
     Client(client::ClientArgs),
     /// Open-loop load against the runtime (in-process, or a running cluster with --remote).
     Bench(Box<load::BenchArgs>),
+    /// Run an experiment file (sweeps, results, plots).
+    Experiment(experiment::ExperimentArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         Command::Cluster(args) => runtime::cluster(args),
         Command::Client(args) => client::main(args),
         Command::Bench(args) => load::bench(*args),
+        Command::Experiment(args) => experiment::main(args),
     }
 }
 

@@ -8,7 +8,7 @@ use meridian_check::Model;
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::ClockProfile;
-use meridian_core::{Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_core::{Protocol, ProtocolConfig, Topology};
 use meridian_sim::{FaultKinds, FaultPlan, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
 use rand::SeedableRng;
@@ -56,7 +56,7 @@ pub struct RunArgs {
     /// TOML path.
     #[arg(long, default_value = "gcp-tiga")]
     topology: String,
-    /// Workload: list-append, bank, microbench.
+    /// Workload: list-append, bank, microbench, ycsb-t, tpcc, tpca, retwis, smallbank.
     #[arg(long, default_value = "list-append")]
     workload: String,
     /// Workload options, `key=value[,key=value…]` (e.g. `zipf=0.99,keys_per_shard=1000000`).
@@ -145,6 +145,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
             .map_err(|e| format!("--service-time: {e}"))?,
         faults: FaultPlan::default(),
         record_history: true,
+        open_loop: None,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());
@@ -206,7 +207,7 @@ fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, Strin
     let setup: Setup = meridian_sim::setup::<P>(
         plan.topology.clone(),
         plan.protocol_config.clone(),
-        Procedures::new(),
+        meridian_workload::procedures(),
     )?;
     let mut options = plan.options.clone();
     options.faults = match plan.args.faults.as_str() {
@@ -490,6 +491,12 @@ fn print_table(plan: &Plan, result: &RunResult) {
                 check.anomalies.len()
             );
         }
+    }
+    if r.invariant.is_ok() && r.audited_keys > 0 {
+        println!(
+            "workload `{}` conditions hold on the final state (audit read {} keys)",
+            plan.args.workload, r.audited_keys
+        );
     }
     if let Err(e) = &r.invariant {
         println!("workload invariant violated: {e}");

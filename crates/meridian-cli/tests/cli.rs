@@ -299,3 +299,98 @@ fn bank_runs_are_judged_by_their_invariant_not_the_dependency_checker() {
     assert_eq!(report["model"], serde_json::Value::Null);
     assert!(report["committed"].as_u64().unwrap() > 100);
 }
+
+#[test]
+fn tpcc_and_bank_runs_end_with_their_final_state_conditions_checked() {
+    for (protocol, workload) in [("2pl-2pc", "tpcc"), ("clock-si", "bank")] {
+        let out = meridian(&[
+            "sim",
+            "--protocol",
+            protocol,
+            "--topology",
+            "local",
+            "--workload",
+            workload,
+            "--duration",
+            "300ms",
+            "--drain",
+            "2s",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).contains(&format!(
+                "workload `{workload}` conditions hold on the final state"
+            )),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let json = meridian(&[
+        "sim",
+        "--protocol",
+        "2pl-2pc",
+        "--topology",
+        "local",
+        "--workload",
+        "tpcc",
+        "--workload-opts",
+        "mix=payment",
+        "--duration",
+        "300ms",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));
+}
+
+#[test]
+fn experiment_run_writes_results_and_plots_and_refuses_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/smoke.toml");
+    let out = meridian(&[
+        "experiment",
+        "run",
+        file,
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    for f in [
+        "results.json",
+        "results.csv",
+        "latency-vs-rate.png",
+        "latency-cdf.svg",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f} missing: {}", stdout(&out));
+    }
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("tiga,400,all,")), "{csv}");
+    let bad = file_with("name = \"x\"\n[sweep]\nprotocol = [\"nope\"]\n");
+    let refused = meridian(&[
+        "experiment",
+        "run",
+        bad.path().to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("unknown protocol `nope`"),
+        "{}",
+        stderr(&refused)
+    );
+}

@@ -302,7 +302,7 @@ impl Workload for WriteSkewWorkload {
                     key: name(k),
                     value: decode_int(v).expect("an int"),
                 }),
-                InteractiveOp::Put(..) => unreachable!("not planned"),
+                InteractiveOp::Put(..) | InteractiveOp::Add(..) => unreachable!("not planned"),
             }
         }
         hist

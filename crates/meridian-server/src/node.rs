@@ -206,6 +206,8 @@ impl<N: Node> NodeLoop<N> {
             }
             Effect::Persist { record } => self.persist(&record, false),
             Effect::Checkpoint { record } => self.persist(&record, true),
+            // Protocol counters are a simulator report; the runtime's metrics are its own.
+            Effect::Count { .. } => {}
         }
     }
 

@@ -9,7 +9,6 @@ use meridian_check::{Entry, EntryType};
 use meridian_core::node::{Effect, NodeEffect, Setup};
 use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
-use meridian_core::value::concat;
 use meridian_core::{
     ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
     RequestId, ShardId, TimerId, Timestamp, Topology, TxnId,
@@ -49,6 +48,20 @@ pub struct SimOptions {
     pub service_time_ns: u64,
     pub faults: FaultPlan,
     pub record_history: bool,
+    /// Open-loop load (Tiga §5.1) instead of closed-loop clients: each coordinator gets
+    /// transactions at a rate, up to a cap of outstanding ones.
+    pub open_loop: Option<OpenLoop>,
+}
+
+/// Open-loop load: "each coordinator submits transactions at a given rate; the coordinator
+/// maintains a cap on the outstanding transactions and stops submitting new transactions
+/// once this cap is reached" (Tiga §5.1). Arrivals are Poisson at `rate_tps` per
+/// coordinator; an arrival that finds `max_outstanding` transactions in flight is not
+/// submitted (counted in [`SimReport::throttled`]). `clients_per_coordinator` is ignored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpenLoop {
+    pub rate_tps: f64,
+    pub max_outstanding: u32,
 }
 
 impl Default for SimOptions {
@@ -62,6 +75,7 @@ impl Default for SimOptions {
             service_time_ns: 0,
             faults: FaultPlan::default(),
             record_history: true,
+            open_loop: None,
         }
     }
 }
@@ -116,6 +130,10 @@ enum Event<M, T> {
     },
     ClientNext {
         client: u32,
+    },
+    /// An open-loop arrival at coordinator `coordinator` (an index into the coordinators).
+    Arrival {
+        coordinator: u32,
     },
     ClientTimeout {
         client: u32,
@@ -186,6 +204,10 @@ struct Sim<'w, P: Protocol> {
     report: SimReport,
     region_index: FxHashMap<u16, usize>,
     effects: Vec<NodeEffect<P::Node>>,
+    /// The time of the last event popped and put back (the queue refuses earlier ones).
+    resume_ns: u64,
+    /// Open-loop arrival times.
+    arrival_rng: ChaCha8Rng,
 }
 
 /// Runs `workload` against protocol `P` on `setup` and returns what happened.
@@ -200,6 +222,9 @@ pub fn run<P: Protocol>(
     let end_ns = options.duration_ns + options.drain_ns;
     while let Some((at_ns, event)) = sim.queue.pop() {
         if at_ns > end_ns {
+            // Kept for the audit, which goes on from here.
+            sim.push(at_ns, event);
+            sim.resume_ns = at_ns;
             break;
         }
         sim.now_ns = at_ns;
@@ -217,6 +242,9 @@ pub fn run<P: Protocol>(
     sim.now_ns = end_ns;
     sim.finish()
 }
+
+/// Virtual time one audit transaction may take before it counts as not committed.
+const AUDIT_TXN_LIMIT_NS: u64 = 30 * NS_PER_S;
 
 impl<'w, P: Protocol> Sim<'w, P> {
     fn new(setup: Setup, workload: &'w mut dyn Workload, options: SimOptions) -> Self {
@@ -238,7 +266,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 busy_until_ns: 0,
             })
             .collect();
-        let clients = (0..options.clients_per_coordinator)
+        let slots_per_coordinator = match options.open_loop {
+            Some(open) => open.max_outstanding,
+            None => options.clients_per_coordinator,
+        };
+        let clients = (0..slots_per_coordinator)
             .flat_map(|_| cluster.coordinators.iter().copied())
             .enumerate()
             .map(|(i, coordinator)| Client {
@@ -264,6 +296,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             });
         }
         Sim {
+            arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
             network: Network::new(&cluster),
             net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
             setup,
@@ -282,6 +315,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             report,
             region_index,
             effects: Vec::new(),
+            resume_ns: 0,
         }
     }
 
@@ -311,8 +345,15 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 }),
             );
         }
-        for client in 0..self.clients.len() as u32 {
-            self.schedule_client(client);
+        if self.options.open_loop.is_some() {
+            for coordinator in 0..self.cluster().coordinators.len() as u32 {
+                let at = self.interarrival_ns();
+                self.push(at, Event::Arrival { coordinator });
+            }
+        } else {
+            for client in 0..self.clients.len() as u32 {
+                self.schedule_client(client);
+            }
         }
         self.push(self.options.duration_ns, Event::EndOfLoad);
     }
@@ -487,6 +528,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
             Event::Response { request, response } => self.on_response(request, response),
             Event::ClientNext { client } => self.client_next(client),
+            Event::Arrival { coordinator } => self.arrival(coordinator),
             Event::ClientTimeout { client, request } => self.on_timeout(client, request),
             Event::Fault(fault) => self.apply_fault(fault),
             Event::EndOfLoad => self.end_of_load(),
@@ -500,6 +542,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::Request { to, request, .. } => (3, to.0 as u64, request.0),
             Event::Response { request, .. } => (4, request.0, 0),
             Event::ClientNext { client } => (5, u64::from(*client), 0),
+            Event::Arrival { coordinator } => (9, u64::from(*coordinator), 0),
             Event::ClientTimeout { client, request } => (6, u64::from(*client), request.0),
             Event::Fault(_) => (7, 0, 0),
             Event::EndOfLoad => (8, 0, 0),
@@ -605,6 +648,31 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.submit(client, request, req);
     }
 
+    /// An open-loop arrival: the first idle client slot of the coordinator takes it, or it
+    /// is throttled (the cap is reached); then the next arrival is scheduled.
+    fn arrival(&mut self, coordinator: u32) {
+        if !self.loading {
+            return;
+        }
+        let coordinators = self.cluster().coordinators.len() as u32;
+        let idle = (coordinator..self.clients.len() as u32)
+            .step_by(coordinators as usize)
+            .find(|&c| self.clients[c as usize].current.is_none());
+        match idle {
+            Some(client) => self.client_next(client),
+            None => self.report.throttled += 1,
+        }
+        let at = self.now_ns + self.interarrival_ns();
+        self.push(at, Event::Arrival { coordinator });
+    }
+
+    /// An exponential interarrival time at the open-loop rate (at least 1 ns).
+    fn interarrival_ns(&mut self) -> u64 {
+        let rate = self.options.open_loop.expect("open loop").rate_tps;
+        let u: f64 = rand::Rng::gen_range(&mut self.arrival_rng, f64::EPSILON..1.0);
+        ((-u.ln() / rate) * NS_PER_S as f64).max(1.0) as u64
+    }
+
     fn fresh_request(&mut self, client: u32) -> RequestId {
         self.next_request += 1;
         let request = RequestId(self.next_request);
@@ -661,10 +729,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
             ClientResponse::Began(txn) => session.txn = Some(txn),
             ClientResponse::Read(value) => {
                 session.reads.push(value.clone());
-                if let InteractiveOp::Append(key, suffix) = &ops[session.next_op] {
-                    session.appending = Some((key.clone(), concat(value.as_ref(), suffix)));
-                } else {
-                    session.next_op += 1;
+                let op = &ops[session.next_op];
+                match op.modified(value.as_ref()) {
+                    Some(new) => session.appending = Some((op.key().clone(), new)),
+                    None => session.next_op += 1,
                 }
             }
             ClientResponse::Written => {
@@ -684,7 +752,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     flight.commit_sent = true;
                     Step::Commit { txn }
                 }
-                Some(InteractiveOp::Get(key) | InteractiveOp::Append(key, _)) => Step::Get {
+                Some(
+                    InteractiveOp::Get(key)
+                    | InteractiveOp::Append(key, _)
+                    | InteractiveOp::Add(key, _),
+                ) => Step::Get {
                     txn,
                     key: key.clone(),
                 },
@@ -743,7 +815,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 ops,
             });
         }
-        if self.loading {
+        if self.loading && self.options.open_loop.is_none() {
             self.schedule_client(client);
         }
     }
@@ -804,7 +876,66 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.report.virtual_ns = self.now_ns;
         self.report.trace_hash = self.trace.finish();
         self.report.invariant = self.workload.check_history(&self.report.history);
+        let keys = self.workload.audit_keys();
+        if self.report.invariant.is_ok() && !keys.is_empty() {
+            let partitioner = self.cluster().partitioner;
+            let state =
+                meridian_workload::audit::run(&partitioner, &keys, |txn| self.execute_alone(txn));
+            self.report.invariant =
+                meridian_workload::audit::verdict(&*self.workload, &keys, &state);
+            self.report.audited_keys = keys.len() as u64;
+        }
         self.report
+    }
+
+    /// Runs one audit transaction to its outcome with nothing else submitted: the event
+    /// loop goes on (timers, messages) until the answer or [`AUDIT_TXN_LIMIT_NS`]. Audit
+    /// transactions are in neither the statistics nor the history.
+    fn execute_alone(&mut self, txn: &meridian_core::txn::Txn) -> Outcome {
+        // The queue's clock may be past `now_ns` (an event was popped and put back).
+        self.now_ns = self.now_ns.max(self.resume_ns);
+        let to = self.cluster().coordinators[0];
+        self.next_request += 1;
+        let request = RequestId(self.next_request);
+        self.push(
+            self.now_ns + CLIENT_HOP_NS,
+            Event::Request {
+                to,
+                request,
+                req: ClientRequest::OneShot(txn.clone()),
+            },
+        );
+        let deadline_ns = self.now_ns + AUDIT_TXN_LIMIT_NS;
+        while let Some((at_ns, event)) = self.queue.pop() {
+            if at_ns > deadline_ns {
+                self.push(at_ns, event);
+                self.resume_ns = at_ns;
+                break;
+            }
+            self.now_ns = at_ns;
+            match event {
+                Event::Response {
+                    request: r,
+                    response,
+                } if r == request => {
+                    return match response {
+                        ClientResponse::Outcome(outcome) => outcome,
+                        other => panic!("a one-shot audit read was answered with {other:?}"),
+                    }
+                }
+                // Leftover client events of the load: no client acts any more.
+                Event::Response { .. }
+                | Event::ClientNext { .. }
+                | Event::Arrival { .. }
+                | Event::ClientTimeout { .. }
+                | Event::EndOfLoad => {}
+                event => self.dispatch(event),
+            }
+        }
+        self.now_ns = deadline_ns.max(self.now_ns);
+        Outcome::Unknown {
+            reason: "audit read unanswered".to_string(),
+        }
     }
 }
 
@@ -813,11 +944,7 @@ fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
         TxnPlan::OneShot(txn) => txn.shards(),
         TxnPlan::Interactive(ops) => ops
             .iter()
-            .map(|op| match op {
-                InteractiveOp::Get(k) | InteractiveOp::Put(k, _) | InteractiveOp::Append(k, _) => {
-                    cluster.partitioner.shard_of(k)
-                }
-            })
+            .map(|op| cluster.partitioner.shard_of(op.key()))
             .collect(),
     };
     shards.sort_unstable();

@@ -26,7 +26,7 @@ pub mod network;
 mod queue;
 pub mod report;
 
-pub use driver::{run, setup, Progress, SimOptions};
+pub use driver::{run, setup, OpenLoop, Progress, SimOptions};
 pub use faults::{Fault, FaultKinds, FaultPlan};
 pub use report::{path_name, RegionStats, SimReport};
 

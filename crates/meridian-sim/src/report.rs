@@ -85,11 +85,16 @@ pub struct SimReport {
     pub trace_hash: u64,
     /// The recorded history (empty unless recording was asked for).
     pub history: Vec<Entry>,
-    /// The workload's own invariant over the history.
+    /// The workload's own invariant over the history, and its conditions over the final
+    /// state read by the end-of-run audit.
     pub invariant: Result<(), String>,
     /// The protocol's own counters ([`meridian_core::node::Effect::Count`]), summed over
     /// every node of the run.
     pub counters: BTreeMap<&'static str, u64>,
+    /// Open-loop arrivals not submitted because the coordinator's cap was reached.
+    pub throttled: u64,
+    /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
+    pub audited_keys: u64,
 }
 
 impl Default for SimReport {
@@ -109,6 +114,8 @@ impl Default for SimReport {
             history: Vec::new(),
             invariant: Ok(()),
             counters: BTreeMap::new(),
+            audited_keys: 0,
+            throttled: 0,
         }
     }
 }

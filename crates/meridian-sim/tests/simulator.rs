@@ -460,3 +460,46 @@ fn interactive_sessions_run_step_by_step_and_append_is_get_then_put() {
         }
     }
 }
+
+#[test]
+fn open_loop_submits_at_the_rate_and_throttles_at_the_cap() {
+    let setup = setup::<ToyProtocol>(
+        Topology::load("gcp-tiga").unwrap(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap();
+    let coordinators = setup.cluster.coordinators.len() as f64;
+    let run_at = |rate_tps: f64, max_outstanding: u32| {
+        let o = SimOptions {
+            open_loop: Some(meridian_sim::OpenLoop {
+                rate_tps,
+                max_outstanding,
+            }),
+            duration_ns: 2 * NS_PER_S,
+            ..options(3)
+        };
+        let mut workload = Appends {
+            next: FxHashMap::default(),
+        };
+        run::<ToyProtocol>(&setup, &mut workload, &o, &mut |_| {})
+    };
+    let light = run_at(50.0, 1000);
+    let submitted = (light.committed + light.aborted + light.unknown) as f64;
+    let expected = 50.0 * 2.0 * coordinators;
+    assert!(
+        (submitted - expected).abs() < 0.15 * expected,
+        "{submitted} submitted, {expected} expected"
+    );
+    assert_eq!(light.throttled, 0);
+    // A cap of one outstanding transaction per coordinator turns arrivals away; every
+    // arrival is either submitted or throttled.
+    let capped = run_at(2000.0, 1);
+    assert!(capped.throttled > 100, "{}", capped.throttled);
+    let arrivals = (capped.committed + capped.aborted + capped.unknown + capped.throttled) as f64;
+    let expected = 2000.0 * 2.0 * coordinators;
+    assert!(
+        (arrivals - expected).abs() < 0.05 * expected,
+        "{arrivals} arrivals"
+    );
+}

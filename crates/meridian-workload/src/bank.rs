@@ -269,6 +269,27 @@ impl Workload for Bank {
             format!("bank: {first} (and {more} more offending entries)")
         })
     }
+
+    /// Every account, so the audit checks the total on the final state even when no
+    /// history is recorded (benchmarks) and no read-all happened to run.
+    fn audit_keys(&self) -> Vec<Key> {
+        self.keys.clone()
+    }
+
+    /// The final balances sum to [`Bank::TOTAL`].
+    fn check_final(&self, state: &crate::audit::FinalState) -> Result<(), String> {
+        let mut total: i64 = 0;
+        for key in &self.keys {
+            total = total.wrapping_add(state.int(key)?);
+        }
+        if total != Self::TOTAL {
+            return Err(format!(
+                "bank: the final balances sum to {total}, not {}",
+                Self::TOTAL
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -350,6 +371,31 @@ mod tests {
             }
             assert!(transfers > 100 && read_alls > 100);
         }
+    }
+
+    #[test]
+    fn the_audit_checks_the_final_total() {
+        let c = cluster(3);
+        let mut w = Bank::new(&c, &WorkloadOptions::default().with("read_ratio", "0")).unwrap();
+        let mut store = MapStore::default();
+        let mut r = rng(8);
+        for _ in 0..50 {
+            let TxnPlan::OneShot(txn) = w.next(ClientId(0), &mut r) else {
+                panic!()
+            };
+            execute(&txn, &mut store);
+        }
+        let keys = w.audit_keys();
+        let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
+        assert_eq!(crate::audit::verdict(&w, &keys, &state), Ok(()));
+        // Money created out of nothing (a lost debit) is caught.
+        store.insert(
+            w.keys[1].clone(),
+            encode_int(state.int(&w.keys[1]).unwrap() + 1),
+        );
+        let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
+        let e = crate::audit::verdict(&w, &keys, &state).unwrap_err();
+        assert!(e.contains("sum to 1"), "{e}");
     }
 
     #[test]

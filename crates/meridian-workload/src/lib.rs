@@ -59,10 +59,17 @@
 //! gets and appends, or a value that is not the integer or list the workload wrote. Writing
 //! `null` or a truncated value instead would hide the bug from the checker.
 
+pub mod audit;
 pub mod bank;
 pub mod list_append;
 pub mod microbench;
 mod options;
+mod procedure;
+pub mod retwis;
+pub mod smallbank;
+pub mod tpca;
+pub mod tpcc;
+pub mod ycsbt;
 pub mod zipf;
 
 use meridian_check::{Entry, HistOp, ReadValue};
@@ -72,23 +79,58 @@ use meridian_core::{ClientId, Cluster, NodeRng};
 pub use bank::Bank;
 pub use list_append::ListAppend;
 pub use microbench::MicroBench;
+pub use retwis::Retwis;
+pub use smallbank::SmallBank;
+pub use tpca::TpcA;
+pub use tpcc::TpcC;
+pub use ycsbt::YcsbT;
 pub use zipf::Zipf;
 
 /// One operation of an interactive transaction, as the workload plans it. The client driver
-/// turns `Append` into a `Get` followed by a `Put` of the concatenation, so protocols only
-/// ever see get and put steps.
+/// turns the read-modify-writes `Append` and `Add` into a `Get` followed by a `Put` of the
+/// new value ([`InteractiveOp::modified`]), so protocols only ever see get and put steps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InteractiveOp {
     Get(Key),
     Put(Key, Value),
     Append(Key, Value),
+    /// Integer add (a missing key counts as 0), as [`Op::Add`](meridian_core::txn::Op::Add).
+    Add(Key, i64),
 }
 
 impl InteractiveOp {
     /// The key the op touches.
     pub fn key(&self) -> &Key {
         match self {
-            InteractiveOp::Get(k) | InteractiveOp::Put(k, _) | InteractiveOp::Append(k, _) => k,
+            InteractiveOp::Get(k)
+            | InteractiveOp::Put(k, _)
+            | InteractiveOp::Append(k, _)
+            | InteractiveOp::Add(k, _) => k,
+        }
+    }
+
+    /// Whether the driver sends a `Get` for this op (plain reads and read-modify-writes).
+    pub fn reads(&self) -> bool {
+        !matches!(self, InteractiveOp::Put(..))
+    }
+
+    /// For a read-modify-write, the value the driver puts after its get returned `old`;
+    /// `None` for plain gets and puts. An `Add` on a value that is not an integer keeps
+    /// the value (the protocol stored something no workload writes; the history shows it).
+    pub fn modified(&self, old: Option<&Value>) -> Option<Value> {
+        match self {
+            InteractiveOp::Append(_, suffix) => Some(meridian_core::value::concat(old, suffix)),
+            InteractiveOp::Add(_, delta) => {
+                let base = match old {
+                    None => Some(0),
+                    Some(bytes) => meridian_core::value::decode_int(bytes),
+                };
+                Some(match base {
+                    Some(v) => meridian_core::value::encode_int(v.wrapping_add(*delta)),
+                    None => old.cloned().unwrap_or_default(),
+                })
+            }
+            InteractiveOp::Get(_) | InteractiveOp::Put(..) => None,
         }
     }
 }
@@ -137,6 +179,20 @@ pub trait Workload: Send {
     fn check_history(&self, _history: &[Entry]) -> Result<(), String> {
         Ok(())
     }
+
+    /// Keys whose final values the workload's consistency conditions need. After the load
+    /// and the drain, the driver reads them through the protocol itself, in read-only
+    /// one-shot transactions ([`audit::plans`]), and hands the values to
+    /// [`Workload::check_final`]. Empty (the default): no audit.
+    fn audit_keys(&self) -> Vec<Key> {
+        Vec::new()
+    }
+
+    /// The workload's consistency conditions over the final state read by the audit (the
+    /// bank's total, TPC-C's conditions 1–4, TPC-A's balances).
+    fn check_final(&self, _state: &audit::FinalState) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Options every workload understands; unknown ones are refused by name.
@@ -182,7 +238,25 @@ impl WorkloadOptions {
 }
 
 /// The workload names `build` knows.
-pub const WORKLOADS: [&str; 3] = ["list-append", "bank", "microbench"];
+pub const WORKLOADS: [&str; 8] = [
+    "list-append",
+    "bank",
+    "microbench",
+    "ycsb-t",
+    "tpcc",
+    "tpca",
+    "retwis",
+    "smallbank",
+];
+
+/// The stored procedures every workload's plans may call (TPC-C's and SmallBank's). A
+/// driver registers them in the cluster's [`Procedures`](meridian_core::Procedures).
+pub fn procedures() -> meridian_core::Procedures {
+    let mut procedures = meridian_core::Procedures::new();
+    tpcc::register(&mut procedures);
+    smallbank::register(&mut procedures);
+    procedures
+}
 
 /// Builds the named workload for `cluster`. An unknown name, an unknown option and a
 /// malformed or out-of-range option value are errors naming them.
@@ -195,6 +269,11 @@ pub fn build(
         "list-append" => Box::new(ListAppend::new(cluster, options)?),
         "bank" => Box::new(Bank::new(cluster, options)?),
         "microbench" => Box::new(MicroBench::new(cluster, options)?),
+        "ycsb-t" => Box::new(YcsbT::new(cluster, options)?),
+        "tpcc" => Box::new(TpcC::new(cluster, options)?),
+        "tpca" => Box::new(TpcA::new(cluster, options)?),
+        "retwis" => Box::new(Retwis::new(cluster, options)?),
+        "smallbank" => Box::new(SmallBank::new(cluster, options)?),
         _ => {
             return Err(format!(
                 "unknown workload `{name}` (known: {})",
@@ -210,6 +289,43 @@ pub fn build(
 pub fn logical_name(key: &[u8]) -> String {
     let end = key.iter().position(|&b| b == b'~').unwrap_or(key.len());
     String::from_utf8_lossy(&key[..end]).into_owned()
+}
+
+/// A one-shot transaction of `ops`: one piece per shard (by the key's placement), in shard
+/// order, each piece's ops in the order given.
+pub fn txn_by_shard(
+    partitioner: &meridian_core::Partitioner,
+    ops: impl IntoIterator<Item = meridian_core::txn::Op>,
+) -> Txn {
+    let mut by_shard: std::collections::BTreeMap<
+        meridian_core::ShardId,
+        Vec<meridian_core::txn::Op>,
+    > = std::collections::BTreeMap::new();
+    for op in ops {
+        by_shard
+            .entry(partitioner.shard_of(op.key()))
+            .or_default()
+            .push(op);
+    }
+    Txn {
+        pieces: by_shard
+            .into_iter()
+            .map(|(shard, ops)| meridian_core::txn::Piece::ops(shard, ops))
+            .collect(),
+    }
+}
+
+/// Distinct Zipf-distributed ranks, `count` of them (fewer if the key space is smaller).
+pub(crate) fn distinct_ranks(zipf: &Zipf, count: usize, rng: &mut NodeRng) -> Vec<u64> {
+    let count = count.min(usize::try_from(zipf.n()).unwrap_or(usize::MAX));
+    let mut ranks: Vec<u64> = Vec::with_capacity(count);
+    while ranks.len() < count {
+        let r = zipf.sample(rng);
+        if !ranks.contains(&r) {
+            ranks.push(r);
+        }
+    }
+    ranks
 }
 
 /// The piece results of a committed one-shot transaction, or `None` if it did not commit.
@@ -265,7 +381,7 @@ pub(crate) fn interactive_reads_by_op<'a>(
     ops.iter()
         .map(|op| match op {
             InteractiveOp::Put(..) => None,
-            InteractiveOp::Get(_) | InteractiveOp::Append(..) => next
+            InteractiveOp::Get(_) | InteractiveOp::Append(..) | InteractiveOp::Add(..) => next
                 .next()
                 .unwrap_or_else(|| {
                     panic!(
@@ -351,10 +467,19 @@ pub(crate) mod test_support {
 
     /// Executes `txn`'s pieces in order against `store` and returns the committed outcome.
     pub(crate) fn execute(txn: &Txn, store: &mut MapStore) -> Outcome {
+        execute_with(txn, store, &Procedures::new())
+    }
+
+    /// [`execute`] with stored procedures.
+    pub(crate) fn execute_with(
+        txn: &Txn,
+        store: &mut MapStore,
+        procedures: &Procedures,
+    ) -> Outcome {
         let mut results: Vec<PieceResult> = Vec::new();
         for piece in &txn.pieces {
             let inputs: Vec<Option<&PieceResult>> = results.iter().map(Some).collect();
-            let result = execute_piece(piece, &inputs, &Procedures::new(), store).unwrap();
+            let result = execute_piece(piece, &inputs, procedures, store).unwrap();
             results.push(result);
         }
         Outcome::Committed {
@@ -368,7 +493,7 @@ pub(crate) mod test_support {
     /// then a put of the concatenation) and returns the reads it would hand `history_ops`.
     #[derive(Default)]
     pub(crate) struct InteractiveDriver {
-        store: MapStore,
+        pub(crate) store: MapStore,
     }
 
     impl InteractiveDriver {
@@ -381,10 +506,10 @@ pub(crate) mod test_support {
                         self.store.put(k.clone(), v.clone());
                         None
                     }
-                    InteractiveOp::Append(k, v) => {
+                    InteractiveOp::Append(k, _) | InteractiveOp::Add(k, _) => {
                         let old = self.store.get(k).cloned();
-                        self.store
-                            .put(k.clone(), meridian_core::value::concat(old.as_ref(), v));
+                        let new = op.modified(old.as_ref()).expect("read-modify-write");
+                        self.store.put(k.clone(), new);
                         old
                     }
                 })
@@ -412,11 +537,11 @@ mod tests {
                 }
             }
         }
-        let e = build("tpcc", &c, &WorkloadOptions::default())
+        let e = build("tpc-z", &c, &WorkloadOptions::default())
             .err()
             .unwrap();
         assert!(
-            e.contains("unknown workload `tpcc`") && e.contains("list-append"),
+            e.contains("unknown workload `tpc-z`") && e.contains("list-append"),
             "{e}"
         );
         let e = build("bank", &c, &WorkloadOptions::default().with("zipf", "0.5"))

@@ -223,7 +223,7 @@ impl Workload for ListAppend {
                             key: logical_name(key),
                             value: literal_int(v),
                         }),
-                        InteractiveOp::Put(..) => None,
+                        InteractiveOp::Put(..) | InteractiveOp::Add(..) => None,
                     });
                 }
             }

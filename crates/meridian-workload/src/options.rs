@@ -88,6 +88,11 @@ impl<'a> Options<'a> {
         }
     }
 
+    /// A word (the caller checks it against its choices).
+    pub(crate) fn word(&mut self, name: &'static str, default: &str) -> Result<String, String> {
+        Ok(self.raw(name).unwrap_or(default).to_string())
+    }
+
     /// Refuses every option that was not read.
     pub(crate) fn finish(self) -> Result<(), String> {
         let known: BTreeSet<&str> = self.known.iter().copied().collect();

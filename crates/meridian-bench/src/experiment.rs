@@ -1,0 +1,757 @@
+//! Experiment files (DESIGN §10): a TOML file names a base configuration, a sweep over
+//! parameters, repeats, and plots. [`run`] measures every point of the sweep's cartesian
+//! product `repeats` times (seeds 1, 2, …), takes the median of each metric, and writes
+//! `results.json`, `results.csv` and one SVG and one PNG per plot into the output folder.
+//!
+//! ```toml
+//! name = "tiga-fig7"
+//! title = "MicroBench (skew 0.5), local region: latency vs throughput"
+//! paper = "Tiga Fig. 7"
+//! repeats = 1
+//!
+//! [base]                     # every parameter, with these defaults
+//! protocol = "tiga"
+//! topology = "gcp-tiga"
+//! workload = "microbench"
+//! load = "open"              # "open" (rate, outstanding) or "closed" (clients)
+//! rate = 1000                # txns/s per coordinator
+//! outstanding = 100          # cap of outstanding txns per coordinator
+//! clients = 2                # closed loop: clients per coordinator
+//! duration = "5s"
+//! drain = "5s"
+//! clock = "huygens"          # optional override of every node's clock profile
+//! service_time = "20us"      # per-event processing time at a node (default 0)
+//! workload_opts = { zipf = "0.5" }
+//! protocol_opts = {}
+//!
+//! [sweep]                    # cartesian product; `workload.K` / `protocol.K` set options
+//! protocol = ["2pl-2pc", "tiga"]
+//! rate = [500, 1000, 2000]
+//!
+//! [[plot]]
+//! name = "latency"           # file stem
+//! title = "…"
+//! x = "throughput_tps"       # a metric or a swept parameter
+//! y = "p50_ms"               # a metric
+//! series = "protocol"        # a swept parameter (default: protocol)
+//! region = "SC"              # a coordinator region or "all" (default)
+//! kind = "line"              # or "cdf": the latency distribution of each point
+//! ```
+
+use crate::metrics::{self, Metrics, ALL, METRICS};
+use crate::{plot, Load, Point, RunOutput, Target};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A parsed experiment file.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub name: String,
+    #[serde(default)]
+    pub title: String,
+    /// The paper figure or table this reproduces (`Tiga Fig. 7`).
+    #[serde(default)]
+    pub paper: String,
+    #[serde(default = "one")]
+    pub repeats: u32,
+    #[serde(default)]
+    pub base: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    pub sweep: BTreeMap<String, Vec<toml::Value>>,
+    #[serde(default, rename = "plot")]
+    pub plots: Vec<PlotSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One figure of an experiment.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotSpec {
+    pub name: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub x: String,
+    #[serde(default)]
+    pub y: String,
+    #[serde(default = "default_series")]
+    pub series: String,
+    #[serde(default = "default_region")]
+    pub region: String,
+    #[serde(default = "default_kind")]
+    pub kind: String,
+}
+
+fn default_series() -> String {
+    "protocol".into()
+}
+fn default_region() -> String {
+    ALL.into()
+}
+fn default_kind() -> String {
+    "line".into()
+}
+
+/// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
+const PARAMS: [&str; 12] = [
+    "protocol",
+    "topology",
+    "workload",
+    "load",
+    "rate",
+    "outstanding",
+    "clients",
+    "duration",
+    "drain",
+    "clock",
+    "seed",
+    "service_time",
+];
+
+/// The swept parameters' values at one point, by name.
+pub type Params = BTreeMap<String, String>;
+
+/// Overrides from the command line (shorter runs for smoke tests).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub duration_ms: Option<u64>,
+    pub drain_ms: Option<u64>,
+    pub repeats: Option<u32>,
+}
+
+/// One measured point.
+#[derive(Clone, Debug, Serialize)]
+pub struct PointResult {
+    /// The swept parameters' values at this point.
+    pub params: BTreeMap<String, String>,
+    pub point: Point,
+    /// Median over repeats, one row per region then `all`.
+    pub metrics: Vec<Metrics>,
+    pub abort_reasons: BTreeMap<String, u64>,
+    pub throttled: u64,
+    /// Invariant or final-state violations, by repeat seed.
+    pub violations: Vec<String>,
+    /// Latency CDF of the first repeat, per region: `(ms, fraction)`.
+    #[serde(skip)]
+    pub cdf: BTreeMap<String, Vec<(f64, f64)>>,
+}
+
+/// Reads and checks an experiment file: unknown fields, parameters, metrics and plot
+/// references are errors naming them.
+pub fn load(path: &Path) -> Result<Experiment, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Parses and checks experiment TOML.
+pub fn parse(text: &str) -> Result<Experiment, String> {
+    let exp: Experiment = toml::from_str(text).map_err(|e| e.to_string())?;
+    if exp.name.is_empty() || exp.name.contains(['/', '\\']) {
+        return Err(format!(
+            "`name` must be a plain file name, not `{}`",
+            exp.name
+        ));
+    }
+    if exp.repeats == 0 {
+        return Err("`repeats` must be at least 1".into());
+    }
+    for key in exp.base.keys().chain(exp.sweep.keys()) {
+        let known = PARAMS.contains(&key.as_str())
+            || key.starts_with("workload.")
+            || key.starts_with("protocol.")
+            || key == "workload_opts"
+            || key == "protocol_opts";
+        if !known {
+            return Err(format!(
+                "unknown parameter `{key}` (known: {}, workload.K, protocol.K)",
+                PARAMS.join(", ")
+            ));
+        }
+    }
+    for (key, values) in &exp.sweep {
+        if values.is_empty() {
+            return Err(format!("sweep `{key}` has no values"));
+        }
+    }
+    for p in &exp.plots {
+        check_plot(&exp, p)?;
+    }
+    points(&exp, &Overrides::default())?;
+    Ok(exp)
+}
+
+fn is_metric(name: &str) -> bool {
+    METRICS.iter().any(|(m, _)| *m == name)
+}
+
+fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
+    let swept = |k: &str| exp.sweep.contains_key(k);
+    if p.kind == "cdf" {
+        return if swept(&p.series) || p.series == "protocol" {
+            Ok(())
+        } else {
+            Err(format!(
+                "plot `{}`: series `{}` is not swept",
+                p.name, p.series
+            ))
+        };
+    }
+    if p.kind != "line" {
+        return Err(format!("plot `{}`: kind must be `line` or `cdf`", p.name));
+    }
+    if !is_metric(&p.y) {
+        return Err(format!("plot `{}`: y `{}` is not a metric", p.name, p.y));
+    }
+    if !is_metric(&p.x) && !swept(&p.x) {
+        return Err(format!(
+            "plot `{}`: x `{}` is neither a metric nor a swept parameter",
+            p.name, p.x
+        ));
+    }
+    if !swept(&p.series) && p.series != "protocol" {
+        return Err(format!(
+            "plot `{}`: series `{}` is not swept",
+            p.name, p.series
+        ));
+    }
+    Ok(())
+}
+
+fn text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn duration_ms(key: &str, v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let (number, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (v, 1000.0)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok((x * scale).round() as u64),
+        _ => Err(format!(
+            "`{key}`: `{v}` is not a duration such as `5s` or `500ms`"
+        )),
+    }
+}
+
+/// A per-event service time in µs (`20us`, `0.5ms`); 0 is allowed.
+fn service_us(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let (number, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1000.0)
+    } else {
+        (v, 1.0)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok((x * scale).round() as u64),
+        _ => Err(format!(
+            "`service_time`: `{v}` is not a duration such as `20us` or `0.1ms`"
+        )),
+    }
+}
+
+fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+    v.parse::<T>()
+        .map_err(|_| format!("`{key}`: `{v}` is not a valid number"))
+}
+
+/// The point at one assignment of parameters (base values overridden by swept ones).
+fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, String> {
+    let get = |k: &str, default: &str| params.get(k).cloned().unwrap_or_else(|| default.into());
+    let options = |prefix: &str| -> BTreeMap<String, String> {
+        params
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+            .collect()
+    };
+    let load = match get("load", "open").as_str() {
+        "open" => Load::Open {
+            rate_tps: number("rate", &get("rate", "1000"))?,
+            max_outstanding: number("outstanding", &get("outstanding", "100"))?,
+        },
+        "closed" => Load::Closed {
+            clients: number("clients", &get("clients", "2"))?,
+        },
+        other => return Err(format!("`load`: `{other}` is neither `open` nor `closed`")),
+    };
+    match load {
+        Load::Open {
+            rate_tps,
+            max_outstanding,
+        } if rate_tps.is_nan() || rate_tps <= 0.0 || max_outstanding == 0 => {
+            return Err("open load needs rate > 0 and outstanding ≥ 1".into())
+        }
+        Load::Closed { clients: 0 } => return Err("`clients` must be at least 1".into()),
+        _ => {}
+    }
+    Ok(Point {
+        protocol: get("protocol", "tiga"),
+        topology: get("topology", "gcp-tiga"),
+        workload: get("workload", "microbench"),
+        workload_opts: options("workload."),
+        protocol_opts: options("protocol."),
+        load,
+        clock: params.get("clock").cloned(),
+        duration_ms: match o.duration_ms {
+            Some(ms) => ms,
+            None => duration_ms("duration", &get("duration", "5s"))?,
+        },
+        drain_ms: match o.drain_ms {
+            Some(ms) => ms,
+            None => duration_ms("drain", &get("drain", "5s"))?,
+        },
+        seed: number("seed", &get("seed", "1"))?,
+        service_time_us: match params.get("service_time") {
+            None => 0,
+            Some(t) => service_us(t)?,
+        },
+    })
+}
+
+/// Every point of the sweep: the swept parameters' values and the point.
+pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, String> {
+    let mut base: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in &exp.base {
+        match (k.as_str(), v) {
+            ("workload_opts" | "protocol_opts", toml::Value::Table(t)) => {
+                let prefix = k.trim_end_matches("_opts");
+                for (ok, ov) in t {
+                    base.insert(format!("{prefix}.{ok}"), text(ov));
+                }
+            }
+            ("workload_opts" | "protocol_opts", _) => {
+                return Err(format!(
+                    "`{k}` must be a table such as {{ zipf = \"0.5\" }}"
+                ))
+            }
+            _ => {
+                base.insert(k.clone(), text(v));
+            }
+        }
+    }
+    let mut assignments: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
+    for (key, values) in &exp.sweep {
+        assignments = assignments
+            .into_iter()
+            .flat_map(|a| {
+                values.iter().map(move |v| {
+                    let mut a = a.clone();
+                    a.insert(key.clone(), text(v));
+                    a
+                })
+            })
+            .collect();
+    }
+    assignments
+        .into_iter()
+        .map(|swept| {
+            let mut all = base.clone();
+            all.extend(swept.clone());
+            point(&all, o).map(|p| (swept, p))
+        })
+        .collect()
+}
+
+/// Runs every point and repeat on `target`, writes the results and plots into `out`, and
+/// returns the points and the files written. `progress` receives (point index, points,
+/// fraction of this point done).
+pub fn run(
+    exp: &Experiment,
+    target: &mut dyn Target,
+    out: &Path,
+    o: &Overrides,
+    progress: &mut dyn FnMut(usize, usize, f64),
+) -> Result<(Vec<PointResult>, Vec<PathBuf>), String> {
+    let points = points(exp, o)?;
+    let repeats = o.repeats.unwrap_or(exp.repeats).max(1);
+    let total = points.len();
+    let mut results = Vec::new();
+    for (i, (params, point)) in points.into_iter().enumerate() {
+        let mut runs: Vec<RunOutput> = Vec::new();
+        for r in 0..repeats {
+            let mut p = point.clone();
+            p.seed = point.seed + u64::from(r);
+            let output = target.run(&p, &mut |f| {
+                progress(i, total, (f64::from(r) + f) / f64::from(repeats))
+            })?;
+            runs.push(output);
+        }
+        results.push(summarize(params, point, &runs));
+        progress(i + 1, total, 0.0);
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut files = write_results(exp, &results, out)?;
+    for spec in &exp.plots {
+        let chart = chart(exp, spec, &results);
+        files.extend(plot::write(&chart, &out.join(&spec.name))?);
+    }
+    Ok((results, files))
+}
+
+fn summarize(params: BTreeMap<String, String>, point: Point, runs: &[RunOutput]) -> PointResult {
+    let rows: Vec<Vec<Metrics>> = runs.iter().map(metrics::of_run).collect();
+    let mut abort_reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for r in runs {
+        for (k, v) in &r.abort_reasons {
+            *abort_reasons.entry(k.clone()).or_default() += v;
+        }
+    }
+    let violations = runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.invariant
+                .as_ref()
+                .err()
+                .map(|e| format!("seed {}: {e}", point.seed + i as u64))
+        })
+        .collect();
+    let mut cdf = BTreeMap::new();
+    if let Some(first) = runs.first() {
+        let mut all = Vec::new();
+        for s in &first.regions {
+            cdf.insert(s.region.clone(), cdf_points(&s.latencies_ns));
+            all.extend_from_slice(&s.latencies_ns);
+        }
+        cdf.insert(ALL.to_string(), cdf_points(&all));
+    }
+    PointResult {
+        params,
+        point,
+        metrics: metrics::median_of(&rows),
+        abort_reasons,
+        throttled: runs.iter().map(|r| r.throttled).sum::<u64>() / runs.len().max(1) as u64,
+        violations,
+        cdf,
+    }
+}
+
+/// The latency distribution as `(ms, fraction ≤)` at 1% steps.
+fn cdf_points(latencies_ns: &[u64]) -> Vec<(f64, f64)> {
+    if latencies_ns.is_empty() {
+        return Vec::new();
+    }
+    let h = metrics::histogram(latencies_ns);
+    (1..=100)
+        .map(|q| {
+            let q = f64::from(q) / 100.0;
+            (h.value_at_quantile(q) as f64 / 1e6, q)
+        })
+        .collect()
+}
+
+fn unit(metric: &str) -> String {
+    METRICS
+        .iter()
+        .find(|(m, _)| *m == metric)
+        .map(|(_, label)| label.to_string())
+        .unwrap_or_else(|| metric.to_string())
+}
+
+fn axis_label(name: &str) -> String {
+    match name {
+        "rate" => "offered rate per coordinator (txns/s)".into(),
+        "outstanding" => "outstanding cap per coordinator (txns)".into(),
+        "clients" => "clients per coordinator".into(),
+        "workload.zipf" => "Zipf skew θ".into(),
+        "protocol.delta_ms" => "Δ (ms)".into(),
+        "workload.records" => "data items".into(),
+        "workload.rmw_ratio" => "read-modify-write ratio".into(),
+        other if is_metric(other) => unit(other),
+        other => other.to_string(),
+    }
+}
+
+/// The chart of one plot spec.
+pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot::Chart {
+    let label = |r: &PointResult| {
+        r.params
+            .get(&spec.series)
+            .cloned()
+            .unwrap_or_else(|| r.point.protocol.clone())
+    };
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in results {
+        let points: Vec<(f64, f64)> = if spec.kind == "cdf" {
+            r.cdf.get(&spec.region).cloned().unwrap_or_default()
+        } else {
+            let Some(m) = r.metrics.iter().find(|m| m.region == spec.region) else {
+                continue;
+            };
+            let x = if is_metric(&spec.x) {
+                m.get(&spec.x)
+            } else {
+                r.params.get(&spec.x).and_then(|v| v.parse().ok())
+            };
+            match (x, m.get(&spec.y)) {
+                (Some(x), Some(y)) => vec![(x, y)],
+                _ => Vec::new(),
+            }
+        };
+        series.entry(label(r)).or_default().extend(points);
+    }
+    let region = if spec.region == ALL {
+        "all regions".to_string()
+    } else {
+        format!("region {}", spec.region)
+    };
+    let title = if spec.title.is_empty() {
+        exp.title.clone()
+    } else {
+        spec.title.clone()
+    };
+    // A log axis only when latencies span more than a decade and a half; within less,
+    // plotters draws no log ticks and a linear axis reads better.
+    let xs = series.values().flatten().map(|p| p.0).filter(|x| *x > 0.0);
+    let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    let log_x = spec.kind == "cdf" && hi / lo > 30.0;
+    let (x_label, y_label) = if spec.kind == "cdf" {
+        let scale = if log_x { ", log scale" } else { "" };
+        (
+            format!("commit latency (ms{scale})"),
+            "fraction of committed txns".to_string(),
+        )
+    } else {
+        (axis_label(&spec.x), axis_label(&spec.y))
+    };
+    plot::Chart {
+        title: format!("{title} [{region}]"),
+        x_label,
+        y_label,
+        series: series.into_iter().collect(),
+        log_x,
+    }
+}
+
+fn write_results(
+    exp: &Experiment,
+    results: &[PointResult],
+    out: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let json_path = out.join("results.json");
+    let json = serde_json::json!({
+        "experiment": exp,
+        "points": results,
+    });
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&json).expect("serializable"),
+    )
+    .map_err(|e| format!("{}: {e}", json_path.display()))?;
+    let csv_path = out.join("results.csv");
+    std::fs::write(&csv_path, csv(results)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    Ok(vec![json_path, csv_path])
+}
+
+/// One row per point and region: the swept parameters, the region, every metric.
+pub fn csv(results: &[PointResult]) -> String {
+    let keys: Vec<String> = results
+        .first()
+        .map(|r| r.params.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut out = String::new();
+    let header: Vec<String> = keys
+        .iter()
+        .cloned()
+        .chain(["region".to_string()])
+        .chain(METRICS.iter().map(|(m, _)| m.to_string()))
+        .chain(["unknown".to_string(), "throttled".to_string()])
+        .collect();
+    out.push_str(&header.join(","));
+    out.push('\n');
+    for r in results {
+        for m in &r.metrics {
+            let mut row: Vec<String> = keys
+                .iter()
+                .map(|k| r.params.get(k).cloned().unwrap_or_default())
+                .collect();
+            row.push(m.region.clone());
+            row.extend(METRICS.iter().map(|(name, _)| match m.get(name) {
+                Some(v) => format!("{}", (v * 1e4).round() / 1e4),
+                None => String::new(),
+            }));
+            row.push(m.unknown.to_string());
+            row.push(r.throttled.to_string());
+            out.push_str(
+                &row.iter()
+                    .map(|c| c.replace(',', ";"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Sample;
+
+    const FILE: &str = r#"
+name = "demo"
+title = "Demo"
+paper = "Tiga Fig. 7"
+repeats = 3
+[base]
+workload = "microbench"
+duration = "2s"
+workload_opts = { zipf = "0.5" }
+[sweep]
+protocol = ["a", "b"]
+rate = [100, 200]
+[[plot]]
+name = "lat"
+x = "rate"
+y = "p50_ms"
+[[plot]]
+name = "dist"
+kind = "cdf"
+"#;
+
+    /// A target whose latency is `rate` µs × protocol factor: deterministic, no simulator.
+    struct Fake {
+        runs: Vec<Point>,
+    }
+
+    impl Target for Fake {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        fn run(&mut self, p: &Point, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
+            progress(0.5);
+            self.runs.push(p.clone());
+            let Load::Open { rate_tps, .. } = p.load else {
+                panic!()
+            };
+            let factor = if p.protocol == "a" { 1.0 } else { 2.0 };
+            let ms = (rate_tps * factor) as u64 + p.seed; // repeats differ by seed
+            Ok(RunOutput {
+                regions: vec![Sample {
+                    region: "X".into(),
+                    committed: 10,
+                    latencies_ns: vec![ms * 1_000_000; 10],
+                    bound_ms: Some(100.0),
+                    ..Sample::default()
+                }],
+                load_s: p.duration_ms as f64 / 1000.0,
+                invariant: if p.protocol == "b" && p.seed == 2 {
+                    Err("broken".into())
+                } else {
+                    Ok(())
+                },
+                ..RunOutput::default()
+            })
+        }
+    }
+
+    #[test]
+    fn a_sweep_runs_every_point_and_repeat_and_writes_results_and_plots() {
+        let exp = parse(FILE).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut target = Fake { runs: Vec::new() };
+        let (results, files) = run(
+            &exp,
+            &mut target,
+            dir.path(),
+            &Overrides::default(),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        assert_eq!(target.runs.len(), 4 * 3);
+        assert_eq!(target.runs[0].workload_opts["zipf"], "0.5");
+        assert_eq!(target.runs[0].duration_ms, 2000);
+        assert_eq!(target.runs[0].service_time_us, 0);
+        let timed = parse("name = \"t\"\n[base]\nservice_time = \"0.02ms\"").unwrap();
+        assert_eq!(
+            points(&timed, &Overrides::default()).unwrap()[0]
+                .1
+                .service_time_us,
+            20
+        );
+        assert_eq!(results.len(), 4);
+        // The median of seeds 1, 2, 3 adds 2 ms.
+        let b200 = results
+            .iter()
+            .find(|r| r.params["protocol"] == "b" && r.params["rate"] == "200")
+            .unwrap();
+        let all = b200.metrics.iter().find(|m| m.region == ALL).unwrap();
+        assert!((all.p50_ms.unwrap() - 402.0).abs() < 0.5, "{all:?}");
+        assert_eq!(b200.violations, vec!["seed 2: broken".to_string()]);
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for f in [
+            "results.json",
+            "results.csv",
+            "lat.svg",
+            "lat.png",
+            "dist.svg",
+            "dist.png",
+        ] {
+            assert!(names.contains(&f.to_string()), "{f} not in {names:?}");
+        }
+        let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+        assert!(csv.starts_with("protocol,rate,region,committed"), "{csv}");
+        assert_eq!(csv.lines().count(), 1 + 4 * 2);
+        let chart = chart(&exp, &exp.plots[0], &results);
+        assert_eq!(chart.series.len(), 2);
+        let b: Vec<(f64, f64)> = chart.series[1].1.clone();
+        assert_eq!(b.len(), 2);
+        // HDR histograms keep 3 significant digits.
+        assert!(
+            (b[0].1 - 202.0).abs() < 0.5 && (b[1].1 - 402.0).abs() < 0.5,
+            "{b:?}"
+        );
+    }
+
+    #[test]
+    fn bad_files_are_errors_naming_the_problem() {
+        for (bad, needle) in [
+            (
+                "name = \"x\"\n[sweep]\nrat = [1]",
+                "unknown parameter `rat`",
+            ),
+            ("name = \"x\"\nrepeats = 0", "repeats"),
+            ("name = \"x\"\n[base]\nload = \"half\"", "`half`"),
+            ("name = \"x\"\n[base]\nduration = \"soon\"", "`soon`"),
+            (
+                "name = \"x\"\n[base]\nservice_time = \"-3us\"",
+                "`service_time`",
+            ),
+            (
+                "name = \"x\"\n[[plot]]\nname = \"p\"\nx = \"rate\"\ny = \"p50\"",
+                "`p50` is not a metric",
+            ),
+            (
+                "name = \"x\"\n[[plot]]\nname = \"p\"\nx = \"rate\"\ny = \"p50_ms\"",
+                "neither a metric",
+            ),
+            ("name = \"../x\"", "plain file name"),
+            ("name = \"x\"\ncolour = 1", "colour"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `meridian-bench`: the benchmark driver of DESIGN §10.
+//!
+//! * A [`Point`] is one configuration to measure: protocol, topology, workload and their
+//!   options, the load shape ([`Load`]: open loop with a cap on outstanding transactions
+//!   per coordinator, Tiga §5.1; or closed-loop clients, K2/DAST), duration and seed.
+//! * A [`Target`] runs a point and returns per-region [`Sample`]s. The simulator is one
+//!   target (in `meridian-cli`, where the protocol registry lives); the tokio runtime
+//!   plugs in the same way. Nothing here knows a protocol.
+//! * [`metrics`] turns samples into the per-region metrics of DESIGN §10 (throughput,
+//!   commit rate, p50/p90/p99 in ms and in WRTT units against the physical bound, path
+//!   ratios, abort ratio and reasons), percentiles from HDR histograms.
+//! * [`experiment`] reads `experiments/*.toml`, expands the sweep, runs every point and
+//!   repeat, and writes JSON, CSV and [`plot`]s (SVG and PNG).
+
+pub mod experiment;
+pub mod metrics;
+pub mod plot;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How load is offered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Load {
+    /// `clients` closed-loop clients per coordinator, each with one transaction in flight.
+    Closed { clients: u32 },
+    /// Poisson arrivals at `rate_tps` per coordinator, at most `max_outstanding` in flight
+    /// per coordinator; arrivals beyond the cap are not submitted (Tiga §5.1).
+    Open { rate_tps: f64, max_outstanding: u32 },
+}
+
+/// One configuration to measure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub protocol: String,
+    pub topology: String,
+    pub workload: String,
+    pub workload_opts: BTreeMap<String, String>,
+    pub protocol_opts: BTreeMap<String, String>,
+    pub load: Load,
+    /// Override of every node's clock profile (`perfect`, `huygens`, `chrony`, `ntpd`, `bad`).
+    pub clock: Option<String>,
+    pub duration_ms: u64,
+    pub drain_ms: u64,
+    /// Processing time of every event at a node, µs (0: infinitely fast nodes). With it,
+    /// throughput saturates as on real servers.
+    pub service_time_us: u64,
+    pub seed: u64,
+}
+
+/// What a target measured in one region of coordinators during one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub region: String,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    /// Commit latencies, ns (invoke to answer), of committed transactions.
+    #[serde(skip)]
+    pub latencies_ns: Vec<u64>,
+    /// The protocol's physical bound for this region's transactions (median), ms.
+    pub bound_ms: Option<f64>,
+    /// Committed transactions by commit path (`fast`, `slow`, `re-executed`, …).
+    pub paths: BTreeMap<String, u64>,
+}
+
+/// One run's raw result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutput {
+    pub regions: Vec<Sample>,
+    pub abort_reasons: BTreeMap<String, u64>,
+    /// Open-loop arrivals turned away at the cap.
+    pub throttled: u64,
+    /// The time during which load was offered, s (throughput's denominator).
+    pub load_s: f64,
+    /// The workload's invariant and final-state conditions: `Err` names the violation.
+    pub invariant: Result<(), String>,
+}
+
+/// Something that runs a point: the simulator, or a real cluster.
+pub trait Target {
+    /// A short name for reports (`sim`, `runtime`).
+    fn name(&self) -> &str;
+
+    /// Runs `point` to the end. `progress` receives the fraction done (0–1). An `Err` is a
+    /// point that could not run (bad protocol name, bad option): the message names it.
+    fn run(&mut self, point: &Point, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, String>;
+}
+
+impl Default for RunOutput {
+    fn default() -> Self {
+        RunOutput {
+            regions: Vec::new(),
+            abort_reasons: BTreeMap::new(),
+            throttled: 0,
+            load_s: 0.0,
+            invariant: Ok(()),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The per-region metrics of DESIGN §10, from a run's samples. Percentiles come from an HDR
+//! histogram (3 significant digits, 1 µs to 1 h), so memory does not grow with the run.
+
+use crate::{RunOutput, Sample};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The name of the all-regions row.
+pub const ALL: &str = "all";
+
+/// What one region (or all of them) measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    pub region: String,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    /// Committed transactions per second of load.
+    pub throughput_tps: f64,
+    /// Committed / finished.
+    pub commit_rate: Option<f64>,
+    pub abort_ratio: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// The physical bound (median over the region's transactions), ms.
+    pub bound_ms: Option<f64>,
+    /// Median latency in units of the bound (1.0 = optimal, e.g. 1 WRTT).
+    pub p50_wrtt: Option<f64>,
+    pub fast_path_ratio: Option<f64>,
+    pub slow_path_ratio: Option<f64>,
+    pub reexecuted_ratio: Option<f64>,
+}
+
+/// Every metric name a plot or CSV may name, with its axis label (unit included).
+pub const METRICS: [(&str, &str); 13] = [
+    ("committed", "committed transactions"),
+    ("aborted", "aborted transactions"),
+    ("throughput_tps", "throughput (committed txns/s)"),
+    ("commit_rate", "commit rate (fraction of finished txns)"),
+    ("abort_ratio", "abort rate (fraction of finished txns)"),
+    ("p50_ms", "median commit latency (ms)"),
+    ("p90_ms", "p90 commit latency (ms)"),
+    ("p99_ms", "p99 commit latency (ms)"),
+    ("bound_ms", "physical latency bound (ms)"),
+    ("p50_wrtt", "median latency / physical bound (WRTT units)"),
+    ("fast_path_ratio", "fast-path commits (fraction)"),
+    ("slow_path_ratio", "slow-path commits (fraction)"),
+    ("reexecuted_ratio", "re-executed commits (fraction)"),
+];
+
+impl Metrics {
+    /// The named metric (see [`METRICS`]); `None` if absent or unknown.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "committed" => Some(self.committed as f64),
+            "aborted" => Some(self.aborted as f64),
+            "throughput_tps" => Some(self.throughput_tps),
+            "commit_rate" => self.commit_rate,
+            "abort_ratio" => self.abort_ratio,
+            "p50_ms" => self.p50_ms,
+            "p90_ms" => self.p90_ms,
+            "p99_ms" => self.p99_ms,
+            "bound_ms" => self.bound_ms,
+            "p50_wrtt" => self.p50_wrtt,
+            "fast_path_ratio" => self.fast_path_ratio,
+            "slow_path_ratio" => self.slow_path_ratio,
+            "reexecuted_ratio" => self.reexecuted_ratio,
+            _ => None,
+        }
+    }
+}
+
+/// A latency histogram in ns: 1 µs to 1 h at 3 significant digits.
+pub fn histogram(latencies_ns: &[u64]) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new_with_bounds(1_000, 3_600_000_000_000, 3)
+        .expect("valid histogram bounds");
+    for &ns in latencies_ns {
+        h.saturating_record(ns.max(1_000));
+    }
+    h
+}
+
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[(values.len() - 1) / 2])
+}
+
+/// The metrics of samples taken together (one region, or all of them).
+fn of_samples(region: &str, samples: &[&Sample], load_s: f64) -> Metrics {
+    let committed: u64 = samples.iter().map(|s| s.committed).sum();
+    let aborted: u64 = samples.iter().map(|s| s.aborted).sum();
+    let unknown: u64 = samples.iter().map(|s| s.unknown).sum();
+    let mut h = histogram(&[]);
+    for s in samples {
+        for &ns in &s.latencies_ns {
+            h.saturating_record(ns.max(1_000));
+        }
+    }
+    let pct = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e6);
+    let mut paths: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in samples {
+        for (p, n) in &s.paths {
+            *paths.entry(p.as_str()).or_default() += n;
+        }
+    }
+    let path = |name: &str| ratio(*paths.get(name).unwrap_or(&0), committed);
+    // The bound of several regions: the committed-weighted median of their bounds.
+    let mut bounds: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.bound_ms.map(|b| (b, s.committed)))
+        .flat_map(|(b, n)| std::iter::repeat_n(b, n.min(10_000) as usize))
+        .collect();
+    let bound_ms = median(&mut bounds);
+    let p50_ms = pct(0.5);
+    Metrics {
+        region: region.to_string(),
+        committed,
+        aborted,
+        unknown,
+        throughput_tps: if load_s > 0.0 {
+            committed as f64 / load_s
+        } else {
+            0.0
+        },
+        commit_rate: ratio(committed, committed + aborted + unknown),
+        abort_ratio: ratio(aborted, committed + aborted + unknown),
+        p50_ms,
+        p90_ms: pct(0.9),
+        p99_ms: pct(0.99),
+        bound_ms,
+        p50_wrtt: match (p50_ms, bound_ms) {
+            (Some(p), Some(b)) if b > 0.0 => Some(p / b),
+            _ => None,
+        },
+        fast_path_ratio: path("fast"),
+        slow_path_ratio: path("slow"),
+        reexecuted_ratio: path("re-executed"),
+    }
+}
+
+/// The metrics of one run: one row per region, then the all-regions row.
+pub fn of_run(run: &RunOutput) -> Vec<Metrics> {
+    let mut rows: Vec<Metrics> = run
+        .regions
+        .iter()
+        .map(|s| of_samples(&s.region, &[s], run.load_s))
+        .collect();
+    let all: Vec<&Sample> = run.regions.iter().collect();
+    rows.push(of_samples(ALL, &all, run.load_s));
+    rows
+}
+
+/// The median of each metric over repeats, region by region (regions matched by name).
+pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
+    let Some(first) = repeats.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|row| {
+            let same: Vec<&Metrics> = repeats
+                .iter()
+                .filter_map(|r| r.iter().find(|m| m.region == row.region))
+                .collect();
+            let med = |f: &dyn Fn(&Metrics) -> Option<f64>| {
+                median(&mut same.iter().filter_map(|m| f(m)).collect::<Vec<_>>())
+            };
+            let count = |f: &dyn Fn(&Metrics) -> u64| {
+                med(&|m| Some(f(m) as f64)).map_or(0, |v| v.round() as u64)
+            };
+            Metrics {
+                region: row.region.clone(),
+                committed: count(&|m| m.committed),
+                aborted: count(&|m| m.aborted),
+                unknown: count(&|m| m.unknown),
+                throughput_tps: med(&|m| Some(m.throughput_tps)).unwrap_or(0.0),
+                commit_rate: med(&|m| m.commit_rate),
+                abort_ratio: med(&|m| m.abort_ratio),
+                p50_ms: med(&|m| m.p50_ms),
+                p90_ms: med(&|m| m.p90_ms),
+                p99_ms: med(&|m| m.p99_ms),
+                bound_ms: med(&|m| m.bound_ms),
+                p50_wrtt: med(&|m| m.p50_wrtt),
+                fast_path_ratio: med(&|m| m.fast_path_ratio),
+                slow_path_ratio: med(&|m| m.slow_path_ratio),
+                reexecuted_ratio: med(&|m| m.reexecuted_ratio),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(region: &str, latencies_ms: &[u64], bound: f64) -> Sample {
+        Sample {
+            region: region.into(),
+            committed: latencies_ms.len() as u64,
+            aborted: 1,
+            unknown: 0,
+            latencies_ns: latencies_ms.iter().map(|ms| ms * 1_000_000).collect(),
+            bound_ms: Some(bound),
+            paths: [("fast".to_string(), latencies_ms.len() as u64 - 1)]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn per_region_and_all_regions_rows() {
+        let run = RunOutput {
+            regions: vec![
+                sample("A", &(1..=100).collect::<Vec<_>>(), 50.0),
+                sample("B", &[200; 100], 100.0),
+            ],
+            load_s: 10.0,
+            ..RunOutput::default()
+        };
+        let rows = of_run(&run);
+        assert_eq!(rows.len(), 3);
+        let a = &rows[0];
+        assert_eq!(a.throughput_tps, 10.0);
+        assert!((a.p50_ms.unwrap() - 50.0).abs() < 0.1, "{a:?}");
+        assert!((a.p99_ms.unwrap() - 99.0).abs() < 0.1, "{a:?}");
+        assert!((a.p50_wrtt.unwrap() - 1.0).abs() < 0.01);
+        assert!((a.fast_path_ratio.unwrap() - 0.99).abs() < 1e-9);
+        assert!((a.abort_ratio.unwrap() - 1.0 / 101.0).abs() < 1e-9);
+        let all = &rows[2];
+        assert_eq!(all.region, ALL);
+        assert_eq!(all.committed, 200);
+        assert!((all.p90_ms.unwrap() - 200.0).abs() < 0.2, "{all:?}");
+        assert_eq!(all.get("throughput_tps"), Some(20.0));
+        assert_eq!(all.get("nonsense"), None);
+    }
+
+    #[test]
+    fn medians_over_repeats() {
+        let runs: Vec<Vec<Metrics>> = [10.0, 30.0, 20.0]
+            .iter()
+            .map(|&p| {
+                vec![Metrics {
+                    region: ALL.into(),
+                    p50_ms: Some(p),
+                    committed: p as u64,
+                    ..Metrics::default()
+                }]
+            })
+            .collect();
+        let m = median_of(&runs);
+        assert_eq!(m[0].p50_ms, Some(20.0));
+        assert_eq!(m[0].committed, 20);
+    }
+}
