@@ -160,8 +160,8 @@ fn replicated_clock_si_swarm_of_12_faulty_seeds_is_snapshot_isolation() {
 }
 
 #[test]
-fn replicated_conventional_si_swarm_of_6_faulty_seeds_is_snapshot_isolation() {
-    swarm_with::<ConventionalSi>(ProtocolConfig::parse("replicated=true").unwrap(), 6, 200);
+fn replicated_conventional_si_swarm_of_9_faulty_seeds_is_snapshot_isolation() {
+    swarm_with::<ConventionalSi>(ProtocolConfig::parse("replicated=true").unwrap(), 9, 200);
 }
 
 /// Commits by clients outside SC when SC (every partition's placed leader, two
