@@ -134,11 +134,20 @@
 //!   subsumes the l-view check (a stricter, simpler rule).
 //! * **Log rebuild, part (b)**: the report's text keeps remaining entries "with a larger
 //!   timestamp than those recovered in (a)"; its pseudo-code keeps all. We keep every entry
-//!   held at one timestamp by ⌈f/2⌉ + 1 reports except one that *conflicts* with a part-(a)
-//!   entry of a larger timestamp: such an entry cannot have committed (the old leader
-//!   released the (a) entry, so it never sealed the other below it, and no fast quorum
-//!   formed without the leader), and ordering it first would change a committed result.
-//!   An entry held by a leader but not released is recovered if enough followers hold it.
+//!   that ⌈f/2⌉ + 1 reports hold (Alg. 5 line 58 counts presence, so a leader's updated
+//!   timestamp and its followers' original one count together), at the largest timestamp
+//!   any of them holds. One that *conflicts* with a part-(a) entry of a larger timestamp
+//!   cannot have committed — the old leader released the (a) entry without it, so it never
+//!   sealed it below, no leader agreed on that timestamp, and no fast quorum formed
+//!   without the leader — and ordering it first would change a committed result, so it
+//!   is *raised* above every such entry (as a leader raises a late arrival, tiebreak = the
+//!   new leader's id). Dropping it instead is wrong: another shard may hold it released
+//!   at the agreed timestamp with committed successors that read its writes, and step ④
+//!   would add it back here at the low timestamp (both found by swarms:
+//!   `tests/tiga_swarm.rs` `a_view_change_never_reorders_committed_entries`).
+//! * **Step ④**: every entry takes the largest timestamp any involved shard holds for it,
+//!   and an entry another shard recovered but this one did not is added (Alg. 5 lines
+//!   72–77); a raise in part (b) thereby reaches every shard of the transaction.
 //! * **Log order after a view change**: the rebuilt, verified log sorted by timestamp (as
 //!   Alg. 5 line 78); the new leader re-executes it from an empty store and sends it whole
 //!   as `start-view`; it becomes the new release stream. Followers execute it as the
@@ -156,13 +165,6 @@
 //!   died — it re-multicasts a multi-shard transaction it has held for `recovery_ms`
 //!   without agreement (Appendix B's fetch, pushed) — and a view change can add a
 //!   transaction another shard recovered (step ④).
-//!
-//! ## Known bug (open)
-//! `meridian sim swarm --protocol tiga --faults "loss:0.01@0s,dup:0.01@0s,
-//! crash:shard0/replica0@3s,restart:shard0/replica0@6s,isolate:FI@4s,heal@5s" --seeds 100`
-//! fails 6 of 100 seeds with `incompatible-order`: a view change during which the FI
-//! follower is cut off, followed by the old leader's rejoin, loses or reorders a log entry.
-//! Random swarms (400 seeds) do not hit it.
 //!
 //! ## Limits (this session)
 //! * One-shot transactions only: `ClientRequest::Interactive` is answered

@@ -205,8 +205,9 @@ impl Server {
 
     /// Algorithm 5 `rebuild-log`: (a) the synced prefix of the report with the largest
     /// last-normal-view and, among those, the largest sync-point; (b) every other entry that
-    /// ⌈f/2⌉ + 1 reports hold at the same timestamp, in timestamp order — except one that
-    /// conflicts with an (a) entry of a larger timestamp (see the module doc: such an entry
+    /// ⌈f/2⌉ + 1 reports hold (line 58: presence, whatever timestamp each holds), at the
+    /// largest timestamp any of them holds, in timestamp order — one that conflicts with an
+    /// (a) entry of a larger timestamp is raised above it (see the module doc: such an entry
     /// cannot have committed, and placing it before the (a) entry would change that entry's
     /// committed result).
     fn rebuild_log(&self) -> Vec<TxnBody> {
@@ -228,22 +229,45 @@ impl Server {
             let (reads, writes) = keys_on(b, self.shard);
             a_maps.record(&reads, &writes, b.ts);
         }
-        let mut seen: BTreeMap<(Timestamp, TxnId), (usize, &TxnBody)> = BTreeMap::new();
+        // Part (b): by transaction, how many reports hold it and the largest timestamp any
+        // of them holds (a leader's updated timestamp is above its followers' original one).
+        let mut seen: FxHashMap<TxnId, (usize, &TxnBody)> = FxHashMap::default();
         for r in &reports {
             let mut listed = FxHashSet::default();
             for b in r.synced.iter().chain(&r.others) {
                 if !in_a.contains(&b.id) && listed.insert(b.id) {
-                    seen.entry((b.ts, b.id)).or_insert((0, b)).0 += 1;
+                    let slot = seen.entry(b.id).or_insert((0, b));
+                    slot.0 += 1;
+                    if b.ts > slot.1.ts {
+                        slot.1 = b;
+                    }
                 }
             }
         }
         let threshold = self.f.div_ceil(2) + 1;
-        for (count, body) in seen.into_values() {
-            let (reads, writes) = keys_on(body, self.shard);
-            if count >= threshold && a_maps.conflict_floor(&reads, &writes, body.ts).is_none() {
-                log.push(body.clone());
+        let mut part_b: Vec<TxnBody> = seen
+            .into_values()
+            .filter(|&(count, _)| count >= threshold)
+            .map(|(_, body)| body.clone())
+            .collect();
+        part_b.sort_unstable_by_key(|b| (b.ts, b.id));
+        // An entry that conflicts with an (a) entry of a larger timestamp cannot have been
+        // agreed at its timestamp (this shard's leader released that (a) entry without it),
+        // so it has not committed: raise it above every such entry, as a leader raises a
+        // late arrival; step ④ carries the raise to the other shards.
+        let mut raised_ns = 0;
+        for b in &mut part_b {
+            let (reads, writes) = keys_on(b, self.shard);
+            if let Some(floor) = a_maps.conflict_floor(&reads, &writes, b.ts) {
+                raised_ns = raised_ns.max(floor.time_ns) + 1;
+                b.ts = Timestamp {
+                    time_ns: raised_ns,
+                    tiebreak: self.id.0,
+                };
             }
         }
+        part_b.sort_unstable_by_key(|b| (b.ts, b.id));
+        log.extend(part_b);
         log
     }
 
