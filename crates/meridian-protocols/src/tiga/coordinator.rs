@@ -2,8 +2,8 @@
 //! multicast, and the fast/slow quorum checks; with §4, it counts only replies of the view
 //! it holds and resubmits everything in flight when a new view arrives.
 
-use super::headroom::Estimator;
-use super::options::Options;
+use super::headroom::{Estimator, Planned};
+use super::options::{Options, SlowReplies};
 use super::view::{self, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::{super_quorum, TigaNode};
@@ -35,6 +35,28 @@ struct Inflight {
     replies: Vec<ShardReplies>,
     started_ns: u64,
     last_sent_ns: u64,
+    /// `slow_replies=pull`: from when slow replies are asked for on every shard (the fast
+    /// quorum is overdue, or the transaction was planned for the slow path).
+    pull_at_ns: u64,
+}
+
+impl Inflight {
+    /// Appendix E: whether to ask shard `i`'s followers for slow replies — the fast quorum
+    /// is overdue, or a follower's fast reply differs from the leader's.
+    fn wants_slow(&self, i: usize, now: u64) -> bool {
+        now >= self.pull_at_ns || self.fast_mismatch(i)
+    }
+
+    /// A follower's fast reply on shard `i` differs from the leader's: no fast quorum.
+    fn fast_mismatch(&self, i: usize) -> bool {
+        let replies = &self.replies[i];
+        replies.leader.as_ref().is_some_and(|leader| {
+            replies
+                .fast
+                .values()
+                .any(|&(ts, hash)| (ts, hash) != (leader.ts, leader.hash))
+        })
+    }
 }
 
 /// The coordinator state machine.
@@ -86,6 +108,39 @@ impl Coordinator {
         self.probe(ctx);
         let tick = (self.opts.retry_ns / 4).max(1);
         ctx.set_timer(tick, Timer::CoordTick);
+        if self.opts.slow_replies == SlowReplies::Pull {
+            ctx.set_timer(self.opts.inquiry_ns, Timer::SlowInquiry);
+        }
+    }
+
+    /// Appendix E's periodic inquiry: one batched request per follower for the entries
+    /// whose slow replies are wanted and missing.
+    fn inquire_slow(&mut self, ctx: &mut Ctx<'_, TigaNode>, only: Option<TxnId>) {
+        let now = ctx.now_ns();
+        let leaders = self.view.leaders(&self.cluster);
+        let mut wanted: BTreeMap<(NodeId, ShardId), Vec<TxnId>> = BTreeMap::new();
+        let chosen: Vec<(&TxnId, &Inflight)> = match only {
+            Some(txn) => self.inflight.get_key_value(&txn).into_iter().collect(),
+            None => self.inflight.iter().collect(),
+        };
+        for (&txn, inf) in chosen {
+            for (i, &shard) in inf.body.shards.iter().enumerate() {
+                if !inf.wants_slow(i, now) {
+                    continue;
+                }
+                let replicas = self.cluster.replicas(shard);
+                for (r, &node) in replicas.iter().enumerate() {
+                    let answered = inf.replies[i].slow.contains_key(&(r as u32));
+                    if node != leaders[shard.index()] && !answered {
+                        wanted.entry((node, shard)).or_default().push(txn);
+                    }
+                }
+            }
+        }
+        for ((node, shard), mut txns) in wanted {
+            txns.sort_unstable();
+            ctx.send(node, Msg::SlowInquiry { shard, txns });
+        }
     }
 
     fn probe(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
@@ -140,7 +195,12 @@ impl Coordinator {
                 } else {
                     shard.fast.insert(reply.replica, (reply.ts, reply.hash));
                 }
+                let pull = self.opts.slow_replies == SlowReplies::Pull;
+                let mismatch = pull && inf.fast_mismatch(i);
                 self.try_commit(ctx, txn);
+                if mismatch {
+                    self.inquire_slow(ctx, Some(txn));
+                }
             }
             Msg::SlowReply {
                 txn,
@@ -168,6 +228,10 @@ impl Coordinator {
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
         match timer {
             Timer::Probe => self.probe(ctx),
+            Timer::SlowInquiry => {
+                self.inquire_slow(ctx, None);
+                ctx.set_timer(self.opts.inquiry_ns, Timer::SlowInquiry);
+            }
             Timer::CoordTick => {
                 let now = ctx.now_ns();
                 let mut expired = Vec::new();
@@ -236,7 +300,15 @@ impl Coordinator {
         self.counter += 1;
         let id = TxnId::new(self.id, self.incarnation, self.counter);
         let now = ctx.now_ns();
-        let mut t = now + self.headroom_ns(&shards);
+        let leaders = self.view.leaders(&self.cluster);
+        let plan = self
+            .estimator
+            .plan(&self.cluster, &shards, &leaders, &self.opts);
+        let pull_at_ns = match plan.planned {
+            Planned::Slow => now,
+            Planned::Fast => now + plan.fast_done_ns + self.opts.inquiry_ns,
+        };
+        let mut t = now + plan.headroom_ns;
         if t <= self.last_ts {
             t = self.last_ts + 1;
         }
@@ -265,6 +337,7 @@ impl Coordinator {
                 body,
                 started_ns: now,
                 last_sent_ns: now,
+                pull_at_ns,
             },
         );
     }

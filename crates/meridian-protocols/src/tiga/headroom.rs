@@ -36,6 +36,10 @@ pub enum Planned {
 pub struct Plan {
     pub headroom_ns: u64,
     pub planned: Planned,
+    /// When, after sending, every fast reply of the super quorums should be in: the later
+    /// of the headroom and the farthest member's forward delay, plus the slowest back
+    /// delay. Past it (plus `inquiry_ms`) a pulling coordinator asks for slow replies.
+    pub fast_done_ns: u64,
 }
 
 /// Per-server OWD samples and the estimates drawn from them.
@@ -95,12 +99,6 @@ impl Estimator {
         leaders: &[NodeId],
         opts: &Options,
     ) -> Plan {
-        if opts.headroom == HeadroomMode::Zero {
-            return Plan {
-                headroom_ns: 0,
-                planned: Planned::Fast,
-            };
-        }
         let (percentile, delta_ns) = match opts.headroom {
             HeadroomMode::Paper => (opts.probe_percentile, opts.delta_ns),
             _ => (opts.adaptive_percentile, opts.adaptive_delta_ns),
@@ -127,14 +125,22 @@ impl Estimator {
             }
             slow_need = slow_need.max(fwd(leader));
         }
-        let fast = Plan {
-            headroom_ns: offset(fast_need + delta_ns, opts.headroom_offset_ns),
-            planned: Planned::Fast,
+        let plan = |headroom_ns: u64, planned| Plan {
+            headroom_ns,
+            planned,
+            fast_done_ns: headroom_ns.max(fast_need) + fast_back,
         };
-        let slow = Plan {
-            headroom_ns: offset(slow_need + delta_ns, opts.headroom_offset_ns),
-            planned: Planned::Slow,
-        };
+        if opts.headroom == HeadroomMode::Zero {
+            return plan(0, Planned::Fast);
+        }
+        let fast = plan(
+            offset(fast_need + delta_ns, opts.headroom_offset_ns),
+            Planned::Fast,
+        );
+        let slow = plan(
+            offset(slow_need + delta_ns, opts.headroom_offset_ns),
+            Planned::Slow,
+        );
         match opts.path {
             PathChoice::Fast => fast,
             PathChoice::Slow => slow,

@@ -18,6 +18,7 @@
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
 //! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`]; sweep: `examples/tiga_figures.rs headroom` |
 //! | §5.7 Table 3 / Fig. 14, clocks | `examples/tiga_figures.rs clocks` (p50 and checker verdict per clock profile) |
+//! | Appendix E slow-reply inquiry | option `slow_replies`; `coordinator.rs` `inquire_slow`, `Inflight::wants_slow`; `server.rs` `on_slow_inquiry`, `apply_sync` |
 //! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
 //! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::check_setup`](Protocol::check_setup) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
 //! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
@@ -42,15 +43,21 @@
 //!   `gcp-tiga` it cuts p50 from 1.09× to 1.035× `bound_ms` (SC) and from 1.037× to 1.014×
 //!   (HK) at a 100% fast path. `zero` uses the sending time (Fig. 13's 0-Hdrn);
 //!   `headroom_offset_ms` (signed) is added to every headroom for Fig. 13's sweep.
-//! * **Why FI/BR coordinators commit on the slow path on `gcp-tiga`**: with 3 replicas the
-//!   super quorum is all of them, so the fast path waits for the farthest replica (BR from
-//!   FI: 180 ms RTT), while the leaders' (SC) fast replies and the slow reply of the follower
-//!   next to the coordinator arrive ~29 ms earlier (the follower gets the leader's log sync
-//!   as the leader's reply reaches the coordinator). The fast quorum does form (forcing the
-//!   fast path gives 100% fast at 1.063×), it just loses the race — the situation of §6
-//!   "Timestamp initialization". The paper's own implementation polls for slow replies
-//!   every 10 ms (Appendix E) instead of pushing them, which is why its FI/BR latencies sit
-//!   at the fast path's 1.05×.
+//! * **Slow replies are pulled (Appendix E, the paper's implementation)**, option
+//!   `slow_replies=pull` (default): a follower sends a slow reply only when a coordinator
+//!   asked for it (`SlowInquiry`, batched per follower, every `inquiry_ms` = 10), and a
+//!   coordinator asks only for a shard where a follower's fast reply differs from the
+//!   leader's, or once the fast quorum is overdue (the plan's expected arrival of the
+//!   last super-quorum fast reply, `Plan::fast_done_ns`, plus `inquiry_ms`), or from the
+//!   start for a transaction planned for the slow path. Instead of the report's sync-point
+//!   polling, a follower that is asked before the entry is synced remembers the request
+//!   (bounded) and answers on sync; the coordinator repeats unanswered requests. Why it
+//!   matters on `gcp-tiga`: with 3 replicas the super quorum is all of them, so an FI/BR
+//!   coordinator's fast path waits for the farthest replica (BR from FI: 180 ms RTT),
+//!   while with `slow_replies=push` (§3.7 as written) the leaders' fast replies and the
+//!   near follower's slow reply arrive ~29 ms earlier and win (p50 0.875× `bound_ms`, 0%
+//!   fast). Pulling keeps the fast path (100%, 1.024×) and the followers' redundant slow
+//!   replies off the wire, as Appendix E intends.
 //! * **Planned quorum** (`path=`, §6): `fast` (default) sizes the headroom for a super
 //!   quorum; `slow` for the leaders only; `auto` estimates both per transaction — fast:
 //!   headroom + the slowest back delay in the super quorums; slow: headroom + per shard the
@@ -98,9 +105,9 @@
 //!   let conflicting successors see it — two shards ordering T differently. Without the
 //!   first round no leader can know whether another one moved T. So this mode removes
 //!   the second round's wait (case 2), not agreement itself.
-//! * **Slow replies**: a follower sends one per synced entry (§3.7 main text), not the
-//!   batched inquiry of Appendix E. The coordinator counts a slow reply only if its
-//!   timestamp equals the leader's fast reply's.
+//! * **Slow replies**: pulled by default (see above); with `slow_replies=push` a follower
+//!   sends one per synced entry (§3.7 main text). The coordinator counts a slow reply only
+//!   if its timestamp equals the leader's fast reply's.
 //! * **Commit-point**: the (f+1)-th largest of the leader's stream length and the
 //!   followers' reported sync-points (reported every `tick_ms` when changed, else every
 //!   `retry_ms`); followers execute synced entries up to it in stream order.
@@ -177,7 +184,7 @@
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
 //! `adaptive_delta_ms` (2), `headroom_offset_ms` (0), `path` (`fast`|`slow`|`auto`),
-//! `path_margin_ms` (10), `coordination` (`agreement`|`free`), `epsilon_ms` (required with
+//! `path_margin_ms` (10), `slow_replies` (`pull`|`push`), `inquiry_ms` (10), `coordination` (`agreement`|`free`), `epsilon_ms` (required with
 //! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,

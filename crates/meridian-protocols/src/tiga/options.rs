@@ -27,6 +27,8 @@ pub const OPTIONS: &[&str] = &[
     "path_margin_ms",
     "coordination",
     "epsilon_ms",
+    "slow_replies",
+    "inquiry_ms",
 ];
 
 /// How the coordinator sizes the headroom (§3.1, §5.6).
@@ -50,6 +52,17 @@ pub enum PathChoice {
     Slow,
     /// Whichever the estimated latencies favour, per transaction.
     Auto,
+}
+
+/// How followers' slow replies reach the coordinator (§3.7, Appendix E).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlowReplies {
+    /// Appendix E, the paper's implementation: the coordinator asks followers for them
+    /// (`inquiry_ms`), only for a shard whose fast quorum failed (a follower's fast reply
+    /// differs from the leader's) or is overdue, or for a transaction planned slow.
+    Pull,
+    /// §3.7 as written: every follower sends one for every entry it syncs.
+    Push,
 }
 
 /// How leaders order timestamp agreement and execution (§3.8).
@@ -116,6 +129,10 @@ pub struct Options {
     /// leader's notification acts as its recovery coordinator and multicasts it again to
     /// every involved replica (§4 coordinator failure), default 1000 ms.
     pub recovery_ns: u64,
+    pub slow_replies: SlowReplies,
+    /// Period of a coordinator's slow-reply inquiries in `slow_replies=pull` (Appendix E:
+    /// "every 10 ms when Tiga works in WAN"), default 10 ms.
+    pub inquiry_ns: u64,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
 }
@@ -157,6 +174,11 @@ impl Options {
             config,
             "path",
             &[("fast", P::Fast), ("slow", P::Slow), ("auto", P::Auto)],
+        )?;
+        let slow_replies = choice(
+            config,
+            "slow_replies",
+            &[("pull", SlowReplies::Pull), ("push", SlowReplies::Push)],
         )?;
         let free = choice(
             config,
@@ -201,6 +223,8 @@ impl Options {
             path,
             path_margin_ns: ms("path_margin_ms", 10.0)?,
             epsilon_ns,
+            slow_replies,
+            inquiry_ns: ms("inquiry_ms", 10.0)?.max(NS_PER_MS / 10),
         };
         if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
             return Err(

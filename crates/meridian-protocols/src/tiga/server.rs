@@ -5,7 +5,7 @@
 
 mod view_change;
 
-use super::options::Options;
+use super::options::{Options, SlowReplies};
 use super::queue::KeyMaps;
 use super::view::{Status, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
@@ -19,6 +19,9 @@ use meridian_store::{
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+/// Bound on a follower's outstanding slow-reply inquiries (Appendix E).
+const SLOW_WANTED_MAX: usize = 1 << 16;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug)]
@@ -144,6 +147,10 @@ pub struct Server {
     reported: u64,
     reported_ns: u64,
     fetching: FxHashSet<TxnId>,
+    /// `slow_replies=pull` (Appendix E): entries coordinators asked a slow reply for that
+    /// are not synced yet; answered when they are (at most [`SLOW_WANTED_MAX`]; the
+    /// coordinator asks again every `inquiry_ms`).
+    slow_wanted: FxHashSet<TxnId>,
     // ---- §4 ----
     heartbeat_ns: u64,
     inquirer: super::view::Inquirer,
@@ -206,6 +213,7 @@ impl Server {
             reported: 0,
             reported_ns: 0,
             fetching: FxHashSet::default(),
+            slow_wanted: FxHashSet::default(),
             heartbeat_ns: 0,
             inquirer: Default::default(),
             view_change: Default::default(),
@@ -328,6 +336,9 @@ impl Server {
                     body.ts = self.log.get(txn).map_or(body.ts, |l| l.ts);
                     ctx.send(from, Msg::FetchReply(Box::new(body)));
                 }
+            }
+            Msg::SlowInquiry { shard, txns } if !self.is_leader && shard == self.shard => {
+                self.on_slow_inquiry(ctx, txns);
             }
             Msg::FetchReply(body) if !self.is_leader && from == self.leader => {
                 self.fetching.remove(&body.id);
@@ -748,9 +759,25 @@ impl Server {
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
             self.synced.push((id, ts));
-            self.send_slow(ctx, id, ts);
+            if self.opts.slow_replies == SlowReplies::Push || self.slow_wanted.remove(&id) {
+                self.send_slow(ctx, id, ts);
+            }
         }
         self.execute_committed();
+    }
+
+    /// Appendix E: a coordinator asks for slow replies; synced entries answer now, the
+    /// others when they are synced.
+    fn on_slow_inquiry(&mut self, ctx: &mut Ctx<'_, TigaNode>, txns: Vec<TxnId>) {
+        for txn in txns {
+            match self.txns.get(&txn) {
+                Some(e) if e.state == State::Synced => self.send_slow(ctx, txn, e.body.ts),
+                _ if self.slow_wanted.len() < SLOW_WANTED_MAX => {
+                    self.slow_wanted.insert(txn);
+                }
+                _ => {}
+            }
+        }
     }
 
     fn send_slow(&self, ctx: &mut Ctx<'_, TigaNode>, txn: TxnId, ts: Timestamp) {

@@ -170,6 +170,45 @@ fn key_maps_detect_read_write_and_write_write_conflicts_only() {
     assert!(!conflicts(&[key("a")], &[], &[key("a")], &[]));
 }
 
+/// The transactions of the slow replies among `effects`, in order.
+fn slow_replies(effects: &[NodeEffect<TigaNode>]) -> Vec<TxnId> {
+    sent(effects)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            Msg::SlowReply { txn, .. } => Some(txn),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A leader's log sync of `bodies` at their timestamps, then `(late, at)` re-timestamped.
+fn log_sync(bodies: &[&TxnBody], (late, at): (TxnId, u64), leader: NodeId) -> Msg {
+    let mut entries: Vec<(TxnId, Timestamp)> = bodies.iter().map(|b| (b.id, b.ts)).collect();
+    entries.push((late, Timestamp::new(at, leader.0)));
+    Msg::LogSync {
+        shard: ShardId(0),
+        from: 0,
+        commit_point: entries.len() as u64,
+        entries,
+        g_view: 0,
+    }
+}
+
+#[test]
+fn pushed_slow_replies_answer_every_synced_entry() {
+    let s = setup("slow_replies=push");
+    let follower = s.cluster.replicas(ShardId(0))[1];
+    let mut h = Harness::new(&s, follower);
+    let (a, b) = (body(1, 100, 0, &[0], "x"), body(2, 200, 0, &[0], "y"));
+    let late = body(3, 150, 0, &[0], "x");
+    for (at, t) in [(10, &a), (20, &b), (30, &late)] {
+        h.deliver(at, COORD, Msg::Submit(Box::new(t.clone())));
+    }
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let effects = h.deliver(1100, leader, log_sync(&[&a, &b], (late.id, 300), leader));
+    assert_eq!(slow_replies(&effects), vec![a.id, b.id, late.id]);
+}
+
 #[test]
 fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts() {
     let s = setup("");
@@ -200,28 +239,23 @@ fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts()
         fast_replies(&h.deliver(1000, COORD, Msg::Submit(Box::new(other)))).len(),
         1
     );
-    // The log sync places the held one at the leader's timestamp and answers slowly.
+    // Appendix E: the coordinator asks for slow replies of `a` and `late` (not synced yet:
+    // nothing now, remembered).
+    let inquiry = |txns: Vec<TxnId>| Msg::SlowInquiry {
+        shard: ShardId(0),
+        txns,
+    };
+    assert!(slow_replies(&h.deliver(1050, COORD, inquiry(vec![a.id, late.id]))).is_empty());
+    // The log sync places the held one at the leader's timestamp and answers the asked
+    // ones slowly.
     let leader = s.cluster.initial_leader(ShardId(0));
-    let effects = h.deliver(
-        1100,
-        leader,
-        Msg::LogSync {
-            shard: ShardId(0),
-            from: 0,
-            entries: vec![
-                (a.id, a.ts),
-                (b.id, b.ts),
-                (late.id, Timestamp::new(300, leader.0)),
-            ],
-            commit_point: 3,
-            g_view: 0,
-        },
+    let effects = h.deliver(1100, leader, log_sync(&[&a, &b], (late.id, 300), leader));
+    assert_eq!(slow_replies(&effects), vec![a.id, late.id]);
+    // A synced entry is answered at once.
+    assert_eq!(
+        slow_replies(&h.deliver(1110, COORD, inquiry(vec![b.id]))),
+        vec![b.id]
     );
-    let slow = sent(&effects)
-        .into_iter()
-        .filter(|(_, m)| matches!(m, Msg::SlowReply { .. }))
-        .count();
-    assert_eq!(slow, 3);
     assert_eq!(
         h.server().state_of(late.id),
         Some((State::Synced, Timestamp::new(300, leader.0)))

@@ -89,6 +89,12 @@ pub enum Msg {
         ts: Timestamp,
         g_view: u64,
     },
+    /// Coordinator → follower (Appendix E, `slow_replies=pull`): send a slow reply for each
+    /// of `txns` once it is synced (now if it already is).
+    SlowInquiry {
+        shard: ShardId,
+        txns: Vec<TxnId>,
+    },
     /// Leader → leaders: the timestamp this leader holds for `txn` (§3.5/§3.6), and
     /// whether it is sealed at it (at the head of the queue, recorded in rMap/wMap and, in
     /// the detective approach, executed). Unsealed notes are early lower bounds.
@@ -188,6 +194,8 @@ pub enum Timer {
     Probe,
     /// Coordinator: retransmissions and timeouts.
     CoordTick,
+    /// Coordinator: slow-reply inquiries (Appendix E).
+    SlowInquiry,
     /// Server: the earliest queued timestamp may have expired.
     Wake,
     /// Server: housekeeping.

@@ -414,6 +414,7 @@ impl Server {
         self.reported = 0;
         self.reported_ns = 0;
         self.fetching.clear();
+        self.slow_wanted.clear();
     }
 
     fn stream_bodies(&self) -> Vec<TxnBody> {
