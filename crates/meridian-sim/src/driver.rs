@@ -881,8 +881,12 @@ impl<'w, P: Protocol> Sim<'w, P> {
             let partitioner = self.cluster().partitioner;
             let state =
                 meridian_workload::audit::run(&partitioner, &keys, |txn| self.execute_alone(txn));
-            self.report.invariant =
-                meridian_workload::audit::verdict(&*self.workload, &keys, &state);
+            self.report.invariant = meridian_workload::audit::verdict(
+                &*self.workload,
+                &keys,
+                &state,
+                &self.report.history,
+            );
             self.report.audited_keys = keys.len() as u64;
         }
         self.report

@@ -170,6 +170,7 @@ pub fn verdict(
     workload: &dyn crate::Workload,
     keys: &[Key],
     state: &FinalState,
+    history: &[meridian_check::history::Entry],
 ) -> Result<(), String> {
     if let Some(failure) = &state.failure {
         return Err(format!("audit failed: {failure}"));
@@ -182,7 +183,7 @@ pub fn verdict(
             missing[0]
         ));
     }
-    workload.check_final(state)
+    workload.check_final(state, history)
 }
 
 #[cfg(test)]

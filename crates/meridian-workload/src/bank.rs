@@ -277,7 +277,11 @@ impl Workload for Bank {
     }
 
     /// The final balances sum to [`Bank::TOTAL`].
-    fn check_final(&self, state: &crate::audit::FinalState) -> Result<(), String> {
+    fn check_final(
+        &self,
+        state: &crate::audit::FinalState,
+        _history: &[Entry],
+    ) -> Result<(), String> {
         let mut total: i64 = 0;
         for key in &self.keys {
             total = total.wrapping_add(state.int(key)?);
@@ -387,14 +391,14 @@ mod tests {
         }
         let keys = w.audit_keys();
         let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
-        assert_eq!(crate::audit::verdict(&w, &keys, &state), Ok(()));
+        assert_eq!(crate::audit::verdict(&w, &keys, &state, &[]), Ok(()));
         // Money created out of nothing (a lost debit) is caught.
         store.insert(
             w.keys[1].clone(),
             encode_int(state.int(&w.keys[1]).unwrap() + 1),
         );
         let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
-        let e = crate::audit::verdict(&w, &keys, &state).unwrap_err();
+        let e = crate::audit::verdict(&w, &keys, &state, &[]).unwrap_err();
         assert!(e.contains("sum to 1"), "{e}");
     }
 

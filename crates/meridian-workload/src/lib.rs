@@ -189,8 +189,9 @@ pub trait Workload: Send {
     }
 
     /// The workload's consistency conditions over the final state read by the audit (the
-    /// bank's total, TPC-C's conditions 1–4, TPC-A's balances).
-    fn check_final(&self, _state: &audit::FinalState) -> Result<(), String> {
+    /// bank's total, TPC-C's conditions 1–4, TPC-A's balances, list-append's durability),
+    /// with the run's history (empty when none was recorded).
+    fn check_final(&self, _state: &audit::FinalState, _history: &[Entry]) -> Result<(), String> {
         Ok(())
     }
 }

@@ -30,17 +30,18 @@
 //! unknown transaction report `null`; appends always report the intended value. Keys are
 //! reported by their logical names (`k7`).
 
+use crate::audit::FinalState;
 use crate::options::Options;
 use crate::{
     committed_results, interactive_reads_by_op, list_read, literal_int, logical_name, output,
     InteractiveOp, TxnPlan, Workload, WorkloadOptions,
 };
-use meridian_check::{HistOp, ReadValue};
+use meridian_check::{Entry, EntryType, HistOp, ReadValue};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, PieceBody, Txn, Value};
 use meridian_core::value::encode_int;
 use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
 use rand::Rng;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The list-append workload.
 #[derive(Clone, Debug)]
@@ -229,6 +230,45 @@ impl Workload for ListAppend {
             }
         }
         hist
+    }
+
+    /// Every key this run used, for the durability audit.
+    fn audit_keys(&self) -> Vec<Key> {
+        (0..self.next_key).map(|id| self.key(id)).collect()
+    }
+
+    /// Durability after recovery: every append of a committed transaction is in its key's
+    /// final list, and no append of an aborted one is. (The checker judges the order; this
+    /// catches a committed append lost without a later read to show it.)
+    fn check_final(&self, state: &FinalState, history: &[Entry]) -> Result<(), String> {
+        let mut finals: FxHashMap<String, FxHashSet<i64>> = FxHashMap::default();
+        for id in 0..self.next_key {
+            let list = state.list(&self.key(id))?;
+            finals.insert(format!("k{id}"), list.into_iter().collect());
+        }
+        for e in history {
+            let must_hold = match e.kind {
+                EntryType::Ok => true,
+                EntryType::Fail => false,
+                EntryType::Info => continue,
+            };
+            for op in &e.ops {
+                let HistOp::Append { key, value } = op else {
+                    continue;
+                };
+                let held = finals.get(key).is_some_and(|l| l.contains(value));
+                if held != must_hold {
+                    let what = if must_hold { "committed" } else { "aborted" };
+                    return Err(format!(
+                        "list-append: {what} transaction {} appended {value} to {key}, and \
+                         the final list {} it",
+                        e.index,
+                        if held { "holds" } else { "lacks" }
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -545,5 +585,56 @@ mod tests {
             };
             assert!(txn.is_read_only());
         }
+    }
+
+    #[test]
+    fn the_audit_finds_a_lost_committed_append_and_a_surviving_aborted_one() {
+        let c = cluster(3);
+        let mut w = workload(3, &[("keys", "4"), ("max_writes_per_key", "8")]);
+        let mut store = MapStore::default();
+        let mut history = Vec::new();
+        for (i, plan) in plans(&mut w, 2, 40, 5).into_iter().enumerate() {
+            let TxnPlan::OneShot(txn) = &plan else {
+                panic!()
+            };
+            let outcome = execute(txn, &mut store);
+            history.push(Entry {
+                index: i as u64,
+                process: 0,
+                kind: EntryType::Ok,
+                invoke_ns: i as u64,
+                complete_ns: i as u64,
+                ops: w.history_ops(&plan, &outcome, &[]),
+            });
+        }
+        let keys = w.audit_keys();
+        assert!(keys.len() > 4, "keys rotated: {}", keys.len());
+        let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
+        assert_eq!(crate::audit::verdict(&w, &keys, &state, &history), Ok(()));
+        // A committed append the store lost (a key emptied) is caught.
+        let (lost, _) = history
+            .iter()
+            .flat_map(|e| &e.ops)
+            .find_map(|op| match op {
+                HistOp::Append { key, value } => Some((key.clone(), *value)),
+                _ => None,
+            })
+            .unwrap();
+        let id: u64 = lost[1..].parse().unwrap();
+        let mut lossy = store.clone();
+        lossy.insert(w.key(id), meridian_core::value::encode_list(&[]));
+        let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut lossy));
+        let e = crate::audit::verdict(&w, &keys, &state, &history).unwrap_err();
+        assert!(e.contains("committed") && e.contains("lacks"), "{e}");
+        // An append reported aborted that is in the final state is caught too.
+        let mut flipped = history.clone();
+        let with_append = flipped
+            .iter_mut()
+            .find(|e| e.ops.iter().any(|o| matches!(o, HistOp::Append { .. })))
+            .unwrap();
+        with_append.kind = EntryType::Fail;
+        let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
+        let e = crate::audit::verdict(&w, &keys, &state, &flipped).unwrap_err();
+        assert!(e.contains("aborted") && e.contains("holds"), "{e}");
     }
 }

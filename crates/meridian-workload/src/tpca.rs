@@ -17,7 +17,7 @@ use crate::audit::FinalState;
 use crate::options::Options;
 use crate::zipf::Zipf;
 use crate::{TxnPlan, Workload, WorkloadOptions};
-use meridian_check::HistOp;
+use meridian_check::{Entry, HistOp};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, Txn, Value};
 use meridian_core::value::{encode_int, encode_list};
 use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
@@ -146,7 +146,7 @@ impl Workload for TpcA {
         keys
     }
 
-    fn check_final(&self, state: &FinalState) -> Result<(), String> {
+    fn check_final(&self, state: &FinalState, _history: &[Entry]) -> Result<(), String> {
         let (mut branches, mut tellers, mut accounts) = (0i64, 0i64, 0i64);
         for b in 0..self.branches {
             branches += state.int(&self.branch_key(b))?;
@@ -198,11 +198,11 @@ mod tests {
         );
         let keys = w.audit_keys();
         let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
-        assert_eq!(crate::audit::verdict(&w, &keys, &state), Ok(()));
+        assert_eq!(crate::audit::verdict(&w, &keys, &state, &[]), Ok(()));
         let teller = w.teller_key(0, 0);
         store.insert(teller.clone(), encode_int(state.int(&teller).unwrap() + 5));
         let state = crate::audit::run(&c.partitioner, &keys, |t| execute(t, &mut store));
-        let e = crate::audit::verdict(&w, &keys, &state).unwrap_err();
+        let e = crate::audit::verdict(&w, &keys, &state, &[]).unwrap_err();
         assert!(e.contains("disagree"), "{e}");
     }
 }

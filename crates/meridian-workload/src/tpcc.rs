@@ -66,7 +66,7 @@
 use crate::audit::FinalState;
 use crate::options::Options;
 use crate::{InteractiveOp, TxnPlan, Workload, WorkloadOptions};
-use meridian_check::HistOp;
+use meridian_check::{Entry, HistOp};
 use meridian_core::txn::{
     AbortReason, Key, KvAccess, Op, Operand, Outcome, Piece, PieceBody, ProcedureCall, Procedures,
     Txn, Value,
@@ -533,7 +533,7 @@ impl Workload for TpcC {
         keys
     }
 
-    fn check_final(&self, state: &FinalState) -> Result<(), String> {
+    fn check_final(&self, state: &FinalState, _history: &[Entry]) -> Result<(), String> {
         for w in 1..=self.warehouses {
             let w_ytd = W_YTD_INITIAL + state.int(&self.w_ytd(w))?;
             let mut d_sum = 0;
@@ -883,7 +883,7 @@ mod tests {
         let state = crate::audit::run(&w.partitioner, &keys, |txn| {
             crate::test_support::execute(txn, store)
         });
-        crate::audit::verdict(w, &keys, &state)
+        crate::audit::verdict(w, &keys, &state, &[])
     }
 
     #[test]
