@@ -11,7 +11,7 @@
 //! |---|---|
 //! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
-//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute) |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
@@ -63,6 +63,14 @@
 //!   `t` strictly increasing per coordinator; a leader's updated timestamps are
 //!   `(max(clock, conflicting + 1 ns, last + 1 ns), leader node id)` — above every released
 //!   conflicting timestamp even after a backward clock step.
+//! * **Algorithm 1's scan, incrementally**: the scan releases every expired transaction
+//!   with no conflicting transaction ahead of it in the queue, in rounds (what one round
+//!   releases may unblock more). [`PriorityQueue`] keeps the queued readers and writers of
+//!   every key in order, so the test is a look at the head of each of T's keys, and only
+//!   *candidates* are tested: a transaction just queued or moved, and those behind one that
+//!   left or moved on a shared key (a writer was blocking the readers up to the next writer
+//!   and that writer; a reader only the next writer). Rounds and their order are the
+//!   scan's; `tests.rs` checks the two give the same releases on random queues.
 //! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
 //!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
 //!   A sealed T stays at the head of the queue and blocks conflicting successors until it
@@ -200,7 +208,7 @@ mod tests;
 pub use coordinator::Coordinator;
 pub use headroom::{Estimator, Plan, Planned};
 pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
-pub use queue::{conflicts, KeyMaps};
+pub use queue::{conflicts, KeyMaps, PriorityQueue};
 pub use server::{Server, State};
 pub use view::{Status, View, ViewManager, VIEW_MANAGER};
 pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};

@@ -6,7 +6,7 @@
 mod view_change;
 
 use super::options::Options;
-use super::queue::KeyMaps;
+use super::queue::{KeyMaps, PriorityQueue};
 use super::view::{Status, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
@@ -116,7 +116,7 @@ pub struct Server {
     opts: Options,
     procedures: Arc<Procedures>,
     txns: FxHashMap<TxnId, Entry>,
-    pq: BTreeSet<(Timestamp, TxnId)>,
+    pq: PriorityQueue,
     maps: KeyMaps,
     log: OrderedLog<Footprint>,
     store: MvStore,
@@ -185,7 +185,7 @@ impl Server {
             opts,
             procedures,
             txns: FxHashMap::default(),
-            pq: BTreeSet::new(),
+            pq: PriorityQueue::default(),
             maps: KeyMaps::default(),
             log: OrderedLog::new(),
             store: MvStore::new(),
@@ -404,7 +404,7 @@ impl Server {
                 e.body.ts = e.body.ts.max(max);
             }
         }
-        self.pq.insert((e.body.ts, id));
+        self.pq.insert(e.body.ts, id, &e.reads, &e.writes);
         self.txns.insert(id, e);
         if self.is_leader {
             self.note_own(ctx, id, false);
@@ -441,24 +441,25 @@ impl Server {
 
     /// Releases (followers) or seals/executes (leaders) every expired transaction that has
     /// no conflicting transaction ahead of it, then arms the wake-up timer.
+    ///
+    /// Rounds as Algorithm 1's scan: each round finds every transaction ready at its start
+    /// (expired, not sealed, nothing conflicting ahead), handles them in queue order, and
+    /// the next round reconsiders what that unblocked. Only candidates are examined (see
+    /// [`PriorityQueue`]): a transaction found blocked waits until one ahead of it on a
+    /// shared key leaves or moves.
     fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        // One scan collects every ready transaction (pq order); ready ones block later
-        // conflicting ones as well, which the next scan reconsiders once they are handled.
         loop {
             let now = ctx.now_ns();
-            let mut blocked = KeyMaps::default();
-            let mut ready = Vec::new();
-            for &(ts, id) in &self.pq {
-                let e = &self.txns[&id];
-                let sealed = e.state == State::Sealed;
-                if !sealed && ts.time_ns > now {
-                    break;
-                }
-                if !sealed && !blocked.blocks(&e.reads, &e.writes) {
-                    ready.push(id);
-                }
-                blocked.record(&e.reads, &e.writes, ts);
-            }
+            let ready: Vec<TxnId> = self
+                .pq
+                .take_expired_candidates(now)
+                .into_iter()
+                .filter(|&(ts, id)| {
+                    let e = &self.txns[&id];
+                    e.state != State::Sealed && !self.pq.blocked(ts, id, &e.reads, &e.writes)
+                })
+                .map(|(_, id)| id)
+                .collect();
             if ready.is_empty() {
                 break;
             }
@@ -474,8 +475,8 @@ impl Server {
         let now = ctx.now_ns();
         let next = self
             .pq
-            .iter()
-            .find(|(ts, id)| ts.time_ns > now && self.txns[id].state != State::Sealed)
+            .after(now)
+            .find(|(_, id)| self.txns[id].state != State::Sealed)
             .map(|(ts, _)| ts.time_ns);
         if let Some(at) = next {
             if self.wake_at.is_none_or(|w| at < w) {
@@ -488,7 +489,7 @@ impl Server {
     fn follower_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
-        self.pq.remove(&(ts, id));
+        self.pq.remove(ts, id, &e.reads, &e.writes);
         self.maps.record(&e.reads, &e.writes, ts);
         let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
         self.log
@@ -573,10 +574,10 @@ impl Server {
 
     fn reposition(&mut self, id: TxnId, ts: Timestamp) {
         let e = self.txns.get_mut(&id).expect("present");
-        self.pq.remove(&(e.body.ts, id));
+        self.pq.remove(e.body.ts, id, &e.reads, &e.writes);
         e.body.ts = ts;
         e.state = State::Queued;
-        self.pq.insert((ts, id));
+        self.pq.insert(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
     }
 
@@ -664,7 +665,7 @@ impl Server {
         }
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
-        self.pq.remove(&(ts, id));
+        self.pq.remove(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
         e.state = State::Released;
         self.store.commit(id);
@@ -735,7 +736,7 @@ impl Server {
                     }
                 }
                 State::Queued | State::Held => {
-                    self.pq.remove(&(e.body.ts, id));
+                    self.pq.remove(e.body.ts, id, &e.reads, &e.writes);
                     self.log
                         .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
                         .expect("not yet in the log");
