@@ -25,7 +25,8 @@
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
 //! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `send_verify`/`on_verify`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
-//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` |
+//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
+//! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
 //! ## Choices the paper leaves open
 //! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
@@ -159,6 +160,22 @@
 //!   which the view manager treats as failed.
 //! * **Checkpoints**: the state transfer *is* the checkpoint (the leader's log, which the
 //!   joiner executes up to the commit-point); no store snapshot is cut separately yet.
+//! * **Garbage collection** (`server/gc.rs`, twice a second in NORMAL status). A *GC
+//!   floor* F per server: every transaction the server may still execute has a larger
+//!   timestamp. A leader takes F just below the smallest of: its queue's head, every
+//!   release-stream entry some follower has not reported synced, and its clock minus
+//!   `retry_ms`; it never lowers F and sends it with its log syncs. A follower takes the
+//!   smaller of the leader's F and its synced-but-unexecuted entries. An arrival at or
+//!   below F counts as conflicting (§3.2, conservative: as if a released transaction had
+//!   touched every key at F), so a leader moves it above F and a follower holds it for the
+//!   log sync — no later execution reads or writes below F. Hence `MvStore::gc(F)` (older
+//!   versions dropped) and rMap/wMap entries at or below F dropped (they would decide
+//!   nothing F does not). Each transaction's fast reply, execution result and key lists
+//!   are dropped `commit_timeout_ms + retry_ms` after its release (leader) or its sync and
+//!   execution (follower): by then its coordinator has stopped retransmitting. A leader
+//!   drops a transaction's timestamp notes when it releases it (a late notification is
+//!   answered from the log). A view change or state transfer replaces the store with an
+//!   empty one, so F restarts at zero with it.
 //! * **Whole transactions everywhere**: every shard receives every piece of a transaction
 //!   ([`TxnBody::pieces`], shared), so a leader can complete a multicast whose coordinator
 //!   died — it re-multicasts a multi-shard transaction it has held for `recovery_ms`
@@ -177,8 +194,15 @@
 //!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
 //!   between pieces on *different* shards are refused `Unsupported`; within a shard they
 //!   are resolved by the server.
-//! * Not yet: log truncation and store GC (a view change and a state transfer carry the
-//!   whole log), store snapshots as checkpoints.
+//! * Not yet: log truncation behind a store checkpoint. Every server keeps every
+//!   transaction's body, its log entry and its place in the release stream (leader) or
+//!   synced prefix (follower), because a view change re-executes the rebuilt log from an
+//!   empty store and a state transfer sends the whole log; so memory still grows with the
+//!   number of transactions (GC above only slims each one). Truncating needs a base
+//!   position carried by reports, `start-view` and state transfers, a store checkpoint of
+//!   exactly the prefix (the release stream is not in timestamp order, so a checkpoint at
+//!   a timestamp is not one), rebuild skipping positions below the largest base, and
+//!   cross-shard verification (step ④) skipping truncated ids.
 //!
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),

@@ -51,6 +51,22 @@ impl KeyMaps {
         worst.filter(|&w| w >= ts)
     }
 
+    /// Forgets every timestamp at or below `floor` (GC: an arrival at or below the floor
+    /// is treated as conflicting anyway, so those entries decide nothing).
+    pub fn prune(&mut self, floor: Timestamp) {
+        self.r.retain(|_, ts| *ts > floor);
+        self.w.retain(|_, ts| *ts > floor);
+    }
+
+    /// Keys recorded (read or written).
+    pub fn len(&self) -> usize {
+        self.r.len() + self.w.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.r.is_empty() && self.w.is_empty()
+    }
+
     /// Whether a transaction with these keys conflicts with anything recorded
     /// (read-write or write-write).
     pub fn blocks(&self, reads: &[Key], writes: &[Key]) -> bool {

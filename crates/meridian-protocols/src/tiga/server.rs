@@ -3,6 +3,7 @@
 //! The failure half (§4; Algorithms 5–6: view change, rejoin, recovery coordinator) is in
 //! [`view_change`].
 
+mod gc;
 mod view_change;
 
 use super::options::Options;
@@ -60,6 +61,9 @@ struct Entry {
     /// When this server first got it (local clock): a leader acts as recovery coordinator
     /// for multi-shard transactions stuck since long ago.
     arrived_ns: u64,
+    /// When it was released (leader) or synced (follower), else when it arrived: GC slims
+    /// it `gc_lag` later.
+    released_ns: u64,
 }
 
 /// The keys `shard`'s pieces of `body` read and write, sorted and deduplicated.
@@ -90,6 +94,7 @@ impl Entry {
             last_fast: None,
             notified_ns: 0,
             arrived_ns: now_ns,
+            released_ns: now_ns,
         }
     }
 }
@@ -148,6 +153,7 @@ pub struct Server {
     heartbeat_ns: u64,
     inquirer: super::view::Inquirer,
     view_change: view_change::ViewChangeState,
+    gc: gc::GcState,
 }
 
 impl Server {
@@ -209,6 +215,7 @@ impl Server {
             heartbeat_ns: 0,
             inquirer: Default::default(),
             view_change: Default::default(),
+            gc: Default::default(),
         };
         server.adopt_view(server.view.clone());
         server
@@ -306,8 +313,10 @@ impl Server {
                 from: pos,
                 entries,
                 commit_point,
+                gc_floor,
                 ..
             } if !self.is_leader && from == self.leader => {
+                self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
                 for (i, e) in entries.into_iter().enumerate() {
                     let p = pos + i as u64;
                     if p >= self.sync_point {
@@ -381,7 +390,7 @@ impl Server {
         }
         let mut e = Entry::new(body, self.shard, ctx.now_ns());
         let id = e.body.id;
-        if let Some(floor) = self.maps.conflict_floor(&e.reads, &e.writes, e.body.ts) {
+        if let Some(floor) = self.arrival_floor(&e) {
             if self.is_leader {
                 // Only leaders update T.t (line 5): the local clock, kept above every
                 // released conflicting timestamp even if the clock stepped back.
@@ -534,6 +543,28 @@ impl Server {
         (shard, ts, sealed): (ShardId, Timestamp, bool),
         echo: bool,
     ) {
+        if self
+            .txns
+            .get(&txn)
+            .is_some_and(|e| e.state == State::Released)
+        {
+            if !echo {
+                // The sender may have missed our final notification: repeat it.
+                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
+                ctx.send(
+                    from,
+                    Msg::Notify {
+                        txn,
+                        shard: self.shard,
+                        ts,
+                        sealed: true,
+                        echo: true,
+                        g_view: self.view.g_view,
+                    },
+                );
+            }
+            return;
+        }
         let slot = self
             .notes
             .entry(txn)
@@ -552,21 +583,6 @@ impl Server {
                 // only be revoked (case 3).
                 self.reposition(txn, ts);
                 self.note_own(ctx, txn, false);
-            }
-            Some((State::Released, _)) if !echo => {
-                // The sender may have missed our final notification: repeat it.
-                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
-                ctx.send(
-                    from,
-                    Msg::Notify {
-                        txn,
-                        shard: self.shard,
-                        ts,
-                        sealed: true,
-                        echo: true,
-                        g_view: self.view.g_view,
-                    },
-                );
             }
             _ => {}
         }
@@ -668,6 +684,10 @@ impl Server {
         self.pq.remove(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
         e.state = State::Released;
+        e.released_ns = ctx.now_ns();
+        // Agreement is over: the notes matter no more (a late notification is answered
+        // from the log).
+        self.notes.remove(&id);
         self.store.commit(id);
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
@@ -679,6 +699,7 @@ impl Server {
             from: pos,
             entries: vec![(id, ts)],
             commit_point: self.commit_point,
+            gc_floor: self.gc.leader_floor,
             g_view: self.view.g_view,
         };
         ctx.multicast(self.followers.clone(), &msg);
@@ -745,6 +766,7 @@ impl Server {
             }
             e.body.ts = ts;
             e.state = State::Synced;
+            e.released_ns = ctx.now_ns();
             self.maps.record(&e.reads, &e.writes, ts);
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
@@ -814,10 +836,13 @@ impl Server {
                             from: synced,
                             entries: self.stream[synced as usize..upto as usize].to_vec(),
                             commit_point: self.commit_point,
+                            gc_floor: self.gc.leader_floor,
                             g_view: self.view.g_view,
                         },
                     );
-                } else if self.commit_point > self.commit_sent {
+                } else if self.commit_point > self.commit_sent
+                    || self.gc.leader_floor > self.gc.floor_sent
+                {
                     ctx.send(
                         f,
                         Msg::LogSync {
@@ -825,12 +850,14 @@ impl Server {
                             from: end,
                             entries: Vec::new(),
                             commit_point: self.commit_point,
+                            gc_floor: self.gc.leader_floor,
                             g_view: self.view.g_view,
                         },
                     );
                 }
             }
             self.commit_sent = self.commit_point;
+            self.gc.floor_sent = self.gc.leader_floor;
             self.recover_stuck(ctx);
         } else {
             if self.sync_point != self.reported
@@ -853,6 +880,7 @@ impl Server {
             }
             self.apply_sync(ctx);
         }
+        self.collect_garbage(ctx);
         self.process(ctx);
     }
 
@@ -871,6 +899,18 @@ impl Server {
     #[cfg(test)]
     pub(crate) fn store(&self) -> &MvStore {
         &self.store
+    }
+
+    /// What GC bounds: (notes held, rMap/wMap keys, transactions still holding a fast
+    /// reply or key lists, the GC floor).
+    #[cfg(test)]
+    pub(crate) fn gc_counts(&self) -> (usize, usize, usize, Timestamp) {
+        let unslimmed = self
+            .txns
+            .values()
+            .filter(|e| e.last_fast.is_some() || !e.reads.is_empty() || !e.writes.is_empty())
+            .count();
+        (self.notes.len(), self.maps.len(), unslimmed, self.gc.floor)
     }
 }
 

@@ -390,6 +390,8 @@ impl Server {
         self.reported = 0;
         self.reported_ns = 0;
         self.fetching.clear();
+        // The new store starts empty (watermark zero): its floor restarts with it.
+        self.gc = Default::default();
     }
 
     fn stream_bodies(&self) -> Vec<TxnBody> {
