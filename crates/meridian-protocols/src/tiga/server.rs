@@ -56,7 +56,8 @@ struct Entry {
     /// Leader: the current execution's results, if executed.
     result: Option<ShardResult>,
     executions: u32,
-    last_fast: Option<FastReply>,
+    /// Boxed: most entries hold none (slimmed by GC), and the entry stays small.
+    last_fast: Option<Box<FastReply>>,
     notified_ns: u64,
     /// When this server first got it (local clock): a leader acts as recovery coordinator
     /// for multi-shard transactions stuck since long ago.
@@ -380,7 +381,7 @@ impl Server {
         if let Some(e) = self.txns.get(&body.id) {
             // A retransmission: repeat what we said.
             if let Some(reply) = &e.last_fast {
-                ctx.send(body.id.coordinator, Msg::FastReply(Box::new(reply.clone())));
+                ctx.send(body.id.coordinator, Msg::FastReply(reply.clone()));
             }
             if e.state == State::Synced {
                 let ts = self.log.get(body.id).map_or(body.ts, |l| l.ts);
@@ -515,7 +516,7 @@ impl Server {
             g_view: self.view.g_view,
             reexecuted: false,
         };
-        e.last_fast = Some(reply.clone());
+        e.last_fast = Some(Box::new(reply.clone()));
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 
@@ -723,7 +724,7 @@ impl Server {
             reexecuted: e.executions > 1,
         };
         e.result = Some(result);
-        e.last_fast = Some(reply.clone());
+        e.last_fast = Some(Box::new(reply.clone()));
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 

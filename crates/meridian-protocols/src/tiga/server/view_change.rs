@@ -343,7 +343,7 @@ impl Server {
             if as_leader {
                 let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
                 self.store.commit(id);
-                e.last_fast = Some(FastReply {
+                e.last_fast = Some(Box::new(FastReply {
                     txn: id,
                     shard: self.shard,
                     replica: self.replica,
@@ -352,7 +352,7 @@ impl Server {
                     result: Some(result.clone()),
                     g_view: self.view.g_view,
                     reexecuted: false,
-                });
+                }));
                 e.result = Some(result);
                 e.state = State::Released;
                 self.stream.push((id, ts));
