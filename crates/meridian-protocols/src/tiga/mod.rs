@@ -11,7 +11,7 @@
 //! |---|---|
 //! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
-//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute) |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
@@ -26,7 +26,8 @@
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
 //! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `send_verify`/`on_verify`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
-//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` |
+//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
+//! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
 //! ## Choices the paper leaves open
 //! * **OWD estimate**: every `probe_ms` (100) the coordinator stamps a probe with its local
@@ -70,6 +71,14 @@
 //!   `t` strictly increasing per coordinator; a leader's updated timestamps are
 //!   `(max(clock, conflicting + 1 ns, last + 1 ns), leader node id)` — above every released
 //!   conflicting timestamp even after a backward clock step.
+//! * **Algorithm 1's scan, incrementally**: the scan releases every expired transaction
+//!   with no conflicting transaction ahead of it in the queue, in rounds (what one round
+//!   releases may unblock more). [`PriorityQueue`] keeps the queued readers and writers of
+//!   every key in order, so the test is a look at the head of each of T's keys, and only
+//!   *candidates* are tested: a transaction just queued or moved, and those behind one that
+//!   left or moved on a shared key (a writer was blocking the readers up to the next writer
+//!   and that writer; a reader only the next writer). Rounds and their order are the
+//!   scan's; `tests.rs` checks the two give the same releases on random queues.
 //! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
 //!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
 //!   A sealed T stays at the head of the queue and blocks conflicting successors until it
@@ -167,6 +176,22 @@
 //!   which the view manager treats as failed.
 //! * **Checkpoints**: the state transfer *is* the checkpoint (the leader's log, which the
 //!   joiner executes up to the commit-point); no store snapshot is cut separately yet.
+//! * **Garbage collection** (`server/gc.rs`, twice a second in NORMAL status). A *GC
+//!   floor* F per server: every transaction the server may still execute has a larger
+//!   timestamp. A leader takes F just below the smallest of: its queue's head, every
+//!   release-stream entry some follower has not reported synced, and its clock minus
+//!   `retry_ms`; it never lowers F and sends it with its log syncs. A follower takes the
+//!   smaller of the leader's F and its synced-but-unexecuted entries. An arrival at or
+//!   below F counts as conflicting (§3.2, conservative: as if a released transaction had
+//!   touched every key at F), so a leader moves it above F and a follower holds it for the
+//!   log sync — no later execution reads or writes below F. Hence `MvStore::gc(F)` (older
+//!   versions dropped) and rMap/wMap entries at or below F dropped (they would decide
+//!   nothing F does not). Each transaction's fast reply, execution result and key lists
+//!   are dropped `commit_timeout_ms + retry_ms` after its release (leader) or its sync and
+//!   execution (follower): by then its coordinator has stopped retransmitting. A leader
+//!   drops a transaction's timestamp notes when it releases it (a late notification is
+//!   answered from the log). A view change or state transfer replaces the store with an
+//!   empty one, so F restarts at zero with it.
 //! * **Whole transactions everywhere**: every shard receives every piece of a transaction
 //!   ([`TxnBody::pieces`], shared), so a leader can complete a multicast whose coordinator
 //!   died — it re-multicasts a multi-shard transaction it has held for `recovery_ms`
@@ -178,8 +203,15 @@
 //!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
 //!   between pieces on *different* shards are refused `Unsupported`; within a shard they
 //!   are resolved by the server.
-//! * Not yet: log truncation and store GC (a view change and a state transfer carry the
-//!   whole log), store snapshots as checkpoints.
+//! * Not yet: log truncation behind a store checkpoint. Every server keeps every
+//!   transaction's body, its log entry and its place in the release stream (leader) or
+//!   synced prefix (follower), because a view change re-executes the rebuilt log from an
+//!   empty store and a state transfer sends the whole log; so memory still grows with the
+//!   number of transactions (GC above only slims each one). Truncating needs a base
+//!   position carried by reports, `start-view` and state transfers, a store checkpoint of
+//!   exactly the prefix (the release stream is not in timestamp order, so a checkpoint at
+//!   a timestamp is not one), rebuild skipping positions below the largest base, and
+//!   cross-shard verification (step ④) skipping truncated ids.
 //!
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
@@ -209,7 +241,7 @@ mod tests;
 pub use coordinator::Coordinator;
 pub use headroom::{Estimator, Plan, Planned};
 pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
-pub use queue::{conflicts, KeyMaps};
+pub use queue::{conflicts, KeyMaps, PriorityQueue};
 pub use server::{Server, State};
 pub use view::{Status, View, ViewManager, VIEW_MANAGER};
 pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};

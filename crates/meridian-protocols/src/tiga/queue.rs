@@ -3,8 +3,10 @@
 //! transactions ahead in the priority queue.
 
 use meridian_core::txn::Key;
-use meridian_core::Timestamp;
+use meridian_core::{NodeId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+use std::ops::Bound;
 
 /// Per-key largest read and write timestamps.
 #[derive(Debug, Default)]
@@ -49,6 +51,22 @@ impl KeyMaps {
         worst.filter(|&w| w >= ts)
     }
 
+    /// Forgets every timestamp at or below `floor` (GC: an arrival at or below the floor
+    /// is treated as conflicting anyway, so those entries decide nothing).
+    pub fn prune(&mut self, floor: Timestamp) {
+        self.r.retain(|_, ts| *ts > floor);
+        self.w.retain(|_, ts| *ts > floor);
+    }
+
+    /// Keys recorded (read or written).
+    pub fn len(&self) -> usize {
+        self.r.len() + self.w.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.r.is_empty() && self.w.is_empty()
+    }
+
     /// Whether a transaction with these keys conflicts with anything recorded
     /// (read-write or write-write).
     pub fn blocks(&self, reads: &[Key], writes: &[Key]) -> bool {
@@ -63,4 +81,168 @@ impl KeyMaps {
 pub fn conflicts(a_reads: &[Key], a_writes: &[Key], b_reads: &[Key], b_writes: &[Key]) -> bool {
     let hits = |xs: &[Key], ys: &[Key]| xs.iter().any(|x| ys.contains(x));
     hits(a_writes, b_writes) || hits(a_writes, b_reads) || hits(a_reads, b_writes)
+}
+
+/// A queued transaction's place: priority-queue order.
+type Slot = (Timestamp, TxnId);
+
+/// The queued transactions touching one key, by order, split by access.
+#[derive(Debug, Default)]
+struct KeyQueue {
+    readers: BTreeSet<Slot>,
+    writers: BTreeSet<Slot>,
+}
+
+impl KeyQueue {
+    fn is_empty(&self) -> bool {
+        self.readers.is_empty() && self.writers.is_empty()
+    }
+}
+
+/// The priority queue of §3.3 (Algorithm 2 `pq`) with what makes Algorithm 1's scan
+/// incremental. Algorithm 1 releases a transaction T once its timestamp has passed and no
+/// transaction ahead of it in the queue conflicts with it; the scan re-derives that from
+/// the head on every event. Here every key keeps its queued readers and writers in order,
+/// so "is some conflicting transaction ahead of T" is a look at the first entry per key
+/// of T, and a set of *candidates* holds every queued transaction whose answer may have
+/// changed: one just queued (or moved), and the transactions behind one that left or
+/// moved on a shared key. Invariant: a queued transaction that is not a candidate has a
+/// conflicting transaction ahead of it (so the scan would not release it either).
+#[derive(Debug, Default)]
+pub struct PriorityQueue {
+    order: BTreeSet<Slot>,
+    by_key: FxHashMap<Key, KeyQueue>,
+    candidates: BTreeSet<Slot>,
+}
+
+impl PriorityQueue {
+    /// Queues `id` at `ts`; it is a candidate until examined.
+    pub fn insert(&mut self, ts: Timestamp, id: TxnId, reads: &[Key], writes: &[Key]) {
+        let slot = (ts, id);
+        if !self.order.insert(slot) {
+            return;
+        }
+        for (keys, write) in [(reads, false), (writes, true)] {
+            for k in keys {
+                let q = self.by_key.entry(k.clone()).or_default();
+                let set = if write {
+                    &mut q.writers
+                } else {
+                    &mut q.readers
+                };
+                set.insert(slot);
+            }
+        }
+        self.candidates.insert(slot);
+    }
+
+    /// Takes `id` out of the queue; the transactions behind it that it may have been
+    /// blocking become candidates.
+    pub fn remove(&mut self, ts: Timestamp, id: TxnId, reads: &[Key], writes: &[Key]) {
+        let slot = (ts, id);
+        if !self.order.remove(&slot) {
+            return;
+        }
+        self.candidates.remove(&slot);
+        let mut wake = Vec::new();
+        for (keys, write) in [(reads, false), (writes, true)] {
+            for k in keys {
+                let Some(q) = self.by_key.get_mut(k) else {
+                    continue;
+                };
+                if write {
+                    q.writers.remove(&slot);
+                } else {
+                    q.readers.remove(&slot);
+                }
+                successors(q, slot, write, &mut wake);
+                if q.is_empty() {
+                    self.by_key.remove(k);
+                }
+            }
+        }
+        self.candidates.extend(wake);
+    }
+
+    /// Algorithm 1's test: whether a transaction queued ahead of `(ts, id)` conflicts with
+    /// it (writes it reads, or reads or writes what it writes).
+    pub fn blocked(&self, ts: Timestamp, id: TxnId, reads: &[Key], writes: &[Key]) -> bool {
+        let slot = (ts, id);
+        let ahead = |set: &BTreeSet<Slot>| set.first().is_some_and(|&s| s < slot);
+        let on = |k: &Key| self.by_key.get(k);
+        writes
+            .iter()
+            .filter_map(on)
+            .any(|q| ahead(&q.readers) || ahead(&q.writers))
+            || reads.iter().filter_map(on).any(|q| ahead(&q.writers))
+    }
+
+    /// Removes and returns, in queue order, the candidates whose timestamp has passed
+    /// `now_ns` (the others stay candidates until then).
+    pub fn take_expired_candidates(&mut self, now_ns: u64) -> Vec<(Timestamp, TxnId)> {
+        let bound = first_after(now_ns);
+        let mut expired = Vec::new();
+        while let Some(slot) = self.candidates.pop_first() {
+            if slot >= bound {
+                self.candidates.insert(slot);
+                break;
+            }
+            expired.push(slot);
+        }
+        expired
+    }
+
+    /// Every queued transaction whose timestamp is after `now_ns`, in order.
+    pub fn after(&self, now_ns: u64) -> impl Iterator<Item = &(Timestamp, TxnId)> + '_ {
+        self.order.range(first_after(now_ns)..)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(Timestamp, TxnId)> + '_ {
+        self.order.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.order.clear();
+        self.by_key.clear();
+        self.candidates.clear();
+    }
+
+    /// Keys with queued transactions (bounded by the queue: a key leaves with its last
+    /// transaction).
+    pub fn key_count(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+/// The smallest slot whose timestamp is after `now_ns`.
+fn first_after(now_ns: u64) -> Slot {
+    let min_id = TxnId {
+        coordinator: NodeId(0),
+        seq: 0,
+    };
+    (Timestamp::new(now_ns.saturating_add(1), 0), min_id)
+}
+
+/// The transactions on key queue `q` behind `slot` that a transaction at `slot` (writing
+/// the key iff `write`) may have been the reason to block: a writer blocked every reader up
+/// to the next writer and that writer; a reader blocked only the next writer.
+fn successors(q: &KeyQueue, slot: Slot, write: bool, out: &mut Vec<Slot>) {
+    let next_writer = q
+        .writers
+        .range((Bound::Excluded(slot), Bound::Unbounded))
+        .next()
+        .copied();
+    if write {
+        let upto = next_writer.map_or(Bound::Unbounded, Bound::Excluded);
+        out.extend(q.readers.range((Bound::Excluded(slot), upto)));
+    }
+    out.extend(next_writer);
 }

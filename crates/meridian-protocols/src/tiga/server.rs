@@ -3,10 +3,11 @@
 //! The failure half (§4; Algorithms 5–6: view change, rejoin, recovery coordinator) is in
 //! [`view_change`].
 
+mod gc;
 mod view_change;
 
 use super::options::{Options, SlowReplies};
-use super::queue::KeyMaps;
+use super::queue::{KeyMaps, PriorityQueue};
 use super::view::{Status, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
@@ -58,11 +59,15 @@ struct Entry {
     /// Leader: the current execution's results, if executed.
     result: Option<ShardResult>,
     executions: u32,
-    last_fast: Option<FastReply>,
+    /// Boxed: most entries hold none (slimmed by GC), and the entry stays small.
+    last_fast: Option<Box<FastReply>>,
     notified_ns: u64,
     /// When this server first got it (local clock): a leader acts as recovery coordinator
     /// for multi-shard transactions stuck since long ago.
     arrived_ns: u64,
+    /// When it was released (leader) or synced (follower), else when it arrived: GC slims
+    /// it `gc_lag` later.
+    released_ns: u64,
 }
 
 /// The keys `shard`'s pieces of `body` read and write, sorted and deduplicated.
@@ -93,6 +98,7 @@ impl Entry {
             last_fast: None,
             notified_ns: 0,
             arrived_ns: now_ns,
+            released_ns: now_ns,
         }
     }
 }
@@ -119,7 +125,7 @@ pub struct Server {
     opts: Options,
     procedures: Arc<Procedures>,
     txns: FxHashMap<TxnId, Entry>,
-    pq: BTreeSet<(Timestamp, TxnId)>,
+    pq: PriorityQueue,
     maps: KeyMaps,
     log: OrderedLog<Footprint>,
     store: MvStore,
@@ -148,13 +154,14 @@ pub struct Server {
     reported_ns: u64,
     fetching: FxHashSet<TxnId>,
     /// `slow_replies=pull` (Appendix E): entries coordinators asked a slow reply for that
-    /// are not synced yet; answered when they are (at most [`SLOW_WANTED_MAX`]; the
-    /// coordinator asks again every `inquiry_ms`).
+    /// are not synced yet; answered when they are (at most [`SLOW_WANTED_MAX`], then
+    /// cleared; the coordinator asks again every `inquiry_ms`).
     slow_wanted: FxHashSet<TxnId>,
     // ---- §4 ----
     heartbeat_ns: u64,
     inquirer: super::view::Inquirer,
     view_change: view_change::ViewChangeState,
+    gc: gc::GcState,
 }
 
 impl Server {
@@ -192,7 +199,7 @@ impl Server {
             opts,
             procedures,
             txns: FxHashMap::default(),
-            pq: BTreeSet::new(),
+            pq: PriorityQueue::default(),
             maps: KeyMaps::default(),
             log: OrderedLog::new(),
             store: MvStore::new(),
@@ -217,6 +224,7 @@ impl Server {
             heartbeat_ns: 0,
             inquirer: Default::default(),
             view_change: Default::default(),
+            gc: Default::default(),
         };
         server.adopt_view(server.view.clone());
         server
@@ -314,8 +322,10 @@ impl Server {
                 from: pos,
                 entries,
                 commit_point,
+                gc_floor,
                 ..
             } if !self.is_leader && from == self.leader => {
+                self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
                 for (i, e) in entries.into_iter().enumerate() {
                     let p = pos + i as u64;
                     if p >= self.sync_point {
@@ -382,7 +392,7 @@ impl Server {
         if let Some(e) = self.txns.get(&body.id) {
             // A retransmission: repeat what we said.
             if let Some(reply) = &e.last_fast {
-                ctx.send(body.id.coordinator, Msg::FastReply(Box::new(reply.clone())));
+                ctx.send(body.id.coordinator, Msg::FastReply(reply.clone()));
             }
             if e.state == State::Synced {
                 let ts = self.log.get(body.id).map_or(body.ts, |l| l.ts);
@@ -392,7 +402,7 @@ impl Server {
         }
         let mut e = Entry::new(body, self.shard, ctx.now_ns());
         let id = e.body.id;
-        if let Some(floor) = self.maps.conflict_floor(&e.reads, &e.writes, e.body.ts) {
+        if let Some(floor) = self.arrival_floor(&e) {
             if self.is_leader {
                 // Only leaders update T.t (line 5): the local clock, kept above every
                 // released conflicting timestamp even if the clock stepped back.
@@ -415,7 +425,7 @@ impl Server {
                 e.body.ts = e.body.ts.max(max);
             }
         }
-        self.pq.insert((e.body.ts, id));
+        self.pq.insert(e.body.ts, id, &e.reads, &e.writes);
         self.txns.insert(id, e);
         if self.is_leader {
             self.note_own(ctx, id, false);
@@ -452,24 +462,25 @@ impl Server {
 
     /// Releases (followers) or seals/executes (leaders) every expired transaction that has
     /// no conflicting transaction ahead of it, then arms the wake-up timer.
+    ///
+    /// Rounds as Algorithm 1's scan: each round finds every transaction ready at its start
+    /// (expired, not sealed, nothing conflicting ahead), handles them in queue order, and
+    /// the next round reconsiders what that unblocked. Only candidates are examined (see
+    /// [`PriorityQueue`]): a transaction found blocked waits until one ahead of it on a
+    /// shared key leaves or moves.
     fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        // One scan collects every ready transaction (pq order); ready ones block later
-        // conflicting ones as well, which the next scan reconsiders once they are handled.
         loop {
             let now = ctx.now_ns();
-            let mut blocked = KeyMaps::default();
-            let mut ready = Vec::new();
-            for &(ts, id) in &self.pq {
-                let e = &self.txns[&id];
-                let sealed = e.state == State::Sealed;
-                if !sealed && ts.time_ns > now {
-                    break;
-                }
-                if !sealed && !blocked.blocks(&e.reads, &e.writes) {
-                    ready.push(id);
-                }
-                blocked.record(&e.reads, &e.writes, ts);
-            }
+            let ready: Vec<TxnId> = self
+                .pq
+                .take_expired_candidates(now)
+                .into_iter()
+                .filter(|&(ts, id)| {
+                    let e = &self.txns[&id];
+                    e.state != State::Sealed && !self.pq.blocked(ts, id, &e.reads, &e.writes)
+                })
+                .map(|(_, id)| id)
+                .collect();
             if ready.is_empty() {
                 break;
             }
@@ -485,8 +496,8 @@ impl Server {
         let now = ctx.now_ns();
         let next = self
             .pq
-            .iter()
-            .find(|(ts, id)| ts.time_ns > now && self.txns[id].state != State::Sealed)
+            .after(now)
+            .find(|(_, id)| self.txns[id].state != State::Sealed)
             .map(|(ts, _)| ts.time_ns);
         if let Some(at) = next {
             if self.wake_at.is_none_or(|w| at < w) {
@@ -499,7 +510,7 @@ impl Server {
     fn follower_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
-        self.pq.remove(&(ts, id));
+        self.pq.remove(ts, id, &e.reads, &e.writes);
         self.maps.record(&e.reads, &e.writes, ts);
         let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
         self.log
@@ -516,7 +527,7 @@ impl Server {
             g_view: self.view.g_view,
             reexecuted: false,
         };
-        e.last_fast = Some(reply.clone());
+        e.last_fast = Some(Box::new(reply.clone()));
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 
@@ -544,6 +555,28 @@ impl Server {
         (shard, ts, sealed): (ShardId, Timestamp, bool),
         echo: bool,
     ) {
+        if self
+            .txns
+            .get(&txn)
+            .is_some_and(|e| e.state == State::Released)
+        {
+            if !echo {
+                // The sender may have missed our final notification: repeat it.
+                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
+                ctx.send(
+                    from,
+                    Msg::Notify {
+                        txn,
+                        shard: self.shard,
+                        ts,
+                        sealed: true,
+                        echo: true,
+                        g_view: self.view.g_view,
+                    },
+                );
+            }
+            return;
+        }
         let slot = self
             .notes
             .entry(txn)
@@ -563,31 +596,16 @@ impl Server {
                 self.reposition(txn, ts);
                 self.note_own(ctx, txn, false);
             }
-            Some((State::Released, _)) if !echo => {
-                // The sender may have missed our final notification: repeat it.
-                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
-                ctx.send(
-                    from,
-                    Msg::Notify {
-                        txn,
-                        shard: self.shard,
-                        ts,
-                        sealed: true,
-                        echo: true,
-                        g_view: self.view.g_view,
-                    },
-                );
-            }
             _ => {}
         }
     }
 
     fn reposition(&mut self, id: TxnId, ts: Timestamp) {
         let e = self.txns.get_mut(&id).expect("present");
-        self.pq.remove(&(e.body.ts, id));
+        self.pq.remove(e.body.ts, id, &e.reads, &e.writes);
         e.body.ts = ts;
         e.state = State::Queued;
-        self.pq.insert((ts, id));
+        self.pq.insert(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
     }
 
@@ -675,9 +693,13 @@ impl Server {
         }
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
-        self.pq.remove(&(ts, id));
+        self.pq.remove(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
         e.state = State::Released;
+        e.released_ns = ctx.now_ns();
+        // Agreement is over: the notes matter no more (a late notification is answered
+        // from the log).
+        self.notes.remove(&id);
         self.store.commit(id);
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
@@ -689,6 +711,7 @@ impl Server {
             from: pos,
             entries: vec![(id, ts)],
             commit_point: self.commit_point,
+            gc_floor: self.gc.leader_floor,
             g_view: self.view.g_view,
         };
         ctx.multicast(self.followers.clone(), &msg);
@@ -712,7 +735,7 @@ impl Server {
             reexecuted: e.executions > 1,
         };
         e.result = Some(result);
-        e.last_fast = Some(reply.clone());
+        e.last_fast = Some(Box::new(reply.clone()));
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 
@@ -746,7 +769,7 @@ impl Server {
                     }
                 }
                 State::Queued | State::Held => {
-                    self.pq.remove(&(e.body.ts, id));
+                    self.pq.remove(e.body.ts, id, &e.reads, &e.writes);
                     self.log
                         .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
                         .expect("not yet in the log");
@@ -755,6 +778,7 @@ impl Server {
             }
             e.body.ts = ts;
             e.state = State::Synced;
+            e.released_ns = ctx.now_ns();
             self.maps.record(&e.reads, &e.writes, ts);
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
@@ -772,10 +796,15 @@ impl Server {
         for txn in txns {
             match self.txns.get(&txn) {
                 Some(e) if e.state == State::Synced => self.send_slow(ctx, txn, e.body.ts),
-                _ if self.slow_wanted.len() < SLOW_WANTED_MAX => {
+                _ => {
+                    // Requests for entries this follower never syncs (collected, or lost
+                    // in a view change) would pile up: start over when full — the
+                    // coordinators repeat theirs every `inquiry_ms`.
+                    if self.slow_wanted.len() >= SLOW_WANTED_MAX {
+                        self.slow_wanted.clear();
+                    }
                     self.slow_wanted.insert(txn);
                 }
-                _ => {}
             }
         }
     }
@@ -840,10 +869,13 @@ impl Server {
                             from: synced,
                             entries: self.stream[synced as usize..upto as usize].to_vec(),
                             commit_point: self.commit_point,
+                            gc_floor: self.gc.leader_floor,
                             g_view: self.view.g_view,
                         },
                     );
-                } else if self.commit_point > self.commit_sent {
+                } else if self.commit_point > self.commit_sent
+                    || self.gc.leader_floor > self.gc.floor_sent
+                {
                     ctx.send(
                         f,
                         Msg::LogSync {
@@ -851,12 +883,14 @@ impl Server {
                             from: end,
                             entries: Vec::new(),
                             commit_point: self.commit_point,
+                            gc_floor: self.gc.leader_floor,
                             g_view: self.view.g_view,
                         },
                     );
                 }
             }
             self.commit_sent = self.commit_point;
+            self.gc.floor_sent = self.gc.leader_floor;
             self.recover_stuck(ctx);
         } else {
             if self.sync_point != self.reported
@@ -879,6 +913,7 @@ impl Server {
             }
             self.apply_sync(ctx);
         }
+        self.collect_garbage(ctx);
         self.process(ctx);
     }
 
@@ -897,6 +932,18 @@ impl Server {
     #[cfg(test)]
     pub(crate) fn store(&self) -> &MvStore {
         &self.store
+    }
+
+    /// What GC bounds: (notes held, rMap/wMap keys, transactions still holding a fast
+    /// reply or key lists, the GC floor).
+    #[cfg(test)]
+    pub(crate) fn gc_counts(&self) -> (usize, usize, usize, Timestamp) {
+        let unslimmed = self
+            .txns
+            .values()
+            .filter(|e| e.last_fast.is_some() || !e.reads.is_empty() || !e.writes.is_empty())
+            .count();
+        (self.notes.len(), self.maps.len(), unslimmed, self.gc.floor)
     }
 }
 

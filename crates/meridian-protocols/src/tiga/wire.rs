@@ -114,6 +114,8 @@ pub enum Msg {
         from: u64,
         entries: Vec<(TxnId, Timestamp)>,
         commit_point: u64,
+        /// The leader's GC floor: nothing it will ever send is at or below it.
+        gc_floor: Timestamp,
         g_view: u64,
     },
     /// Follower → leader: periodic sync-point report (§3.7).

@@ -367,7 +367,7 @@ impl Server {
             if as_leader {
                 let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
                 self.store.commit(id);
-                e.last_fast = Some(FastReply {
+                e.last_fast = Some(Box::new(FastReply {
                     txn: id,
                     shard: self.shard,
                     replica: self.replica,
@@ -376,7 +376,7 @@ impl Server {
                     result: Some(result.clone()),
                     g_view: self.view.g_view,
                     reexecuted: false,
-                });
+                }));
                 e.result = Some(result);
                 e.state = State::Released;
                 self.stream.push((id, ts));
@@ -415,6 +415,8 @@ impl Server {
         self.reported_ns = 0;
         self.fetching.clear();
         self.slow_wanted.clear();
+        // The new store starts empty (watermark zero): its floor restarts with it.
+        self.gc = Default::default();
     }
 
     fn stream_bodies(&self) -> Vec<TxnBody> {
