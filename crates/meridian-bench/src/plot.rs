@@ -16,6 +16,8 @@ pub struct Chart {
     pub series: Vec<(String, Vec<(f64, f64)>)>,
     /// Log-scale x axis (for latency CDFs over decades).
     pub log_x: bool,
+    /// Vertical lines at x values, each with a legend entry (a fault's time and name).
+    pub marks: Vec<(f64, String)>,
 }
 
 const FONT: &str = "sans-serif";
@@ -93,7 +95,8 @@ where
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
     let points = || chart.series.iter().flat_map(|(_, p)| p.iter());
-    let (x0, x1) = range(points().map(|p| p.0), chart.log_x, false);
+    let marks = chart.marks.iter().map(|(x, _)| *x);
+    let (x0, x1) = range(points().map(|p| p.0).chain(marks), chart.log_x, false);
     let (y0, y1) = range(points().map(|p| p.1), false, true);
     let mut builder = ChartBuilder::on(&root);
     builder
@@ -123,8 +126,20 @@ where
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                     });
-                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                // Dense series (timelines) read better as lines with small markers.
+                let radius = if pts.len() > 40 { 2 } else { 4 };
+                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, radius, color.filled())))
                     .map_err(err)?;
+            }
+            for (x, name) in &chart.marks {
+                let color = BLACK.mix(0.7);
+                let line = vec![(*x, y0), (*x, y1)];
+                ctx.draw_series(DashedLineSeries::new(line, 8, 6, color.stroke_width(2)))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
             }
             ctx.configure_series_labels()
                 .background_style(WHITE.mix(0.85))
@@ -162,6 +177,7 @@ mod tests {
                 ("2pl-2pc".into(), vec![(100.0, 250.0), (200.0, 300.0)]),
             ],
             log_x: false,
+            marks: vec![(150.0, "crash:shard0/replica0@150s".into())],
         };
         let paths = write(&chart, &dir.path().join("fig")).unwrap();
         let svg = std::fs::read_to_string(&paths[0]).unwrap();
@@ -170,6 +186,7 @@ mod tests {
             "rate per coordinator (txns/s)",
             "tiga",
             "2pl-2pc",
+            "crash:shard0/replica0@150s",
         ] {
             assert!(svg.contains(text), "{text} missing from the SVG");
         }
