@@ -85,6 +85,47 @@ fn range(values: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64,
     (lo - pad, hi + pad)
 }
 
+/// The title's font size: 24 px, smaller for long titles so they fit the 960 px width.
+fn title_size(title: &str) -> u32 {
+    let chars = title.chars().count() as u32;
+    if chars <= 72 {
+        24
+    } else {
+        (24 * 72 / chars).max(13)
+    }
+}
+
+/// The corner of the plot with the fewest points, where the legend hides the least.
+fn legend_corner(chart: &Chart, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    let fraction = |v: f64, (lo, hi): (f64, f64), log: bool| {
+        if log && v > 0.0 && lo > 0.0 {
+            (v / lo).ln() / (hi / lo).ln()
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let mut counts = [0usize; 4];
+    for (px, py) in chart.series.iter().flat_map(|(_, p)| p.iter()) {
+        let (fx, fy) = (fraction(*px, x, chart.log_x), fraction(*py, y, false));
+        let corner = match (fx < 0.4, fy > 0.6, fx > 0.6, fy < 0.4) {
+            (true, true, _, _) => 0,
+            (_, true, true, _) => 1,
+            (_, _, true, true) => 2,
+            (true, _, _, true) => 3,
+            _ => continue,
+        };
+        counts[corner] += 1;
+    }
+    let positions = [
+        SeriesLabelPosition::UpperLeft,
+        SeriesLabelPosition::UpperRight,
+        SeriesLabelPosition::LowerRight,
+        SeriesLabelPosition::LowerLeft,
+    ];
+    let best = (0..4).min_by_key(|&i| counts[i]).expect("four corners");
+    positions[best].clone()
+}
+
 fn draw<DB: DrawingBackend>(
     chart: &Chart,
     root: DrawingArea<DB, plotters::coord::Shift>,
@@ -100,7 +141,7 @@ where
     let (y0, y1) = range(points().map(|p| p.1), false, true);
     let mut builder = ChartBuilder::on(&root);
     builder
-        .caption(&chart.title, (FONT, 24))
+        .caption(&chart.title, (FONT, title_size(&chart.title)))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72);
@@ -145,7 +186,7 @@ where
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .label_font(style(15))
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(legend_corner(chart, (x0, x1), (y0, y1)))
                 .draw()
                 .map_err(err)?;
         }};
