@@ -44,6 +44,7 @@
 //! y_scale = 1.0              # multiplies y (e.g. 1e-6: counted ns shown as ms)
 //! also = "model.K"           # optional second y per series (e.g. a model beside the measure)
 //! also_label = "model"       # suffix of the second y's series names (default "model")
+//! also_scale = 1.0           # multiplies `also` (default: y_scale)
 //! series = "protocol"        # a swept parameter (default: protocol)
 //! region = "SC"              # a coordinator region or "all" (default)
 //! kind = "line"              # "cdf": each point's latency distribution; "timeline": y
@@ -120,6 +121,9 @@ pub struct PlotSpec {
     pub also: String,
     #[serde(default = "default_also_label")]
     pub also_label: String,
+    /// Multiplies `also` (default: `y_scale`), when its unit differs from y's.
+    #[serde(default)]
+    pub also_scale: Option<f64>,
 }
 
 fn unit_scale() -> f64 {
@@ -329,8 +333,13 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
             ));
         }
     }
-    if !p.y_scale.is_finite() || p.y_scale <= 0.0 {
-        return Err(format!("plot `{}`: y_scale must be positive", p.name));
+    for scale in [Some(p.y_scale), p.also_scale].into_iter().flatten() {
+        if !scale.is_finite() || scale <= 0.0 {
+            return Err(format!(
+                "plot `{}`: y_scale and also_scale must be positive",
+                p.name
+            ));
+        }
     }
     if !is_metric(&p.x) && !swept(&p.x) {
         return Err(format!(
@@ -717,16 +726,21 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
                 }
             }
             _ => {
-                let ys: Vec<(String, &String)> = if spec.also.is_empty() {
-                    vec![(label(r), &spec.y)]
+                let also_scale = spec.also_scale.unwrap_or(spec.y_scale);
+                let ys: Vec<(String, &String, f64)> = if spec.also.is_empty() {
+                    vec![(label(r), &spec.y, spec.y_scale)]
                 } else {
                     vec![
-                        (format!("{} measured", label(r)), &spec.y),
-                        (format!("{} {}", label(r), spec.also_label), &spec.also),
+                        (format!("{} measured", label(r)), &spec.y, spec.y_scale),
+                        (
+                            format!("{} {}", label(r), spec.also_label),
+                            &spec.also,
+                            also_scale,
+                        ),
                     ]
                 };
-                for (name, y) in ys {
-                    if let Some(p) = line_point(spec, r, y) {
+                for (name, y, scale) in ys {
+                    if let Some(p) = line_point(spec, r, y, scale) {
                         series.entry(name).or_default().push(p);
                     }
                 }
@@ -783,8 +797,9 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     }
 }
 
-/// One point of a line plot: x (a metric or a swept parameter) against expression `y`.
-fn line_point(spec: &PlotSpec, r: &PointResult, y: &str) -> Option<(f64, f64)> {
+/// One point of a line plot: x (a metric or a swept parameter) against expression `y`
+/// times `scale`.
+fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(f64, f64)> {
     let m = r.metrics.iter().find(|m| m.region == spec.region)?;
     let x = if is_metric(&spec.x) {
         m.get(&spec.x)
@@ -796,7 +811,7 @@ fn line_point(spec: &PlotSpec, r: &PointResult, y: &str) -> Option<(f64, f64)> {
     } else {
         r.values.get(y).copied()
     }?;
-    Some((x, y * spec.y_scale))
+    Some((x, y * scale))
 }
 
 /// A point's timeline during the load (the drain only empties the pipeline), each bucket
@@ -1093,6 +1108,7 @@ x = "protocol.delta"
 y = "counters.delayed / counters.txns"
 also = "model.p"
 y_scale = 100
+also_scale = 10
 y_label = "delayed (%)"
 series = "protocol.delta"
 [[plot]]
@@ -1124,7 +1140,11 @@ y = "throughput_tps"
             ]
         );
         assert_eq!(chart.series[2].1, vec![(2.0, 22.0)]);
-        assert_eq!(chart.series[3].1, vec![(2.0, 50.0)]);
+        assert_eq!(
+            chart.series[3].1,
+            vec![(2.0, 5.0)],
+            "the model at its own scale"
+        );
         assert_eq!(chart.y_label, "delayed (%)");
         let timeline = chart_of(&exp, "over-time", &results);
         assert_eq!(timeline.series[2].0, "protocol.delta=5");

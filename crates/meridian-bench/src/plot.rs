@@ -95,8 +95,11 @@ fn title_size(title: &str) -> u32 {
     }
 }
 
-/// The corner of the plot with the fewest points, where the legend hides the least.
+/// Where the legend hides the fewest points: the corners first, then the middles of the
+/// edges and the centre. The legend's box is estimated from its entries (DejaVu at 15 px,
+/// about 9 px per character and 22 px per line) against the plot area.
 fn legend_corner(chart: &Chart, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    use SeriesLabelPosition as P;
     let fraction = |v: f64, (lo, hi): (f64, f64), log: bool| {
         if log && v > 0.0 && lo > 0.0 {
             (v / lo).ln() / (hi / lo).ln()
@@ -104,26 +107,49 @@ fn legend_corner(chart: &Chart, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosi
             (v - lo) / (hi - lo)
         }
     };
-    let mut counts = [0usize; 4];
-    for (px, py) in chart.series.iter().flat_map(|(_, p)| p.iter()) {
-        let (fx, fy) = (fraction(*px, x, chart.log_x), fraction(*py, y, false));
-        let corner = match (fx < 0.4, fy > 0.6, fx > 0.6, fy < 0.4) {
-            (true, true, _, _) => 0,
-            (_, true, true, _) => 1,
-            (_, _, true, true) => 2,
-            (true, _, _, true) => 3,
-            _ => continue,
-        };
-        counts[corner] += 1;
-    }
-    let positions = [
-        SeriesLabelPosition::UpperLeft,
-        SeriesLabelPosition::UpperRight,
-        SeriesLabelPosition::LowerRight,
-        SeriesLabelPosition::LowerLeft,
+    let names = chart
+        .series
+        .iter()
+        .map(|(n, _)| n)
+        .chain(chart.marks.iter().map(|(_, n)| n));
+    let longest = names.clone().map(|n| n.chars().count()).max().unwrap_or(0) as f64;
+    let entries = names.count() as f64;
+    let (plot_w, plot_h) = (f64::from(SIZE.0) - 110.0, f64::from(SIZE.1) - 110.0);
+    let w = ((50.0 + 9.0 * longest) / plot_w).min(1.0);
+    let h = ((14.0 + 22.0 * entries) / plot_h).min(1.0);
+    // Candidate boxes as (left, bottom) in fractions of the plot area.
+    let candidates = [
+        (P::UpperLeft, 0.0, 1.0 - h),
+        (P::UpperRight, 1.0 - w, 1.0 - h),
+        (P::LowerRight, 1.0 - w, 0.0),
+        (P::LowerLeft, 0.0, 0.0),
+        (P::UpperMiddle, (1.0 - w) / 2.0, 1.0 - h),
+        (P::MiddleRight, 1.0 - w, (1.0 - h) / 2.0),
+        (P::MiddleLeft, 0.0, (1.0 - h) / 2.0),
+        (P::LowerMiddle, (1.0 - w) / 2.0, 0.0),
+        (P::MiddleMiddle, (1.0 - w) / 2.0, (1.0 - h) / 2.0),
     ];
-    let best = (0..4).min_by_key(|&i| counts[i]).expect("four corners");
-    positions[best].clone()
+    let points: Vec<(f64, f64)> = chart
+        .series
+        .iter()
+        .flat_map(|(_, p)| p.iter())
+        .map(|(px, py)| (fraction(*px, x, chart.log_x), fraction(*py, y, false)))
+        .collect();
+    let margin = 0.02;
+    let hidden = |left: f64, bottom: f64| {
+        points
+            .iter()
+            .filter(|(fx, fy)| {
+                (left - margin..=left + w + margin).contains(fx)
+                    && (bottom - margin..=bottom + h + margin).contains(fy)
+            })
+            .count()
+    };
+    candidates
+        .into_iter()
+        .min_by_key(|(_, left, bottom)| hidden(*left, *bottom))
+        .map(|(position, _, _)| position)
+        .expect("candidates")
 }
 
 fn draw<DB: DrawingBackend>(
@@ -238,5 +264,25 @@ mod tests {
             "a PNG with content: {} bytes",
             png.len()
         );
+    }
+
+    #[test]
+    fn the_legend_goes_where_it_hides_no_points() {
+        let line = |pts: Vec<(f64, f64)>| Chart {
+            series: vec![("a".into(), pts)],
+            ..Chart::default()
+        };
+        let rising: Vec<(f64, f64)> = (0..=10).map(|i| (f64::from(i), f64::from(i))).collect();
+        assert!(matches!(
+            legend_corner(&line(rising), (0.0, 10.0), (0.0, 10.0)),
+            SeriesLabelPosition::UpperLeft
+        ));
+        let falling: Vec<(f64, f64)> = (0..=10)
+            .map(|i| (f64::from(i), f64::from(10 - i)))
+            .collect();
+        assert!(matches!(
+            legend_corner(&line(falling), (0.0, 10.0), (0.0, 10.0)),
+            SeriesLabelPosition::UpperRight
+        ));
     }
 }
