@@ -174,7 +174,7 @@ pub struct Overrides {
 }
 
 /// One measured point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PointResult {
     /// The swept parameters' values at this point.
     pub params: BTreeMap<String, String>,
@@ -186,7 +186,7 @@ pub struct PointResult {
     /// Invariant or final-state violations, by repeat seed.
     pub violations: Vec<String>,
     /// Latency CDF of the first repeat, per region: `(ms, fraction)`.
-    #[serde(skip)]
+    #[serde(default)]
     pub cdf: BTreeMap<String, Vec<(f64, f64)>>,
     /// The protocol's counters, median over repeats.
     pub counters: BTreeMap<String, f64>,
@@ -547,11 +547,35 @@ pub fn run(
             .map_err(|e| format!("{}: {e}", path.display()))?;
         files.push(path);
     }
+    files.extend(write_plots(exp, &results, out)?);
+    Ok((results, files))
+}
+
+fn write_plots(
+    exp: &Experiment,
+    results: &[PointResult],
+    out: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
     for spec in &exp.plots {
-        let chart = chart(exp, spec, &results);
+        let chart = chart(exp, spec, results);
         files.extend(plot::write(&chart, &out.join(&spec.name))?);
     }
-    Ok((results, files))
+    Ok(files)
+}
+
+/// Draws `exp`'s plots again from the `results.json` a previous [`run`] wrote into `out`
+/// (after a change to a plot's labels, say), without running anything.
+pub fn replot(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>, String> {
+    #[derive(Deserialize)]
+    struct Written {
+        points: Vec<PointResult>,
+    }
+    let path = out.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let written: Written =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    write_plots(exp, &written.points, out)
 }
 
 fn summarize(
@@ -1167,6 +1191,11 @@ y = "throughput_tps"
         assert_eq!(csv.lines().count(), 1 + 3 * 4);
         assert!(csv.contains("\n5,1.000,105,"), "{csv}");
         assert!(files.iter().any(|f| f.ends_with("over-time.png")));
+        std::fs::remove_file(dir.path().join("ratio.svg")).unwrap();
+        let again = replot(&exp, dir.path()).unwrap();
+        assert_eq!(again.len(), 4, "{again:?}");
+        let svg = std::fs::read_to_string(dir.path().join("ratio.svg")).unwrap();
+        assert!(svg.contains("5 model"), "the replot has every series");
     }
 
     fn chart_of(exp: &Experiment, name: &str, results: &[PointResult]) -> plot::Chart {

@@ -38,6 +38,17 @@ pub struct ExperimentArgs {
 enum ExperimentCommand {
     /// Run every point of an experiment file and write results and plots.
     Run(RunArgs),
+    /// Draw an experiment's plots again from the results.json of an earlier run.
+    Plot(PlotArgs),
+}
+
+#[derive(Args, Debug)]
+struct PlotArgs {
+    /// The experiment file (`experiments/*.toml`).
+    file: PathBuf,
+    /// The folder of the earlier run (default: `results/<name>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -64,6 +75,26 @@ struct RunArgs {
 pub fn main(args: ExperimentArgs) -> ExitCode {
     match args.command {
         ExperimentCommand::Run(run) => run_file(run),
+        ExperimentCommand::Plot(plot) => plot_file(plot),
+    }
+}
+
+fn plot_file(args: PlotArgs) -> ExitCode {
+    let exp = match experiment::load(&args.file) {
+        Ok(e) => e,
+        Err(e) => return bad_input(e),
+    };
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("results").join(&exp.name));
+    match experiment::replot(&exp, &out) {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => bad_input(e),
     }
 }
 

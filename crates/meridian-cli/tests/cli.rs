@@ -451,6 +451,19 @@ y = "throughput_tps"
         "the fault is marked"
     );
     assert!(dir.path().join("tput.png").exists());
+    std::fs::remove_file(dir.path().join("tput.png")).unwrap();
+    let replot = meridian(&[
+        "experiment",
+        "plot",
+        file.path().to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(replot.status.code(), Some(0), "{}", stderr(&replot));
+    assert!(
+        dir.path().join("tput.png").exists(),
+        "drawn again from results.json"
+    );
 
     let json = meridian(&[
         "sim",
