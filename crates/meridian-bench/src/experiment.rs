@@ -21,6 +21,9 @@
 //! drain = "5s"
 //! clock = "huygens"          # optional override of every node's clock profile
 //! service_time = "20us"      # per-event processing time at a node (default 0)
+//! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
+//! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
+//! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -28,18 +31,31 @@
 //! protocol = ["2pl-2pc", "tiga"]
 //! rate = [500, 1000, 2000]
 //!
+//! [[extra]]                  # optional: points beyond the product (a baseline, say)
+//! protocol = "tiga"
+//! rate = 250
+//!
 //! [[plot]]
 //! name = "latency"           # file stem
 //! title = "…"
 //! x = "throughput_tps"       # a metric or a swept parameter
-//! y = "p50_ms"               # a metric
+//! y = "p50_ms"               # a metric, `counters.K`, `model.K`, or `A / B` of those
+//! y_label = "…"              # axis label (default: the metric's, with its unit)
+//! y_scale = 1.0              # multiplies y (e.g. 1e-6: counted ns shown as ms)
+//! also = "model.K"           # optional second y per series (e.g. a model beside the measure)
+//! also_label = "model"       # suffix of the second y's series names (default "model")
+//! also_scale = 1.0           # multiplies `also` (default: y_scale)
 //! series = "protocol"        # a swept parameter (default: protocol)
 //! region = "SC"              # a coordinator region or "all" (default)
-//! kind = "line"              # or "cdf": the latency distribution of each point
+//! kind = "line"              # "cdf": each point's latency distribution; "timeline": y
+//!                            # (throughput_tps, p50_ms, p99_ms, …) per bucket of time
 //! ```
+//!
+//! A top-level `target = "runtime"` runs the points on the in-process runtime instead of
+//! the simulator (default `"sim"`); the runner that owns the targets picks it.
 
 use crate::metrics::{self, Metrics, ALL, METRICS};
-use crate::{plot, Load, Point, RunOutput, Target};
+use crate::{plot, Load, Point, RunOutput, Target, TimeBucket};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,16 +72,25 @@ pub struct Experiment {
     pub paper: String,
     #[serde(default = "one")]
     pub repeats: u32,
+    /// Where the points run: `sim` (default) or `runtime`.
+    #[serde(default = "default_target")]
+    pub target: String,
     #[serde(default)]
     pub base: BTreeMap<String, toml::Value>,
     #[serde(default)]
     pub sweep: BTreeMap<String, Vec<toml::Value>>,
+    /// Points beyond the sweep's product, each a set of parameters over `base`.
+    #[serde(default)]
+    pub extra: Vec<BTreeMap<String, toml::Value>>,
     #[serde(default, rename = "plot")]
     pub plots: Vec<PlotSpec>,
 }
 
 fn one() -> u32 {
     1
+}
+fn default_target() -> String {
+    "sim".into()
 }
 
 /// One figure of an experiment.
@@ -85,6 +110,27 @@ pub struct PlotSpec {
     pub region: String,
     #[serde(default = "default_kind")]
     pub kind: String,
+    /// The y axis label (default: the metric's).
+    #[serde(default)]
+    pub y_label: String,
+    /// Multiplies every y value (and `also`).
+    #[serde(default = "unit_scale")]
+    pub y_scale: f64,
+    /// A second y for each series, drawn beside the first (a model's prediction).
+    #[serde(default)]
+    pub also: String,
+    #[serde(default = "default_also_label")]
+    pub also_label: String,
+    /// Multiplies `also` (default: `y_scale`), when its unit differs from y's.
+    #[serde(default)]
+    pub also_scale: Option<f64>,
+}
+
+fn unit_scale() -> f64 {
+    1.0
+}
+fn default_also_label() -> String {
+    "model".into()
 }
 
 fn default_series() -> String {
@@ -98,7 +144,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 12] = [
+const PARAMS: [&str; 15] = [
     "protocol",
     "topology",
     "workload",
@@ -111,6 +157,9 @@ const PARAMS: [&str; 12] = [
     "clock",
     "seed",
     "service_time",
+    "faults",
+    "timeline_bucket",
+    "wan_scale",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -125,7 +174,7 @@ pub struct Overrides {
 }
 
 /// One measured point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PointResult {
     /// The swept parameters' values at this point.
     pub params: BTreeMap<String, String>,
@@ -137,8 +186,16 @@ pub struct PointResult {
     /// Invariant or final-state violations, by repeat seed.
     pub violations: Vec<String>,
     /// Latency CDF of the first repeat, per region: `(ms, fraction)`.
-    #[serde(skip)]
+    #[serde(default)]
     pub cdf: BTreeMap<String, Vec<(f64, f64)>>,
+    /// The protocol's counters, median over repeats.
+    pub counters: BTreeMap<String, f64>,
+    /// Each plot's `counters.`/`model.` expression, median over repeats (all regions).
+    pub values: BTreeMap<String, f64>,
+    /// Outcomes per bucket of time, bucket by bucket the median over repeats.
+    pub timeline: Vec<TimeBucket>,
+    /// The first repeat's marks (injected faults), `(s, label)`.
+    pub marks: Vec<(f64, String)>,
 }
 
 /// Reads and checks an experiment file: unknown fields, parameters, metrics and plot
@@ -160,7 +217,12 @@ pub fn parse(text: &str) -> Result<Experiment, String> {
     if exp.repeats == 0 {
         return Err("`repeats` must be at least 1".into());
     }
-    for key in exp.base.keys().chain(exp.sweep.keys()) {
+    for key in exp
+        .base
+        .keys()
+        .chain(exp.sweep.keys())
+        .chain(exp.extra.iter().flat_map(|e| e.keys()))
+    {
         let known = PARAMS.contains(&key.as_str())
             || key.starts_with("workload.")
             || key.starts_with("protocol.")
@@ -189,34 +251,100 @@ fn is_metric(name: &str) -> bool {
     METRICS.iter().any(|(m, _)| *m == name)
 }
 
+/// One term of a plot expression: a metric, `counters.K` or `model.K`.
+fn is_term(t: &str) -> bool {
+    let named = |prefix: &str| t.strip_prefix(prefix).is_some_and(|k| !k.is_empty());
+    is_metric(t) || named("counters.") || named("model.")
+}
+
+/// `A` or `A / B`, each a term.
+fn is_expression(e: &str) -> bool {
+    match e.split_once('/') {
+        Some((a, b)) => is_term(a.trim()) && is_term(b.trim()),
+        None => is_term(e.trim()),
+    }
+}
+
+/// The value of an expression for one run, from its all-regions metrics and counters. A
+/// counter the protocol never counted is 0 (if it counted anything); a ratio over 0 is none.
+fn evaluate(e: &str, run: &RunOutput, all: &Metrics) -> Option<f64> {
+    let term = |t: &str| -> Option<f64> {
+        let t = t.trim();
+        if let Some(k) = t.strip_prefix("counters.") {
+            (!run.counters.is_empty()).then(|| *run.counters.get(k).unwrap_or(&0) as f64)
+        } else if let Some(k) = t.strip_prefix("model.") {
+            run.model.get(k).copied()
+        } else {
+            all.get(t)
+        }
+    };
+    match e.split_once('/') {
+        Some((a, b)) => match (term(a), term(b)) {
+            (Some(a), Some(b)) if b != 0.0 => Some(a / b),
+            _ => None,
+        },
+        None => term(e),
+    }
+}
+
 fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
     let swept = |k: &str| exp.sweep.contains_key(k);
-    if p.kind == "cdf" {
-        return if swept(&p.series) || p.series == "protocol" {
-            Ok(())
-        } else {
-            Err(format!(
-                "plot `{}`: series `{}` is not swept",
-                p.name, p.series
+    if !swept(&p.series) && p.series != "protocol" {
+        return Err(format!(
+            "plot `{}`: series `{}` is not swept",
+            p.name, p.series
+        ));
+    }
+    match p.kind.as_str() {
+        "cdf" => return Ok(()),
+        "timeline" => {
+            if TimeBucket::FIELDS.iter().all(|(f, _)| *f != p.y) {
+                let fields: Vec<&str> = TimeBucket::FIELDS.iter().map(|(f, _)| *f).collect();
+                return Err(format!(
+                    "plot `{}`: a timeline's y must be one of {}",
+                    p.name,
+                    fields.join(", ")
+                ));
+            }
+            return Ok(());
+        }
+        "line" => {}
+        _ => {
+            return Err(format!(
+                "plot `{}`: kind must be `line`, `cdf` or `timeline`",
+                p.name
             ))
-        };
+        }
     }
-    if p.kind != "line" {
-        return Err(format!("plot `{}`: kind must be `line` or `cdf`", p.name));
+    for (what, e) in [("y", &p.y), ("also", &p.also)] {
+        if what == "also" && e.is_empty() {
+            continue;
+        }
+        if !is_expression(e) {
+            return Err(format!(
+                "plot `{}`: {what} `{e}` is not a metric, `counters.K`, `model.K` or `A / B` of those",
+                p.name
+            ));
+        }
+        if !is_metric(e) && p.region != ALL {
+            return Err(format!(
+                "plot `{}`: counters and models are not per region; drop `region`",
+                p.name
+            ));
+        }
     }
-    if !is_metric(&p.y) {
-        return Err(format!("plot `{}`: y `{}` is not a metric", p.name, p.y));
+    for scale in [Some(p.y_scale), p.also_scale].into_iter().flatten() {
+        if !scale.is_finite() || scale <= 0.0 {
+            return Err(format!(
+                "plot `{}`: y_scale and also_scale must be positive",
+                p.name
+            ));
+        }
     }
     if !is_metric(&p.x) && !swept(&p.x) {
         return Err(format!(
             "plot `{}`: x `{}` is neither a metric nor a swept parameter",
             p.name, p.x
-        ));
-    }
-    if !swept(&p.series) && p.series != "protocol" {
-        return Err(format!(
-            "plot `{}`: series `{}` is not swept",
-            p.name, p.series
         ));
     }
     Ok(())
@@ -321,18 +449,25 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
             None => 0,
             Some(t) => service_us(t)?,
         },
+        faults: get("faults", "none"),
+        timeline_bucket_ms: duration_ms("timeline_bucket", &get("timeline_bucket", "1s"))?,
+        wan_scale: match number::<f64>("wan_scale", &get("wan_scale", "1"))? {
+            w if w.is_finite() && w >= 0.0 => w,
+            w => return Err(format!("`wan_scale`: {w} is not a number ≥ 0")),
+        },
     })
 }
 
 /// Every point of the sweep: the swept parameters' values and the point.
-pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, String> {
-    let mut base: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in &exp.base {
+/// Parameter values as text, option tables flattened to `workload.K` / `protocol.K`.
+fn flatten(table: &BTreeMap<String, toml::Value>) -> Result<Params, String> {
+    let mut flat = Params::new();
+    for (k, v) in table {
         match (k.as_str(), v) {
             ("workload_opts" | "protocol_opts", toml::Value::Table(t)) => {
                 let prefix = k.trim_end_matches("_opts");
                 for (ok, ov) in t {
-                    base.insert(format!("{prefix}.{ok}"), text(ov));
+                    flat.insert(format!("{prefix}.{ok}"), text(ov));
                 }
             }
             ("workload_opts" | "protocol_opts", _) => {
@@ -341,10 +476,16 @@ pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, S
                 ))
             }
             _ => {
-                base.insert(k.clone(), text(v));
+                flat.insert(k.clone(), text(v));
             }
         }
     }
+    Ok(flat)
+}
+
+/// Every point: the sweep's product, then the extra points.
+pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, String> {
+    let base = flatten(&exp.base)?;
     let mut assignments: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
     for (key, values) in &exp.sweep {
         assignments = assignments
@@ -357,6 +498,9 @@ pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, S
                 })
             })
             .collect();
+    }
+    for extra in &exp.extra {
+        assignments.push(flatten(extra)?);
     }
     assignments
         .into_iter()
@@ -392,20 +536,84 @@ pub fn run(
             })?;
             runs.push(output);
         }
-        results.push(summarize(params, point, &runs));
+        results.push(summarize(exp, params, point, &runs));
         progress(i + 1, total, 0.0);
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut files = write_results(exp, &results, out)?;
-    for spec in &exp.plots {
-        let chart = chart(exp, spec, &results);
-        files.extend(plot::write(&chart, &out.join(&spec.name))?);
+    if exp.plots.iter().any(|p| p.kind == "timeline") {
+        let path = out.join("timeline.csv");
+        std::fs::write(&path, timeline_csv(&results))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        files.push(path);
     }
+    files.extend(write_plots(exp, &results, out)?);
     Ok((results, files))
 }
 
-fn summarize(params: BTreeMap<String, String>, point: Point, runs: &[RunOutput]) -> PointResult {
+fn write_plots(
+    exp: &Experiment,
+    results: &[PointResult],
+    out: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for spec in &exp.plots {
+        let chart = chart(exp, spec, results);
+        files.extend(plot::write(&chart, &out.join(&spec.name))?);
+    }
+    Ok(files)
+}
+
+/// Draws `exp`'s plots again from the `results.json` a previous [`run`] wrote into `out`
+/// (after a change to a plot's labels, say), without running anything.
+pub fn replot(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>, String> {
+    #[derive(Deserialize)]
+    struct Written {
+        points: Vec<PointResult>,
+    }
+    let path = out.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let written: Written =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    write_plots(exp, &written.points, out)
+}
+
+fn summarize(
+    exp: &Experiment,
+    params: BTreeMap<String, String>,
+    point: Point,
+    runs: &[RunOutput],
+) -> PointResult {
     let rows: Vec<Vec<Metrics>> = runs.iter().map(metrics::of_run).collect();
+    let expressions = exp
+        .plots
+        .iter()
+        .filter(|p| p.kind == "line")
+        .flat_map(|p| [&p.y, &p.also])
+        .filter(|e| !e.is_empty() && !is_metric(e));
+    let mut values = BTreeMap::new();
+    for e in expressions {
+        let per_run: Vec<f64> = runs
+            .iter()
+            .zip(&rows)
+            .filter_map(|(run, rows)| evaluate(e, run, rows.last().expect("the all row")))
+            .collect();
+        if let Some(v) = metrics::median(&mut per_run.clone()) {
+            values.insert(e.clone(), v);
+        }
+    }
+    let names: std::collections::BTreeSet<&String> =
+        runs.iter().flat_map(|r| r.counters.keys()).collect();
+    let counters = names
+        .into_iter()
+        .filter_map(|k| {
+            let mut per_run: Vec<f64> = runs
+                .iter()
+                .map(|r| *r.counters.get(k).unwrap_or(&0) as f64)
+                .collect();
+            metrics::median(&mut per_run).map(|v| (k.clone(), v))
+        })
+        .collect();
     let mut abort_reasons: BTreeMap<String, u64> = BTreeMap::new();
     for r in runs {
         for (k, v) in &r.abort_reasons {
@@ -439,7 +647,36 @@ fn summarize(params: BTreeMap<String, String>, point: Point, runs: &[RunOutput])
         throttled: runs.iter().map(|r| r.throttled).sum::<u64>() / runs.len().max(1) as u64,
         violations,
         cdf,
+        counters,
+        values,
+        timeline: median_timeline(runs),
+        marks: runs.first().map(|r| r.marks.clone()).unwrap_or_default(),
     }
+}
+
+/// Bucket by bucket, the median of each field over the runs that reached the bucket.
+fn median_timeline(runs: &[RunOutput]) -> Vec<TimeBucket> {
+    let len = runs.iter().map(|r| r.timeline.len()).max().unwrap_or(0);
+    (0..len)
+        .map(|i| {
+            let same: Vec<&TimeBucket> = runs.iter().filter_map(|r| r.timeline.get(i)).collect();
+            let med = |f: &dyn Fn(&TimeBucket) -> Option<f64>| {
+                metrics::median(&mut same.iter().filter_map(|b| f(b)).collect::<Vec<_>>())
+            };
+            let count = |f: &dyn Fn(&TimeBucket) -> u64| {
+                med(&|b| Some(f(b) as f64)).map_or(0, |v| v.round() as u64)
+            };
+            TimeBucket {
+                start_s: same[0].start_s,
+                committed: count(&|b| b.committed),
+                aborted: count(&|b| b.aborted),
+                unknown: count(&|b| b.unknown),
+                throughput_tps: med(&|b| Some(b.throughput_tps)).unwrap_or(0.0),
+                p50_ms: med(&|b| b.p50_ms),
+                p99_ms: med(&|b| b.p99_ms),
+            }
+        })
+        .collect()
 }
 
 /// The latency distribution as `(ms, fraction ≤)` at 1% steps.
@@ -473,6 +710,8 @@ fn axis_label(name: &str) -> String {
         "protocol.delta_ms" => "Δ (ms)".into(),
         "workload.records" => "data items".into(),
         "workload.rmw_ratio" => "read-modify-write ratio".into(),
+        "workload.keys_per_shard" => "data items per partition".into(),
+        "protocol.headroom_offset_ms" => "headroom offset Δ (ms)".into(),
         other if is_metric(other) => unit(other),
         other => other.to_string(),
     }
@@ -480,31 +719,57 @@ fn axis_label(name: &str) -> String {
 
 /// The chart of one plot spec.
 pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot::Chart {
-    let label = |r: &PointResult| {
-        r.params
-            .get(&spec.series)
-            .cloned()
-            .unwrap_or_else(|| r.point.protocol.clone())
+    // A distribution or a timeline is one series per point: unless the series parameter
+    // tells points apart, they are named by all their swept parameters.
+    let per_point = spec.kind != "line";
+    let label = |r: &PointResult| match r.params.get(&spec.series) {
+        Some(v) => v.clone(),
+        None if per_point && !r.params.is_empty() => r
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        None => r.point.protocol.clone(),
     };
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut marks = Vec::new();
     for r in results {
-        let points: Vec<(f64, f64)> = if spec.kind == "cdf" {
-            r.cdf.get(&spec.region).cloned().unwrap_or_default()
-        } else {
-            let Some(m) = r.metrics.iter().find(|m| m.region == spec.region) else {
-                continue;
-            };
-            let x = if is_metric(&spec.x) {
-                m.get(&spec.x)
-            } else {
-                r.params.get(&spec.x).and_then(|v| v.parse().ok())
-            };
-            match (x, m.get(&spec.y)) {
-                (Some(x), Some(y)) => vec![(x, y)],
-                _ => Vec::new(),
+        match spec.kind.as_str() {
+            "cdf" => series
+                .entry(label(r))
+                .or_default()
+                .extend(r.cdf.get(&spec.region).cloned().unwrap_or_default()),
+            "timeline" => {
+                series
+                    .entry(label(r))
+                    .or_default()
+                    .extend(timeline_points(spec, r));
+                if marks.is_empty() {
+                    marks = r.marks.clone();
+                }
             }
-        };
-        series.entry(label(r)).or_default().extend(points);
+            _ => {
+                let also_scale = spec.also_scale.unwrap_or(spec.y_scale);
+                let ys: Vec<(String, &String, f64)> = if spec.also.is_empty() {
+                    vec![(label(r), &spec.y, spec.y_scale)]
+                } else {
+                    vec![
+                        (format!("{} measured", label(r)), &spec.y, spec.y_scale),
+                        (
+                            format!("{} {}", label(r), spec.also_label),
+                            &spec.also,
+                            also_scale,
+                        ),
+                    ]
+                };
+                for (name, y, scale) in ys {
+                    if let Some(p) = line_point(spec, r, y, scale) {
+                        series.entry(name).or_default().push(p);
+                    }
+                }
+            }
+        }
     }
     let region = if spec.region == ALL {
         "all regions".to_string()
@@ -523,22 +788,69 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
         (lo.min(x), hi.max(x))
     });
     let log_x = spec.kind == "cdf" && hi / lo > 30.0;
-    let (x_label, y_label) = if spec.kind == "cdf" {
-        let scale = if log_x { ", log scale" } else { "" };
-        (
-            format!("commit latency (ms{scale})"),
-            "fraction of committed txns".to_string(),
-        )
-    } else {
-        (axis_label(&spec.x), axis_label(&spec.y))
+    let (x_label, mut y_label) = match spec.kind.as_str() {
+        "cdf" => {
+            let scale = if log_x { ", log scale" } else { "" };
+            (
+                format!("commit latency (ms{scale})"),
+                "fraction of committed txns".to_string(),
+            )
+        }
+        "timeline" => {
+            let bucket_ms = results.first().map_or(0, |r| r.point.timeline_bucket_ms);
+            (
+                format!("time since the load started (s; {bucket_ms} ms buckets, by commit time)"),
+                TimeBucket::FIELDS
+                    .iter()
+                    .find(|(f, _)| *f == spec.y)
+                    .map_or(spec.y.clone(), |(_, l)| l.to_string()),
+            )
+        }
+        _ => (axis_label(&spec.x), axis_label(&spec.y)),
     };
+    if !spec.y_label.is_empty() {
+        y_label = spec.y_label.clone();
+    }
     plot::Chart {
         title: format!("{title} [{region}]"),
         x_label,
         y_label,
         series: series.into_iter().collect(),
         log_x,
+        marks,
     }
+}
+
+/// One point of a line plot: x (a metric or a swept parameter) against expression `y`
+/// times `scale`.
+fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(f64, f64)> {
+    let m = r.metrics.iter().find(|m| m.region == spec.region)?;
+    let x = if is_metric(&spec.x) {
+        m.get(&spec.x)
+    } else {
+        r.params.get(&spec.x).and_then(|v| v.parse().ok())
+    }?;
+    let y = if is_metric(y) {
+        m.get(y)
+    } else {
+        r.values.get(y).copied()
+    }?;
+    Some((x, y * scale))
+}
+
+/// A point's timeline during the load (the drain only empties the pipeline), each bucket
+/// at its midpoint.
+fn timeline_points(spec: &PlotSpec, r: &PointResult) -> Vec<(f64, f64)> {
+    let bucket_s = r.point.timeline_bucket_ms as f64 / 1000.0;
+    let load_s = r.point.duration_ms as f64 / 1000.0;
+    r.timeline
+        .iter()
+        .filter(|b| b.start_s < load_s)
+        .filter_map(|b| {
+            b.get(&spec.y)
+                .map(|y| (b.start_s + bucket_s / 2.0, y * spec.y_scale))
+        })
+        .collect()
 }
 
 fn write_results(
@@ -559,6 +871,47 @@ fn write_results(
     let csv_path = out.join("results.csv");
     std::fs::write(&csv_path, csv(results)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
     Ok(vec![json_path, csv_path])
+}
+
+/// One row per point and bucket of time: the swept parameters and the bucket's outcomes.
+pub fn timeline_csv(results: &[PointResult]) -> String {
+    let keys: Vec<String> = results
+        .first()
+        .map(|r| r.params.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut out = keys.join(",");
+    if !keys.is_empty() {
+        out.push(',');
+    }
+    out.push_str("start_s,committed,aborted,unknown,throughput_tps,p50_ms,p99_ms\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    for r in results {
+        let params: Vec<String> = keys
+            .iter()
+            .map(|k| {
+                r.params
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_default()
+                    .replace(',', ";")
+            })
+            .collect();
+        for b in &r.timeline {
+            let mut row = params.clone();
+            row.extend([
+                format!("{:.3}", b.start_s),
+                b.committed.to_string(),
+                b.aborted.to_string(),
+                b.unknown.to_string(),
+                format!("{:.1}", b.throughput_tps),
+                opt(b.p50_ms),
+                opt(b.p99_ms),
+            ]);
+            out.push_str(&row.join(","));
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// One row per point and region: the swept parameters, the region, every metric.
@@ -664,19 +1017,20 @@ kind = "cdf"
         }
     }
 
+    fn run_quietly(
+        exp: &Experiment,
+        target: &mut dyn Target,
+        out: &Path,
+    ) -> (Vec<PointResult>, Vec<PathBuf>) {
+        run(exp, target, out, &Overrides::default(), &mut |_, _, _| {}).unwrap()
+    }
+
     #[test]
     fn a_sweep_runs_every_point_and_repeat_and_writes_results_and_plots() {
         let exp = parse(FILE).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut target = Fake { runs: Vec::new() };
-        let (results, files) = run(
-            &exp,
-            &mut target,
-            dir.path(),
-            &Overrides::default(),
-            &mut |_, _, _| {},
-        )
-        .unwrap();
+        let (results, files) = run_quietly(&exp, &mut target, dir.path());
         assert_eq!(target.runs.len(), 4 * 3);
         assert_eq!(target.runs[0].workload_opts["zipf"], "0.5");
         assert_eq!(target.runs[0].duration_ms, 2000);
@@ -725,6 +1079,130 @@ kind = "cdf"
         );
     }
 
+    /// A target whose counters, model and timeline follow `delta` (a protocol option).
+    struct Counting;
+
+    impl Target for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn run(&mut self, p: &Point, _: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
+            let delta: u64 = p.protocol_opts["delta"].parse().unwrap();
+            let timeline = (0..4)
+                .map(|i| TimeBucket {
+                    start_s: f64::from(i),
+                    committed: if i == 2 { 0 } else { 100 + delta },
+                    throughput_tps: if i == 2 { 0.0 } else { 100.0 },
+                    ..TimeBucket::default()
+                })
+                .collect();
+            Ok(RunOutput {
+                counters: [
+                    ("txns".into(), 100),
+                    ("delayed".into(), 10 * delta + p.seed),
+                ]
+                .into_iter()
+                .collect(),
+                model: [("p".to_string(), 0.5)].into_iter().collect(),
+                timeline,
+                marks: vec![(2.0, p.faults.clone())],
+                load_s: 1.0,
+                ..RunOutput::default()
+            })
+        }
+    }
+
+    #[test]
+    fn counters_models_extra_points_and_timelines_reach_the_plots() {
+        let exp = parse(
+            r#"
+name = "c"
+repeats = 3
+[base]
+duration = "3s"
+faults = "crash:shard0/replica0@2s"
+timeline_bucket = "1s"
+[sweep]
+"protocol.delta" = [1, 2]
+[[extra]]
+"protocol.delta" = 5
+[[plot]]
+name = "ratio"
+x = "protocol.delta"
+y = "counters.delayed / counters.txns"
+also = "model.p"
+y_scale = 100
+also_scale = 10
+y_label = "delayed (%)"
+series = "protocol.delta"
+[[plot]]
+name = "over-time"
+kind = "timeline"
+y = "throughput_tps"
+"#,
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (results, files) = run_quietly(&exp, &mut Counting, dir.path());
+        assert_eq!(results.len(), 3, "two swept points and one extra");
+        assert_eq!(results[2].params["protocol.delta"], "5");
+        // Seeds 1, 2, 3: delayed = 10·delta + seed, median seed 2.
+        let ratio = &results[1].values["counters.delayed / counters.txns"];
+        assert!((ratio - 0.22).abs() < 1e-9, "{ratio}");
+        assert_eq!(results[1].counters["delayed"], 22.0);
+        let chart = chart(&exp, &exp.plots[0], &results);
+        let names: Vec<&str> = chart.series.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "1 measured",
+                "1 model",
+                "2 measured",
+                "2 model",
+                "5 measured",
+                "5 model"
+            ]
+        );
+        assert_eq!(chart.series[2].1, vec![(2.0, 22.0)]);
+        assert_eq!(
+            chart.series[3].1,
+            vec![(2.0, 5.0)],
+            "the model at its own scale"
+        );
+        assert_eq!(chart.y_label, "delayed (%)");
+        let timeline = chart_of(&exp, "over-time", &results);
+        assert_eq!(timeline.series[2].0, "protocol.delta=5");
+        // Buckets during the 3 s load only, at their midpoints; the fault is marked.
+        assert_eq!(
+            timeline.series[0].1,
+            vec![(0.5, 100.0), (1.5, 100.0), (2.5, 0.0)]
+        );
+        assert_eq!(
+            timeline.marks,
+            vec![(2.0, "crash:shard0/replica0@2s".to_string())]
+        );
+        assert!(
+            timeline.x_label.contains("1000 ms buckets"),
+            "{}",
+            timeline.x_label
+        );
+        let csv = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
+        assert!(csv.starts_with("protocol.delta,start_s,committed"), "{csv}");
+        assert_eq!(csv.lines().count(), 1 + 3 * 4);
+        assert!(csv.contains("\n5,1.000,105,"), "{csv}");
+        assert!(files.iter().any(|f| f.ends_with("over-time.png")));
+        std::fs::remove_file(dir.path().join("ratio.svg")).unwrap();
+        let again = replot(&exp, dir.path()).unwrap();
+        assert_eq!(again.len(), 4, "{again:?}");
+        let svg = std::fs::read_to_string(dir.path().join("ratio.svg")).unwrap();
+        assert!(svg.contains("5 model"), "the replot has every series");
+    }
+
+    fn chart_of(exp: &Experiment, name: &str, results: &[PointResult]) -> plot::Chart {
+        let spec = exp.plots.iter().find(|p| p.name == name).unwrap();
+        chart(exp, spec, results)
+    }
+
     #[test]
     fn bad_files_are_errors_naming_the_problem() {
         for (bad, needle) in [
@@ -748,6 +1226,20 @@ kind = "cdf"
                 "neither a metric",
             ),
             ("name = \"../x\"", "plain file name"),
+            (
+                "name = \"x\"\n[[plot]]\nname = \"p\"\nkind = \"timeline\"\ny = \"p90_ms\"",
+                "a timeline's y",
+            ),
+            (
+                "name = \"x\"\n[[plot]]\nname = \"p\"\nx = \"rate\"\ny = \"counters.\"",
+                "`counters.` is not a metric",
+            ),
+            (
+                "name = \"x\"\n[[plot]]\nname = \"p\"\nx = \"throughput_tps\"\ny = \"counters.a\"\nregion = \"SC\"",
+                "not per region",
+            ),
+            ("name = \"x\"\n[[extra]]\nrat = 1", "unknown parameter `rat`"),
+            ("name = \"x\"\n[base]\nwan_scale = -1", "`wan_scale`"),
             ("name = \"x\"\ncolour = 1", "colour"),
         ] {
             let e = parse(bad).unwrap_err();

@@ -10,7 +10,11 @@
 //!   commit rate, p50/p90/p99 in ms and in WRTT units against the physical bound, path
 //!   ratios, abort ratio and reasons), percentiles from HDR histograms.
 //! * [`experiment`] reads `experiments/*.toml`, expands the sweep, runs every point and
-//!   repeat, and writes JSON, CSV and [`plot`]s (SVG and PNG).
+//!   repeat, and writes JSON, CSV and [`plot`]s (SVG and PNG): metric against metric or
+//!   swept parameter, latency CDFs, and timelines (outcomes per bucket of time, with the
+//!   injected faults marked) for fault experiments. A plot may also name the protocol's
+//!   counters (`counters.K`, ratios `counters.A / counters.B`) and a target's model values
+//!   (`model.K`).
 
 pub mod experiment;
 pub mod metrics;
@@ -47,6 +51,12 @@ pub struct Point {
     /// throughput saturates as on real servers.
     pub service_time_us: u64,
     pub seed: u64,
+    /// Scheduled faults in the simulator's syntax (`crash:shard0/replica0@10s,…`), or `none`.
+    pub faults: String,
+    /// Bucket length of the run's timeline, ms.
+    pub timeline_bucket_ms: u64,
+    /// Runtime target: multiplies the topology's one-way delays (1: the real WAN).
+    pub wan_scale: f64,
 }
 
 /// What a target measured in one region of coordinators during one run.
@@ -76,6 +86,56 @@ pub struct RunOutput {
     pub load_s: f64,
     /// The workload's invariant and final-state conditions: `Err` names the violation.
     pub invariant: Result<(), String>,
+    /// Outcomes over time (empty if the target keeps no timeline).
+    pub timeline: Vec<TimeBucket>,
+    /// Moments worth marking on a timeline, `(s, label)`: the faults injected.
+    pub marks: Vec<(f64, String)>,
+    /// The protocol's own counters (`Context::count`), summed over its nodes.
+    pub counters: BTreeMap<String, u64>,
+    /// Values the target derives for the run, such as an analytical model's prediction
+    /// from the measured inputs (`delay_probability`); plots name them `model.K`.
+    pub model: BTreeMap<String, f64>,
+}
+
+/// What finished in one bucket of time: each transaction counts in the bucket where its
+/// answer reached the client.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBucket {
+    /// The bucket's start, s from the start of the load.
+    pub start_s: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    /// Committed transactions per second of the bucket.
+    pub throughput_tps: f64,
+    /// Latency of the transactions committed in the bucket, ms.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+impl TimeBucket {
+    /// Every field a timeline plot may show, with its axis label.
+    pub const FIELDS: [(&'static str, &'static str); 6] = [
+        ("throughput_tps", "throughput (committed txns/s)"),
+        ("p50_ms", "median commit latency (ms)"),
+        ("p99_ms", "p99 commit latency (ms)"),
+        ("committed", "committed transactions per bucket"),
+        ("aborted", "aborted transactions per bucket"),
+        ("unknown", "unknown outcomes per bucket"),
+    ];
+
+    /// The named field (see [`TimeBucket::FIELDS`]).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "throughput_tps" => Some(self.throughput_tps),
+            "p50_ms" => self.p50_ms,
+            "p99_ms" => self.p99_ms,
+            "committed" => Some(self.committed as f64),
+            "aborted" => Some(self.aborted as f64),
+            "unknown" => Some(self.unknown as f64),
+            _ => None,
+        }
+    }
 }
 
 /// Something that runs a point: the simulator, or a real cluster.
@@ -96,6 +156,10 @@ impl Default for RunOutput {
             throttled: 0,
             load_s: 0.0,
             invariant: Ok(()),
+            timeline: Vec::new(),
+            marks: Vec::new(),
+            counters: BTreeMap::new(),
+            model: BTreeMap::new(),
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct Chart {
     pub series: Vec<(String, Vec<(f64, f64)>)>,
     /// Log-scale x axis (for latency CDFs over decades).
     pub log_x: bool,
+    /// Vertical lines at x values, each with a legend entry (a fault's time and name).
+    pub marks: Vec<(f64, String)>,
 }
 
 const FONT: &str = "sans-serif";
@@ -83,6 +85,73 @@ fn range(values: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64,
     (lo - pad, hi + pad)
 }
 
+/// The title's font size: 24 px, smaller for long titles so they fit the 960 px width.
+fn title_size(title: &str) -> u32 {
+    let chars = title.chars().count() as u32;
+    if chars <= 72 {
+        24
+    } else {
+        (24 * 72 / chars).max(13)
+    }
+}
+
+/// Where the legend hides the fewest points: the corners first, then the middles of the
+/// edges and the centre. The legend's box is estimated from its entries (DejaVu at 15 px,
+/// about 9 px per character and 22 px per line) against the plot area.
+fn legend_corner(chart: &Chart, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    use SeriesLabelPosition as P;
+    let fraction = |v: f64, (lo, hi): (f64, f64), log: bool| {
+        if log && v > 0.0 && lo > 0.0 {
+            (v / lo).ln() / (hi / lo).ln()
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let names = chart
+        .series
+        .iter()
+        .map(|(n, _)| n)
+        .chain(chart.marks.iter().map(|(_, n)| n));
+    let longest = names.clone().map(|n| n.chars().count()).max().unwrap_or(0) as f64;
+    let entries = names.count() as f64;
+    let (plot_w, plot_h) = (f64::from(SIZE.0) - 110.0, f64::from(SIZE.1) - 110.0);
+    let w = ((50.0 + 9.0 * longest) / plot_w).min(1.0);
+    let h = ((14.0 + 22.0 * entries) / plot_h).min(1.0);
+    // Candidate boxes as (left, bottom) in fractions of the plot area.
+    let candidates = [
+        (P::UpperLeft, 0.0, 1.0 - h),
+        (P::UpperRight, 1.0 - w, 1.0 - h),
+        (P::LowerRight, 1.0 - w, 0.0),
+        (P::LowerLeft, 0.0, 0.0),
+        (P::UpperMiddle, (1.0 - w) / 2.0, 1.0 - h),
+        (P::MiddleRight, 1.0 - w, (1.0 - h) / 2.0),
+        (P::MiddleLeft, 0.0, (1.0 - h) / 2.0),
+        (P::LowerMiddle, (1.0 - w) / 2.0, 0.0),
+        (P::MiddleMiddle, (1.0 - w) / 2.0, (1.0 - h) / 2.0),
+    ];
+    let points: Vec<(f64, f64)> = chart
+        .series
+        .iter()
+        .flat_map(|(_, p)| p.iter())
+        .map(|(px, py)| (fraction(*px, x, chart.log_x), fraction(*py, y, false)))
+        .collect();
+    let margin = 0.02;
+    let hidden = |left: f64, bottom: f64| {
+        points
+            .iter()
+            .filter(|(fx, fy)| {
+                (left - margin..=left + w + margin).contains(fx)
+                    && (bottom - margin..=bottom + h + margin).contains(fy)
+            })
+            .count()
+    };
+    candidates
+        .into_iter()
+        .min_by_key(|(_, left, bottom)| hidden(*left, *bottom))
+        .map(|(position, _, _)| position)
+        .expect("candidates")
+}
+
 fn draw<DB: DrawingBackend>(
     chart: &Chart,
     root: DrawingArea<DB, plotters::coord::Shift>,
@@ -93,11 +162,12 @@ where
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
     let points = || chart.series.iter().flat_map(|(_, p)| p.iter());
-    let (x0, x1) = range(points().map(|p| p.0), chart.log_x, false);
+    let marks = chart.marks.iter().map(|(x, _)| *x);
+    let (x0, x1) = range(points().map(|p| p.0).chain(marks), chart.log_x, false);
     let (y0, y1) = range(points().map(|p| p.1), false, true);
     let mut builder = ChartBuilder::on(&root);
     builder
-        .caption(&chart.title, (FONT, 24))
+        .caption(&chart.title, (FONT, title_size(&chart.title)))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72);
@@ -123,14 +193,26 @@ where
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                     });
-                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                // Dense series (timelines) read better as lines with small markers.
+                let radius = if pts.len() > 40 { 2 } else { 4 };
+                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, radius, color.filled())))
                     .map_err(err)?;
+            }
+            for (x, name) in &chart.marks {
+                let color = BLACK.mix(0.7);
+                let line = vec![(*x, y0), (*x, y1)];
+                ctx.draw_series(DashedLineSeries::new(line, 8, 6, color.stroke_width(2)))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
             }
             ctx.configure_series_labels()
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .label_font(style(15))
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(legend_corner(chart, (x0, x1), (y0, y1)))
                 .draw()
                 .map_err(err)?;
         }};
@@ -162,6 +244,7 @@ mod tests {
                 ("2pl-2pc".into(), vec![(100.0, 250.0), (200.0, 300.0)]),
             ],
             log_x: false,
+            marks: vec![(150.0, "crash:shard0/replica0@150s".into())],
         };
         let paths = write(&chart, &dir.path().join("fig")).unwrap();
         let svg = std::fs::read_to_string(&paths[0]).unwrap();
@@ -170,6 +253,7 @@ mod tests {
             "rate per coordinator (txns/s)",
             "tiga",
             "2pl-2pc",
+            "crash:shard0/replica0@150s",
         ] {
             assert!(svg.contains(text), "{text} missing from the SVG");
         }
@@ -180,5 +264,25 @@ mod tests {
             "a PNG with content: {} bytes",
             png.len()
         );
+    }
+
+    #[test]
+    fn the_legend_goes_where_it_hides_no_points() {
+        let line = |pts: Vec<(f64, f64)>| Chart {
+            series: vec![("a".into(), pts)],
+            ..Chart::default()
+        };
+        let rising: Vec<(f64, f64)> = (0..=10).map(|i| (f64::from(i), f64::from(i))).collect();
+        assert!(matches!(
+            legend_corner(&line(rising), (0.0, 10.0), (0.0, 10.0)),
+            SeriesLabelPosition::UpperLeft
+        ));
+        let falling: Vec<(f64, f64)> = (0..=10)
+            .map(|i| (f64::from(i), f64::from(10 - i)))
+            .collect();
+        assert!(matches!(
+            legend_corner(&line(falling), (0.0, 10.0), (0.0, 10.0)),
+            SeriesLabelPosition::UpperRight
+        ));
     }
 }

@@ -1,19 +1,32 @@
-//! `meridian experiment run FILE`: runs an experiment file (DESIGN §10) on the simulator
-//! and writes `results/<name>/` (JSON, CSV, an SVG and a PNG per plot), with a progress bar.
+//! `meridian experiment run FILE`: runs an experiment file (DESIGN §10) and writes
+//! `results/<name>/` (JSON, CSV, an SVG and a PNG per plot), with a progress bar.
+//!
+//! Two targets, chosen by the file's `target`: `sim` (default) runs each point in the
+//! deterministic simulator, with its fault schedule, its timeline and the protocol's
+//! counters (and, for Clock-SI on MicroBench, the §IV model's prediction from the measured
+//! inputs as `model.*`); `runtime` runs it on the tokio runtime with every node in this
+//! process (`wan_scale` scales the emulated WAN; real time, so keep points short).
 
 use crate::bad_input;
+use crate::load::{run_point, PointRun};
 use crate::protocols::with_protocol;
+use crate::runtime::ClusterArgs;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use meridian_bench::experiment::{self, Overrides};
-use meridian_bench::{Load, Point, RunOutput, Sample, Target};
-use meridian_core::time::{parse_duration_ns, NS_PER_MS};
+use meridian_bench::{Load, Point, RunOutput, Sample, Target, TimeBucket};
+use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::ClockProfile;
-use meridian_core::{Protocol, ProtocolConfig, Topology};
-use meridian_sim::{OpenLoop, SimOptions};
+use meridian_core::{Cluster, Protocol, ProtocolConfig, ShardId, Topology};
+use meridian_protocols::clock_si::model::Params;
+use meridian_protocols::clock_si::ClockSi;
+use meridian_server::{LoadOptions, LoadStats, RegionLoad};
+use meridian_sim::{FaultPlan, OpenLoop, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
@@ -25,6 +38,17 @@ pub struct ExperimentArgs {
 enum ExperimentCommand {
     /// Run every point of an experiment file and write results and plots.
     Run(RunArgs),
+    /// Draw an experiment's plots again from the results.json of an earlier run.
+    Plot(PlotArgs),
+}
+
+#[derive(Args, Debug)]
+struct PlotArgs {
+    /// The experiment file (`experiments/*.toml`).
+    file: PathBuf,
+    /// The folder of the earlier run (default: `results/<name>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -51,6 +75,26 @@ struct RunArgs {
 pub fn main(args: ExperimentArgs) -> ExitCode {
     match args.command {
         ExperimentCommand::Run(run) => run_file(run),
+        ExperimentCommand::Plot(plot) => plot_file(plot),
+    }
+}
+
+fn plot_file(args: PlotArgs) -> ExitCode {
+    let exp = match experiment::load(&args.file) {
+        Ok(e) => e,
+        Err(e) => return bad_input(e),
+    };
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("results").join(&exp.name));
+    match experiment::replot(&exp, &out) {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => bad_input(e),
     }
 }
 
@@ -90,8 +134,17 @@ fn run_file(args: RunArgs) -> ExitCode {
             .expect("template")
             .progress_chars("=> "),
     );
-    let mut target = SimTarget;
-    let result = experiment::run(&exp, &mut target, &out, &overrides, &mut |i, n, f| {
+    let mut target: Box<dyn Target> = match exp.target.as_str() {
+        "sim" => Box::new(Targets::Sim),
+        "runtime" => Box::new(Targets::Runtime),
+        other => {
+            return bad_input(format!(
+                "{}: `target` must be `sim` or `runtime`, not `{other}`",
+                args.file.display()
+            ))
+        }
+    };
+    let result = experiment::run(&exp, target.as_mut(), &out, &overrides, &mut |i, n, f| {
         bar.set_position(((i as f64 + f) / n.max(1) as f64 * 1000.0) as u64);
         bar.set_message(format!("{}: point {}/{n}", exp.name, (i + 1).min(n)));
     });
@@ -100,7 +153,13 @@ fn run_file(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return bad_input(e),
     };
-    println!("{} ({}): {} points", exp.name, exp.paper, results.len());
+    println!(
+        "{} ({}) on the {}: {} points",
+        exp.name,
+        exp.paper,
+        target.name(),
+        results.len()
+    );
     for r in &results {
         let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         if let Some(all) = r
@@ -134,17 +193,37 @@ fn fmt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-/// The simulator as a benchmark target.
-struct SimTarget;
+/// Where `meridian experiment` runs points: the simulator, or the runtime with every node
+/// in this process ([`on_runtime`]).
+enum Targets {
+    Sim,
+    Runtime,
+}
 
-impl Target for SimTarget {
+impl Target for Targets {
     fn name(&self) -> &str {
-        "sim"
+        match self {
+            Targets::Sim => "sim",
+            Targets::Runtime => "runtime",
+        }
     }
 
     fn run(&mut self, point: &Point, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
-        with_protocol!(point.protocol.as_str(), P => simulate::<P>(point, progress), Err(format!("unknown protocol `{}`", point.protocol)))
+        with_protocol!(point.protocol.as_str(), P => match self {
+            Targets::Sim => simulate::<P>(point, progress),
+            Targets::Runtime => on_runtime::<P>(point, progress),
+        }, Err(format!("unknown protocol `{}`", point.protocol)))
     }
+}
+
+/// The point's protocol options as `key=value,…`.
+fn protocol_opts(point: &Point) -> String {
+    let pairs: Vec<String> = point
+        .protocol_opts
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    pairs.join(",")
 }
 
 fn simulate<P: Protocol>(
@@ -157,12 +236,7 @@ fn simulate<P: Protocol>(
             ClockProfile::builtin(name).ok_or_else(|| format!("unknown clock profile `{name}`"))?;
         topology.set_all_clocks(profile);
     }
-    let options_text: Vec<String> = point
-        .protocol_opts
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let config = ProtocolConfig::parse(&options_text.join(","))
+    let config = ProtocolConfig::parse(&protocol_opts(point))
         .map_err(|e| format!("protocol options: {e}"))?;
     let setup = meridian_sim::setup::<P>(topology, config, meridian_workload::procedures())?;
     let workload_options = WorkloadOptions {
@@ -191,6 +265,9 @@ fn simulate<P: Protocol>(
         record_history: false,
         open_loop,
         service_time_ns: point.service_time_us * 1_000,
+        faults: FaultPlan::parse(&point.faults, &setup.cluster)
+            .map_err(|e| format!("`faults`: {e}"))?,
+        timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
         ..SimOptions::default()
     };
     let end_ns = (options.duration_ns + options.drain_ns) as f64;
@@ -215,5 +292,186 @@ fn simulate<P: Protocol>(
         throttled: report.throttled,
         load_s: point.duration_ms as f64 / 1000.0,
         invariant: report.invariant.clone(),
+        timeline: report
+            .timeline
+            .buckets
+            .iter()
+            .map(|b| TimeBucket {
+                start_s: b.start_ms / 1000.0,
+                committed: b.committed,
+                aborted: b.aborted,
+                unknown: b.unknown,
+                throughput_tps: b.throughput_tps,
+                p50_ms: b.p50_ms,
+                p99_ms: b.p99_ms,
+            })
+            .collect(),
+        marks: fault_marks(&point.faults),
+        counters: report
+            .counters
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        model: clock_si_model(point, &setup.cluster, &report),
     })
+}
+
+/// Each scheduled fault's time and text (`crash:shard0/replica0@10s`).
+fn fault_marks(spec: &str) -> Vec<(f64, String)> {
+    spec.split(',')
+        .filter_map(|item| {
+            let (_, at) = item.trim().rsplit_once('@')?;
+            let ns = parse_duration_ns(at).ok()?;
+            Some((ns as f64 / NS_PER_S as f64, item.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Clock-SI's §IV model (`clock_si::model`) for a Clock-SI MicroBench point, its inputs
+/// taken from the run as in `examples/clock_si_model.rs`: DBSize = shards × keys per
+/// shard, R = W = the keys a MicroBench transaction touches (one per shard, up to 3),
+/// TPS_u = committed per second of load, L_r = L_u = their mean latency, RRD = the round
+/// trip from the first coordinator to shard 0's leader, S = 0 (the simulator's log write
+/// is instantaneous). Empty for other protocols and workloads.
+fn clock_si_model(point: &Point, cluster: &Cluster, report: &SimReport) -> BTreeMap<String, f64> {
+    let mut model = BTreeMap::new();
+    if point.protocol != ClockSi::NAME || point.workload != "microbench" || report.committed == 0 {
+        return model;
+    }
+    let keys_per_shard: f64 = point
+        .workload_opts
+        .get("keys_per_shard")
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(1_000_000.0);
+    let delta_ms = point
+        .protocol_opts
+        .get("delta_ms")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0.0);
+    let shards = f64::from(cluster.shard_count());
+    let latencies = report.regions.iter().flat_map(|r| r.latencies_ns.iter());
+    let mean_ms = latencies.sum::<u64>() as f64 / report.committed as f64 / NS_PER_MS as f64;
+    let params = Params {
+        db_size: shards * keys_per_shard,
+        reads: shards.min(3.0),
+        writes: shards.min(3.0),
+        tps_u: report.committed as f64 / (point.duration_ms as f64 / 1000.0),
+        read_txn_ms: mean_ms,
+        update_txn_ms: mean_ms,
+        rrd_ms: cluster.rtt_ms(cluster.coordinators[0], cluster.initial_leader(ShardId(0))),
+        sync_commit_ms: 0.0,
+        delta_ms,
+    };
+    model.insert(
+        "delay_probability".into(),
+        params.pending_commit_delay_probability(),
+    );
+    model.insert("delay_ms".into(), params.pending_commit_delay_ms());
+    model.insert("abort_rate".into(), params.abort_probability());
+    model
+}
+
+/// A point on the runtime: every node in this process on tokio, with the topology's WAN
+/// emulated (scaled by `wan_scale`), in real time. Open load offers `rate` per
+/// coordinator; closed load keeps `clients` in flight per coordinator. Faults, clock
+/// overrides and service times are the simulator's: a point asking for them is refused.
+fn on_runtime<P: Protocol>(
+    point: &Point,
+    progress: &mut dyn FnMut(f64),
+) -> Result<RunOutput, String>
+where
+    P::Node: Send,
+{
+    if point.faults != "none" || point.clock.is_some() || point.service_time_us > 0 {
+        return Err(
+            "the runtime target takes no `faults`, `clock` or `service_time` (simulator only)"
+                .into(),
+        );
+    }
+    let cluster = ClusterArgs {
+        topology: point.topology.clone(),
+        protocol: point.protocol.clone(),
+        protocol_opts: protocol_opts(point),
+        wan_scale: point.wan_scale,
+    };
+    let coordinators = cluster.setup::<P>()?.cluster.coordinators.len();
+    let (rate_per_s, max_outstanding) = match point.load {
+        Load::Open {
+            rate_tps,
+            max_outstanding,
+        } => (Some(rate_tps * coordinators as f64), max_outstanding),
+        Load::Closed { clients } => (None, clients),
+    };
+    let duration = Duration::from_millis(point.duration_ms);
+    let tick = Duration::from_millis(point.timeline_bucket_ms.max(1));
+    let run = PointRun {
+        cluster,
+        workload: point.workload.clone(),
+        workload_options: WorkloadOptions {
+            options: point.workload_opts.clone(),
+        },
+        options: LoadOptions {
+            duration,
+            rate_per_s,
+            max_outstanding: max_outstanding as usize,
+            record_history: false,
+            seed: point.seed,
+        },
+        timeout: Duration::from_secs(5),
+        tick,
+    };
+    let mut timeline = Vec::new();
+    let report = run_point::<P>(run, &mut |elapsed, interval| {
+        progress((elapsed.as_secs_f64() / duration.as_secs_f64()).min(1.0));
+        timeline.push(runtime_bucket(timeline.len(), tick, &interval));
+    })?;
+    Ok(RunOutput {
+        regions: report.stats.regions.iter().map(runtime_sample).collect(),
+        abort_reasons: report.stats.abort_reasons.clone(),
+        throttled: 0,
+        load_s: duration.as_secs_f64(),
+        invariant: report.invariant.clone(),
+        timeline,
+        ..RunOutput::default()
+    })
+}
+
+/// A region's figures as a sample; latencies come back from the HDR histogram (µs, 3
+/// significant digits), one per committed transaction.
+fn runtime_sample(r: &RegionLoad) -> Sample {
+    let mut latencies_ns = Vec::with_capacity(r.committed as usize);
+    for v in r.latency_us.iter_recorded() {
+        let ns = r.latency_us.median_equivalent(v.value_iterated_to()) * 1_000;
+        latencies_ns.extend(std::iter::repeat_n(ns, v.count_at_value() as usize));
+    }
+    Sample {
+        region: r.region.clone(),
+        committed: r.committed,
+        aborted: r.aborted,
+        unknown: r.unknown,
+        latencies_ns,
+        bound_ms: r.bound_ms(),
+        paths: r.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    }
+}
+
+/// The figures of one tick of the runtime's load as a timeline bucket.
+fn runtime_bucket(index: usize, tick: Duration, interval: &LoadStats) -> TimeBucket {
+    let committed = interval.committed();
+    let mut all =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    for r in &interval.regions {
+        all.add(&r.latency_us).expect("same bounds");
+    }
+    let pct = |q: f64| (committed > 0).then(|| all.value_at_quantile(q) as f64 / 1e3);
+    let sum = |f: fn(&RegionLoad) -> u64| interval.regions.iter().map(f).sum::<u64>();
+    TimeBucket {
+        start_s: index as f64 * tick.as_secs_f64(),
+        committed,
+        aborted: sum(|r| r.aborted),
+        unknown: sum(|r| r.unknown),
+        throughput_tps: committed as f64 / tick.as_secs_f64(),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+    }
 }

@@ -203,7 +203,13 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
         Err(e) => return bad_input(e),
     };
     let protocol = plan.args.cluster.protocol.clone();
-    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(drive::<P>(&plan)), Err(unknown_protocol(&protocol)));
+    let live = plan.args.live;
+    let mut on_tick = |elapsed: Duration, interval: LoadStats| {
+        if live {
+            live_line(elapsed, &interval);
+        }
+    };
+    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(drive::<P>(&plan, Duration::from_secs(1), &mut on_tick)), Err(unknown_protocol(&protocol)));
     let (report, setup) = match result {
         Ok(r) => r,
         Err(e) => return bad_input(e),
@@ -211,7 +217,59 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
     finish(&plan, &report, &setup)
 }
 
-async fn drive<P: Protocol>(plan: &Plan) -> Result<(LoadReport, Setup), String>
+/// One in-process run for `meridian experiment` (`target = "runtime"`): every node of the
+/// topology in this process, the load of `options`; `on_tick` gets the figures of every
+/// `tick` (elapsed time, what finished since the previous tick).
+pub struct PointRun {
+    pub cluster: ClusterArgs,
+    pub workload: String,
+    pub workload_options: WorkloadOptions,
+    pub options: LoadOptions,
+    pub timeout: Duration,
+    pub tick: Duration,
+}
+
+pub fn run_point<P: Protocol>(
+    run: PointRun,
+    on_tick: &mut dyn FnMut(Duration, LoadStats),
+) -> Result<LoadReport, String>
+where
+    P::Node: Send,
+{
+    run.cluster.check()?;
+    let plan = Plan {
+        args: BenchArgs {
+            cluster: run.cluster,
+            remote: false,
+            workload: run.workload,
+            workload_opts: String::new(),
+            duration: String::new(),
+            rate: String::new(),
+            max_outstanding: run.options.max_outstanding,
+            timeout: String::new(),
+            history: None,
+            check: None,
+            live: false,
+            metrics: false,
+            report: "table".into(),
+            seed: run.options.seed,
+            log_level: "warn".into(),
+        },
+        options: run.options,
+        workload_options: run.workload_options,
+        timeout: run.timeout,
+        model: None,
+        json: false,
+    };
+    let (report, _) = tokio_runtime().block_on(drive::<P>(&plan, run.tick, on_tick))?;
+    Ok(report)
+}
+
+async fn drive<P: Protocol>(
+    plan: &Plan,
+    tick: Duration,
+    on_tick: &mut dyn FnMut(Duration, LoadStats),
+) -> Result<(LoadReport, Setup), String>
 where
     P::Node: Send,
 {
@@ -270,7 +328,7 @@ where
     let stop = CancellationToken::new();
     let load = Load::start(workload, targets, plan.options.clone(), stop.clone());
     let started = std::time::Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(tick);
     tick.tick().await;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -280,11 +338,7 @@ where
                 stop.cancel();
                 eprintln!("\nstopping: waiting for transactions in flight…");
             }
-            _ = tick.tick() => {
-                if plan.args.live {
-                    live_line(started.elapsed(), &load.interval());
-                }
-            }
+            _ = tick.tick() => on_tick(started.elapsed(), load.interval()),
         }
     }
     if plan.args.live {

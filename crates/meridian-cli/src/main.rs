@@ -5,8 +5,9 @@
 //! * `meridian sim …` — run a protocol in the deterministic simulator, optionally check the
 //!   history; `meridian sim swarm --seeds N …` runs many seeds and prints a replay command
 //!   for every failure.
-//! * `meridian experiment run FILE` — run an experiment file (DESIGN §10) on the simulator:
-//!   JSON, CSV and SVG/PNG plots under `results/<name>/`.
+//! * `meridian experiment run FILE` — run an experiment file (DESIGN §10) on the simulator
+//!   or the in-process runtime: JSON, CSV and SVG/PNG plots under `results/<name>/`;
+//!   `meridian experiment plot FILE` draws the plots again from that run's JSON.
 //!
 //! * `meridian server --topology T --node N` — run one node as a process.
 //! * `meridian cluster up|down|status` — every node of a topology as a process on loopback.

@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// `table` (default) or `json`.
     #[arg(long, default_value = "table")]
     report: String,
+    /// Bucket length of the JSON report's `timeline` (outcomes per bucket of virtual time,
+    /// by commit time), e.g. `250ms`.
+    #[arg(long, default_value = "1s")]
+    timeline_bucket: String,
 }
 
 /// Everything a run needs, validated.
@@ -146,6 +150,11 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
         faults: FaultPlan::default(),
         record_history: true,
         open_loop: None,
+        timeline_bucket_ns: match parse_duration_ns(&args.timeline_bucket) {
+            Ok(0) => return Err("--timeline-bucket: must be positive".into()),
+            Ok(ns) => ns,
+            Err(e) => return Err(format!("--timeline-bucket: {e}")),
+        },
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());
@@ -337,6 +346,8 @@ struct ReportJson {
     regions: Vec<RegionJson>,
     /// The protocol's own counters (delays, waits, …), summed over its nodes.
     counters: std::collections::BTreeMap<&'static str, u64>,
+    /// Outcomes per bucket of virtual time, each transaction where it finished.
+    timeline: meridian_sim::Timeline,
     events: u64,
     messages_delivered: u64,
     messages_dropped: u64,
@@ -396,6 +407,7 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
         invariant: r.invariant.clone().err(),
         regions: r.regions.iter().map(region_json).collect(),
         counters: r.counters.clone(),
+        timeline: r.timeline.clone(),
         events: r.events,
         messages_delivered: r.messages_delivered,
         messages_dropped: r.messages_dropped,

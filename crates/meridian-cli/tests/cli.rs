@@ -395,3 +395,155 @@ fn experiment_run_writes_results_and_plots_and_refuses_bad_files() {
         stderr(&refused)
     );
 }
+
+/// `meridian experiment run FILE --out DIR --quiet`.
+fn run_experiment(file: &std::path::Path, out: &std::path::Path) -> Output {
+    meridian(&[
+        "experiment",
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+}
+
+/// [`run_experiment`], which must succeed.
+fn run_experiment_ok(file: &std::path::Path, out: &std::path::Path) -> Output {
+    let run = run_experiment(file, out);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&run),
+        stderr(&run)
+    );
+    run
+}
+
+#[test]
+fn a_fault_experiment_writes_a_timeline_and_the_sim_report_carries_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = file_with(
+        r#"
+name = "fault"
+[base]
+protocol = "2pl-2pc"
+topology = "local"
+load = "closed"
+clients = 2
+duration = "2s"
+drain = "1s"
+faults = "crash:shard0/replica0@1s"
+timeline_bucket = "250ms"
+workload_opts = { keys_per_shard = "1000" }
+[[plot]]
+name = "tput"
+kind = "timeline"
+y = "throughput_tps"
+"#,
+    );
+    run_experiment_ok(file.path(), dir.path());
+    let csv = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 12, "3 s in 250 ms buckets: {csv}");
+    let svg = std::fs::read_to_string(dir.path().join("tput.svg")).unwrap();
+    assert!(
+        svg.contains("crash:shard0/replica0@1s"),
+        "the fault is marked"
+    );
+    assert!(dir.path().join("tput.png").exists());
+    std::fs::remove_file(dir.path().join("tput.png")).unwrap();
+    let replot = meridian(&[
+        "experiment",
+        "plot",
+        file.path().to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(replot.status.code(), Some(0), "{}", stderr(&replot));
+    assert!(
+        dir.path().join("tput.png").exists(),
+        "drawn again from results.json"
+    );
+
+    let json = meridian(&[
+        "sim",
+        "--protocol",
+        "2pl-2pc",
+        "--topology",
+        "local",
+        "--workload",
+        "microbench",
+        "--faults",
+        "crash:shard0/replica0@1s",
+        "--duration",
+        "2s",
+        "--drain",
+        "1s",
+        "--timeline-bucket",
+        "500ms",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let buckets = report["timeline"]["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 6);
+    let committed: u64 = buckets
+        .iter()
+        .map(|b| b["committed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(committed, report["committed"].as_u64().unwrap());
+    let bad = meridian(&["sim", "--timeline-bucket", "0s"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn an_experiment_runs_on_the_in_process_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = file_with(
+        r#"
+name = "rt"
+target = "runtime"
+[base]
+topology = "local"
+load = "open"
+rate = 100
+outstanding = 16
+duration = "1s"
+timeline_bucket = "250ms"
+workload_opts = { keys_per_shard = "1000" }
+[sweep]
+protocol = ["2pl-2pc"]
+[[plot]]
+name = "cdf"
+kind = "cdf"
+"#,
+    );
+    let out = run_experiment_ok(file.path(), dir.path());
+    assert!(stdout(&out).contains("on the runtime"), "{}", stdout(&out));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
+            .unwrap();
+    let all = &results["points"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(all["committed"].as_u64().unwrap() > 100, "{all}");
+    assert!(all["p50_ms"].as_f64().unwrap() > 0.0, "{all}");
+    assert!(!results["points"][0]["timeline"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let faulty =
+        file_with("name = \"rt\"\ntarget = \"runtime\"\n[base]\nfaults = \"crash:coord0@1s\"\n");
+    let refused = run_experiment(faulty.path(), dir.path());
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("simulator only"),
+        "{}",
+        stderr(&refused)
+    );
+}

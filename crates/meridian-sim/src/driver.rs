@@ -4,7 +4,7 @@ use crate::clock::ClockModel;
 use crate::faults::{ms_to_ns, Fault, FaultPlan};
 use crate::network::{Fate, Network};
 use crate::queue::Queue;
-use crate::report::{path_name, RegionStats, SimReport};
+use crate::report::{path_name, Finished, RegionStats, SimReport, TimelineBuilder};
 use meridian_check::{Entry, EntryType};
 use meridian_core::node::{Effect, NodeEffect, Setup};
 use meridian_core::time::NS_PER_S;
@@ -51,6 +51,8 @@ pub struct SimOptions {
     /// Open-loop load (Tiga §5.1) instead of closed-loop clients: each coordinator gets
     /// transactions at a rate, up to a cap of outstanding ones.
     pub open_loop: Option<OpenLoop>,
+    /// Bucket length of [`SimReport::timeline`] (0: no timeline), default 1 s.
+    pub timeline_bucket_ns: u64,
 }
 
 /// Open-loop load: "each coordinator submits transactions at a given rate; the coordinator
@@ -76,6 +78,7 @@ impl Default for SimOptions {
             faults: FaultPlan::default(),
             record_history: true,
             open_loop: None,
+            timeline_bucket_ns: NS_PER_S,
         }
     }
 }
@@ -208,6 +211,7 @@ struct Sim<'w, P: Protocol> {
     resume_ns: u64,
     /// Open-loop arrival times.
     arrival_rng: ChaCha8Rng,
+    timeline: TimelineBuilder,
 }
 
 /// Runs `workload` against protocol `P` on `setup` and returns what happened.
@@ -296,6 +300,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
             });
         }
         Sim {
+            timeline: TimelineBuilder::new(
+                options.timeline_bucket_ns,
+                options.duration_ns + options.drain_ns,
+            ),
             arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
             network: Network::new(&cluster),
             net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
@@ -834,12 +842,19 @@ impl<'w, P: Protocol> Sim<'w, P> {
         let index = self.region_index[&region.0];
         let bound = matches!(outcome, Outcome::Committed { .. })
             .then(|| P::bound_ms(self.cluster(), coordinator, &flight.shards));
+        let latency_ns = self.now_ns - flight.invoke_ns;
+        let finished = match outcome {
+            Outcome::Committed { .. } => Finished::Committed { latency_ns },
+            Outcome::Aborted { .. } => Finished::Aborted,
+            Outcome::Unknown { .. } => Finished::Unknown,
+        };
+        self.timeline.record(self.now_ns, finished);
         let stats = &mut self.report.regions[index];
         match outcome {
             Outcome::Committed { path, .. } => {
                 self.report.committed += 1;
                 stats.committed += 1;
-                stats.latencies_ns.push(self.now_ns - flight.invoke_ns);
+                stats.latencies_ns.push(latency_ns);
                 stats.bounds_ms.push(bound.expect("committed"));
                 *stats.paths.entry(path_name(*path).to_string()).or_default() += 1;
             }
@@ -873,6 +888,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
         for region in &mut self.report.regions {
             region.latencies_ns.sort_unstable();
         }
+        let timeline = std::mem::take(&mut self.timeline);
+        self.report.timeline = timeline.finish();
         self.report.virtual_ns = self.now_ns;
         self.report.trace_hash = self.trace.finish();
         self.report.invariant = self.workload.check_history(&self.report.history);

@@ -28,7 +28,7 @@ pub mod report;
 
 pub use driver::{run, setup, OpenLoop, Progress, SimOptions};
 pub use faults::{Fault, FaultKinds, FaultPlan};
-pub use report::{path_name, RegionStats, SimReport};
+pub use report::{path_name, RegionStats, SimReport, TimeBucket, Timeline};
 
 pub use meridian_core::Protocol;
 pub use meridian_workload::Workload;

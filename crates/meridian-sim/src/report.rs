@@ -2,7 +2,7 @@
 //! protocol's physical bound, event counts and the trace hash that proves determinism.
 
 use meridian_check::Entry;
-use meridian_core::time::NS_PER_MS;
+use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::CommitPath;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -26,12 +26,7 @@ pub struct RegionStats {
 impl RegionStats {
     /// The `p`-th percentile (0–100) of commit latency in ms, nearest-rank; `None` if empty.
     pub fn percentile_ms(&self, p: f64) -> Option<f64> {
-        if self.latencies_ns.is_empty() {
-            return None;
-        }
-        let rank = ((p / 100.0) * self.latencies_ns.len() as f64).ceil() as usize;
-        let index = rank.clamp(1, self.latencies_ns.len()) - 1;
-        Some(self.latencies_ns[index] as f64 / NS_PER_MS as f64)
+        percentile_ms(&self.latencies_ns, p)
     }
 
     /// The median of the committed transactions' physical bounds, in ms.
@@ -50,6 +45,127 @@ impl RegionStats {
             *self.paths.get(path_name(CommitPath::Fast)).unwrap_or(&0) as f64
                 / self.committed as f64
         })
+    }
+}
+
+/// The `p`-th percentile (0–100) of ascending latencies in ns, as ms, nearest-rank.
+fn percentile_ms(sorted_ns: &[u64], p: f64) -> Option<f64> {
+    if sorted_ns.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted_ns.len() as f64).ceil() as usize;
+    let index = rank.clamp(1, sorted_ns.len()) - 1;
+    Some(sorted_ns[index] as f64 / NS_PER_MS as f64)
+}
+
+/// Outcomes over virtual time, for fault experiments (a leader crash, a partition): the
+/// run cut into buckets of equal length, each transaction counted in the bucket in which
+/// it *finished* (its commit, abort or unknown answer reached the client). A transaction
+/// stalled by a failure therefore shows up, with its long latency, in the bucket where it
+/// finally commits; a bucket with nothing finishing has zero throughput.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    /// Bucket length, ms (0: no timeline was kept).
+    pub bucket_ms: f64,
+    /// From time 0 to the end of the drain, every bucket present (empty ones too).
+    pub buckets: Vec<TimeBucket>,
+}
+
+/// What finished during one bucket of a [`Timeline`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TimeBucket {
+    /// Virtual time at the bucket's start, ms.
+    pub start_ms: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    /// Committed transactions per second of this bucket.
+    pub throughput_tps: f64,
+    /// Commit latency of the transactions committed in this bucket, ms.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// Accumulates a [`Timeline`] during a run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TimelineBuilder {
+    bucket_ns: u64,
+    /// The end of the run: what finishes at it (the run's end answers in-flight
+    /// transactions `unknown`) counts in the last bucket.
+    end_ns: u64,
+    /// Per bucket: (committed latencies in ns, aborted, unknown).
+    buckets: Vec<(Vec<u64>, u64, u64)>,
+}
+
+/// How a transaction ended, for the timeline.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Finished {
+    Committed { latency_ns: u64 },
+    Aborted,
+    Unknown,
+}
+
+impl TimelineBuilder {
+    /// A builder with buckets of `bucket_ns` (0: keep nothing) for a run ending at `end_ns`.
+    pub(crate) fn new(bucket_ns: u64, end_ns: u64) -> Self {
+        TimelineBuilder {
+            bucket_ns,
+            end_ns,
+            buckets: Vec::new(),
+        }
+    }
+
+    fn bucket(&mut self, at_ns: u64) -> &mut (Vec<u64>, u64, u64) {
+        let index = (at_ns.min(self.end_ns.saturating_sub(1)) / self.bucket_ns) as usize;
+        if self.buckets.len() <= index {
+            self.buckets.resize_with(index + 1, Default::default);
+        }
+        &mut self.buckets[index]
+    }
+
+    pub(crate) fn record(&mut self, at_ns: u64, finished: Finished) {
+        if self.bucket_ns == 0 {
+            return;
+        }
+        let bucket = self.bucket(at_ns);
+        match finished {
+            Finished::Committed { latency_ns } => bucket.0.push(latency_ns),
+            Finished::Aborted => bucket.1 += 1,
+            Finished::Unknown => bucket.2 += 1,
+        }
+    }
+
+    /// The timeline: every bucket that starts before the end of the run.
+    pub(crate) fn finish(mut self) -> Timeline {
+        if self.bucket_ns == 0 {
+            return Timeline::default();
+        }
+        let count = self.end_ns.div_ceil(self.bucket_ns) as usize;
+        if self.buckets.len() < count {
+            self.buckets.resize_with(count, Default::default);
+        }
+        let bucket_s = self.bucket_ns as f64 / NS_PER_S as f64;
+        let buckets = self
+            .buckets
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut latencies, aborted, unknown))| {
+                latencies.sort_unstable();
+                TimeBucket {
+                    start_ms: (i as u64 * self.bucket_ns) as f64 / NS_PER_MS as f64,
+                    committed: latencies.len() as u64,
+                    aborted,
+                    unknown,
+                    throughput_tps: latencies.len() as f64 / bucket_s,
+                    p50_ms: percentile_ms(&latencies, 50.0),
+                    p99_ms: percentile_ms(&latencies, 99.0),
+                }
+            })
+            .collect();
+        Timeline {
+            bucket_ms: self.bucket_ns as f64 / NS_PER_MS as f64,
+            buckets,
+        }
     }
 }
 
@@ -95,6 +211,8 @@ pub struct SimReport {
     pub throttled: u64,
     /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
     pub audited_keys: u64,
+    /// Outcomes per bucket of virtual time ([`SimOptions::timeline_bucket_ns`](crate::SimOptions)).
+    pub timeline: Timeline,
 }
 
 impl Default for SimReport {
@@ -116,6 +234,49 @@ impl Default for SimReport {
             counters: BTreeMap::new(),
             audited_keys: 0,
             throttled: 0,
+            timeline: Timeline::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeline_counts_each_outcome_in_the_bucket_where_it_finished() {
+        let mut b = TimelineBuilder::new(100 * NS_PER_MS, 450 * NS_PER_MS);
+        for latency_ms in [10, 20, 30, 40] {
+            b.record(
+                50 * NS_PER_MS,
+                Finished::Committed {
+                    latency_ns: latency_ms * NS_PER_MS,
+                },
+            );
+        }
+        b.record(250 * NS_PER_MS, Finished::Aborted);
+        // The run's end answers in-flight transactions: they land in the last bucket.
+        b.record(450 * NS_PER_MS, Finished::Unknown);
+        let t = b.finish();
+        assert_eq!(t.bucket_ms, 100.0);
+        let starts: Vec<f64> = t.buckets.iter().map(|b| b.start_ms).collect();
+        assert_eq!(starts, [0.0, 100.0, 200.0, 300.0, 400.0]);
+        let first = &t.buckets[0];
+        assert_eq!(first.committed, 4);
+        assert_eq!(first.throughput_tps, 40.0);
+        assert_eq!((first.p50_ms, first.p99_ms), (Some(20.0), Some(40.0)));
+        assert_eq!(
+            t.buckets[1],
+            TimeBucket {
+                start_ms: 100.0,
+                ..TimeBucket::default()
+            }
+        );
+        assert_eq!(t.buckets[2].aborted, 1);
+        assert_eq!(t.buckets[4].unknown, 1);
+        assert!(TimelineBuilder::new(0, NS_PER_S)
+            .finish()
+            .buckets
+            .is_empty());
     }
 }

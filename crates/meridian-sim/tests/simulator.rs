@@ -345,6 +345,62 @@ fn a_crashed_node_answers_nothing_until_it_restarts() {
 }
 
 #[test]
+fn the_timeline_shows_a_leader_crash_as_a_dip_and_adds_up_to_the_run() {
+    let setup = setup::<ToyProtocol>(
+        Topology::load("local").unwrap(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap();
+    let leader = &setup
+        .cluster
+        .node(setup.cluster.initial_leader(ShardId(0)))
+        .name;
+    let mut o = options(5);
+    o.client_timeout_ns = 500 * NS_PER_MS;
+    o.timeline_bucket_ns = 250 * NS_PER_MS;
+    o.faults = FaultPlan::parse(
+        &format!("crash:{leader}@2s,restart:{leader}@4s"),
+        &setup.cluster,
+    )
+    .unwrap();
+    let report = run_toy("local", &o, 1);
+    let t = &report.timeline;
+    assert_eq!(t.bucket_ms, 250.0);
+    assert_eq!(t.buckets.len(), 28, "7 s of run in 250 ms buckets");
+    let total = |f: fn(&meridian_sim::TimeBucket) -> u64| t.buckets.iter().map(f).sum::<u64>();
+    assert_eq!(total(|b| b.committed), report.committed);
+    assert_eq!(total(|b| b.aborted), report.aborted);
+    assert_eq!(total(|b| b.unknown), report.unknown);
+    let mean = |from_s: f64, to_s: f64| {
+        let inside: Vec<f64> = t
+            .buckets
+            .iter()
+            .filter(|b| b.start_ms >= from_s * 1e3 && b.start_ms + t.bucket_ms <= to_s * 1e3)
+            .map(|b| b.throughput_tps)
+            .collect();
+        inside.iter().sum::<f64>() / inside.len() as f64
+    };
+    let (before, during, after) = (mean(0.5, 2.0), mean(2.25, 4.0), mean(4.5, 5.0));
+    // Every client soon waits on a transaction stuck at the dead shard-0 leader.
+    assert!(during < before / 3.0, "before {before}, during {during}");
+    assert!(after > before / 2.0, "before {before}, after {after}");
+    let p99 = |at_ms: f64| {
+        t.buckets
+            .iter()
+            .find(|b| b.start_ms == at_ms)
+            .and_then(|b| b.p99_ms)
+    };
+    assert!(p99(1000.0).unwrap() < 5.0, "a LAN commit takes about 1 ms");
+    // No commit at the dead leader's shard: the buckets hold no latency near the timeout.
+    assert!(t
+        .buckets
+        .iter()
+        .all(|b| b.p50_ms.is_none() == (b.committed == 0)));
+    assert!(report.unknown > 0, "timeouts during the crash");
+}
+
+#[test]
 fn partitions_and_loss_drop_messages_and_heal() {
     let topology = Topology::load("gcp-tiga").unwrap();
     let setup =
