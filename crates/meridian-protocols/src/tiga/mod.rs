@@ -24,7 +24,7 @@
 //! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
 //! | §4 view manager (Alg. 4) | `view.rs` [`ViewManager`]: three replicas (`vm0..2`) on [`crate::raft_group`] (the `raft` crate); heartbeats, `detect_failures`, `find_new_leaders`, `next_view`, broadcast |
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
-//! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `send_verify`/`on_verify`, `finish_view_change`, `install_log`, `on_start_view` |
+//! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `raise_above_part_a`, `send_verify`/`on_verify`, `advance_verification`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
 //! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
@@ -161,9 +161,16 @@
 //!   at the agreed timestamp with committed successors that read its writes, and step ④
 //!   would add it back here at the low timestamp (both found by swarms:
 //!   `tests/tiga_swarm.rs` `a_view_change_never_reorders_committed_entries`).
-//! * **Step ④**: every entry takes the largest timestamp any involved shard holds for it,
-//!   and an entry another shard recovered but this one did not is added (Alg. 5 lines
-//!   72–77); a raise in part (b) thereby reaches every shard of the transaction.
+//! * **Step ④ in two rounds**: round 0 is Alg. 5 lines 72–77 — every entry takes the
+//!   largest timestamp any involved shard holds for it, and an entry another shard
+//!   recovered but this one did not is added (it may be released there, with committed
+//!   readers). A taken or added timestamp can still sit below a conflicting part-(a)
+//!   entry of this shard (a follower held the late arrival, so no report here lists it):
+//!   by the argument above it has not committed anywhere, so it is raised as in part (b);
+//!   round 1 exchanges the results and every entry takes the largest again, so all shards
+//!   agree. A leader answers every non-answer verification of a round it has (resent until
+//!   answered), whether it finished or waits for the next round. One round let a GC-held
+//!   arrival come back below committed entries (1 of 100 seeds of the schedule below).
 //! * **Log order after a view change**: the rebuilt, verified log sorted by timestamp (as
 //!   Alg. 5 line 78); the new leader re-executes it from an empty store and sends it whole
 //!   as `start-view`; it becomes the new release stream. Followers execute it as the

@@ -281,9 +281,10 @@ impl Server {
             Msg::Verify {
                 g_view,
                 shard,
+                round,
                 entries,
                 answer,
-            } => self.on_verify(ctx, from, (g_view, shard, answer), entries),
+            } => self.on_verify(ctx, from, (g_view, shard, round, answer), entries),
             Msg::StartView { g_view, log } => self.on_start_view(ctx, from, g_view, log),
             Msg::StateTransferReq { g_view } => self.on_state_transfer_req(ctx, from, g_view),
             Msg::StateTransfer {

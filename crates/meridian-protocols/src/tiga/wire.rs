@@ -148,10 +148,12 @@ pub enum Msg {
     /// Server → its shard's new leader (Algorithm 5 `view-change`).
     ViewChangeReport(Box<ViewChangeReport>),
     /// New leader → the other new leaders (Algorithm 5 `timestamp-verification`): every
-    /// entry of the sender's rebuilt log that involves the receiver's shard.
+    /// entry of the sender's rebuilt log (round 0) or of its verified log (round 1, see
+    /// `server/view_change.rs`) that involves the receiver's shard.
     Verify {
         g_view: u64,
         shard: ShardId,
+        round: u8,
         entries: Vec<TxnBody>,
         /// Sent in answer to a leader that had finished: never answered again.
         answer: bool,

@@ -22,12 +22,16 @@ pub(crate) struct ViewChangeState {
     sent_ns: u64,
     /// New leader: the reports of this shard's servers, by replica index.
     reports: BTreeMap<u32, ViewChangeReport>,
-    /// New leader: the log rebuilt from f + 1 reports (step ③), awaiting step ④.
+    /// New leader: the log rebuilt from f + 1 reports (step ③), awaiting step ④; its
+    /// first `part_a` entries are part (a).
     rebuilt: Option<Vec<TxnBody>>,
-    /// New leader: what it told every other shard's leader (kept to answer a late one).
-    verify_out: BTreeMap<ShardId, Vec<TxnBody>>,
-    /// New leader: what every other shard's leader told it.
-    verify_in: BTreeMap<ShardId, Vec<TxnBody>>,
+    part_a: usize,
+    /// New leader: the log after step ④'s first round, awaiting the second.
+    verified: Option<Vec<TxnBody>>,
+    /// New leader, per round of step ④: what it told every other shard's leader (kept to
+    /// answer a late one), and what every other shard's leader told it.
+    verify_out: [BTreeMap<ShardId, Vec<TxnBody>>; 2],
+    verify_in: [BTreeMap<ShardId, Vec<TxnBody>>; 2],
 }
 
 impl Server {
@@ -72,15 +76,16 @@ impl Server {
                         ctx.send(self.leader, msg);
                     }
                 }
-                let missing: Vec<ShardId> = self
-                    .view_change
-                    .verify_out
-                    .keys()
-                    .filter(|s| !self.view_change.verify_in.contains_key(s))
-                    .copied()
-                    .collect();
-                for shard in missing {
-                    self.send_verify(ctx, shard, false);
+                for round in 0..2u8 {
+                    let vc = &self.view_change;
+                    let missing: Vec<ShardId> = vc.verify_out[usize::from(round)]
+                        .keys()
+                        .filter(|s| !vc.verify_in[usize::from(round)].contains_key(s))
+                        .copied()
+                        .collect();
+                    for shard in missing {
+                        self.send_verify(ctx, shard, round, false);
+                    }
                 }
             }
             Status::Normal => {}
@@ -189,14 +194,11 @@ impl Server {
                 self.view_change.reports.insert(report.replica, report);
                 let enough = self.view_change.reports.len() > self.f;
                 if enough && self.view_change.rebuilt.is_none() {
-                    let log = self.rebuild_log();
+                    let (log, part_a) = self.rebuild_log();
                     self.view_change.rebuilt = Some(log);
-                    for s in 0..self.cluster.shard_count() {
-                        if ShardId(s) != self.shard {
-                            self.send_verify(ctx, ShardId(s), false);
-                        }
-                    }
-                    self.finish_view_change(ctx);
+                    self.view_change.part_a = part_a;
+                    self.verify_all(ctx, 0);
+                    self.advance_verification(ctx);
                 }
             }
             Status::Recovering => {}
@@ -210,7 +212,7 @@ impl Server {
     /// (a) entry of a larger timestamp is raised above it (see the module doc: such an entry
     /// cannot have committed, and placing it before the (a) entry would change that entry's
     /// committed result).
-    fn rebuild_log(&self) -> Vec<TxnBody> {
+    fn rebuild_log(&self) -> (Vec<TxnBody>, usize) {
         let reports: Vec<&ViewChangeReport> = self.view_change.reports.values().collect();
         let lnv = reports
             .iter()
@@ -223,12 +225,9 @@ impl Server {
             .max_by_key(|r| (r.synced.len(), std::cmp::Reverse(r.replica)))
             .expect("a report with the largest last-normal-view");
         let mut log = best.synced.clone();
+        let part_a = log.len();
         let in_a: FxHashSet<TxnId> = log.iter().map(|b| b.id).collect();
-        let mut a_maps = KeyMaps::default();
-        for b in &log {
-            let (reads, writes) = keys_on(b, self.shard);
-            a_maps.record(&reads, &writes, b.ts);
-        }
+        let a_maps = self.part_a_maps(&log);
         // Part (b): by transaction, how many reports hold it and the largest timestamp any
         // of them holds (a leader's updated timestamp is above its followers' original one).
         let mut seen: FxHashMap<TxnId, (usize, &TxnBody)> = FxHashMap::default();
@@ -250,13 +249,29 @@ impl Server {
             .filter(|&(count, _)| count >= threshold)
             .map(|(_, body)| body.clone())
             .collect();
-        part_b.sort_unstable_by_key(|b| (b.ts, b.id));
-        // An entry that conflicts with an (a) entry of a larger timestamp cannot have been
-        // agreed at its timestamp (this shard's leader released that (a) entry without it),
-        // so it has not committed: raise it above every such entry, as a leader raises a
-        // late arrival; step ④ carries the raise to the other shards.
+        self.raise_above_part_a(&a_maps, &mut part_b);
+        log.extend(part_b);
+        (log, part_a)
+    }
+
+    /// rMap/wMap of part (a) entries (this shard's keys).
+    fn part_a_maps(&self, part_a: &[TxnBody]) -> KeyMaps {
+        let mut maps = KeyMaps::default();
+        for b in part_a {
+            let (reads, writes) = keys_on(b, self.shard);
+            maps.record(&reads, &writes, b.ts);
+        }
+        maps
+    }
+
+    /// An entry outside part (a) that conflicts with an (a) entry of a larger timestamp
+    /// cannot have been agreed at its timestamp (this shard's leader released that (a)
+    /// entry without it), so it has not committed: raise it above every such entry, as a
+    /// leader raises a late arrival. Leaves `entries` sorted by timestamp.
+    fn raise_above_part_a(&self, a_maps: &KeyMaps, entries: &mut [TxnBody]) {
+        entries.sort_unstable_by_key(|b| (b.ts, b.id));
         let mut raised_ns = 0;
-        for b in &mut part_b {
+        for b in entries.iter_mut() {
             let (reads, writes) = keys_on(b, self.shard);
             if let Some(floor) = a_maps.conflict_floor(&reads, &writes, b.ts) {
                 raised_ns = raised_ns.max(floor.time_ns) + 1;
@@ -266,22 +281,49 @@ impl Server {
                 };
             }
         }
-        part_b.sort_unstable_by_key(|b| (b.ts, b.id));
-        log.extend(part_b);
-        log
+        entries.sort_unstable_by_key(|b| (b.ts, b.id));
     }
 
     // ---- step ④: timestamp verification across shards ------------------------------------
+    //
+    // Two rounds. Round 0 is Algorithm 5's: every entry takes the largest timestamp any
+    // involved shard holds, and an entry another shard recovered but this one did not is
+    // added (its coordinator may have committed it there, with readers). A taken or added
+    // timestamp may sit below a conflicting part-(a) entry of this shard — the transaction
+    // then cannot have committed anywhere (see `raise_above_part_a`) — so it is raised
+    // above it; round 1 exchanges the results and every entry takes the largest again.
 
-    fn send_verify(&mut self, ctx: &mut Ctx<'_, TigaNode>, shard: ShardId, answer: bool) {
-        let Some(log) = &self.view_change.rebuilt else {
+    /// Sends this leader's round-`round` list to every other shard's leader.
+    fn verify_all(&mut self, ctx: &mut Ctx<'_, TigaNode>, round: u8) {
+        for s in 0..self.cluster.shard_count() {
+            if ShardId(s) != self.shard {
+                self.send_verify(ctx, ShardId(s), round, false);
+            }
+        }
+    }
+
+    fn send_verify(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        shard: ShardId,
+        round: u8,
+        answer: bool,
+    ) {
+        let vc = &self.view_change;
+        let list = if round == 0 {
+            &vc.rebuilt
+        } else {
+            &vc.verified
+        };
+        let Some(log) = list else {
             return;
         };
         let entries: Vec<TxnBody> = log.iter().filter(|b| b.involves(shard)).cloned().collect();
-        self.view_change.verify_out.insert(shard, entries.clone());
+        self.view_change.verify_out[usize::from(round)].insert(shard, entries.clone());
         let msg = Msg::Verify {
             g_view: self.view.g_view,
             shard: self.shard,
+            round,
             entries,
             answer,
         };
@@ -292,7 +334,7 @@ impl Server {
         &mut self,
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
-        (g_view, shard, answer): (u64, ShardId, bool),
+        (g_view, shard, round, answer): (u64, ShardId, u8, bool),
         entries: Vec<TxnBody>,
     ) {
         if g_view != self.view.g_view {
@@ -303,48 +345,54 @@ impl Server {
         }
         let valid = shard != self.shard
             && shard.index() < self.leaders.len()
-            && from == self.leaders[shard.index()];
+            && from == self.leaders[shard.index()]
+            && round < 2;
         if !self.is_leader || !valid {
             return;
         }
         match self.status {
-            // A leader still waiting for ours (we finished): answer once, never an answer.
-            Status::Normal if !answer => self.send_verify(ctx, shard, true),
+            // A leader still waiting for ours (it resends until it has it): answer once,
+            // never an answer — whether we finished or wait for its next round.
+            Status::Normal if !answer => self.send_verify(ctx, shard, round, true),
             Status::ViewChange => {
-                self.view_change.verify_in.insert(shard, entries);
-                self.finish_view_change(ctx);
+                if !answer {
+                    self.send_verify(ctx, shard, round, true);
+                }
+                self.view_change.verify_in[usize::from(round)].insert(shard, entries);
+                self.advance_verification(ctx);
             }
             _ => {}
         }
     }
 
-    /// Algorithm 5 `verify-timestamp-across-shards`, then step ⑤: every entry takes the
-    /// largest timestamp any shard holds for it, a transaction another shard recovered but
-    /// this one lost is added, the log is sorted by timestamp, executed, and sent to the
-    /// followers.
-    fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+    /// Moves step ④ on: round 0 complete → the verified log and round 1; round 1 complete
+    /// → step ⑤.
+    fn advance_verification(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         let others = self.cluster.shard_count() as usize - 1;
         let vc = &self.view_change;
         let Some(rebuilt) = &vc.rebuilt else {
             return;
         };
-        if vc.verify_in.len() < others {
-            return;
+        if vc.verified.is_none() && vc.verify_in[0].len() == others {
+            let mut log = merge_largest(rebuilt, &vc.verify_in[0], self.shard, true);
+            let (part_a, rest) = log.split_at_mut(vc.part_a.min(rebuilt.len()));
+            let a_maps = self.part_a_maps(part_a);
+            self.raise_above_part_a(&a_maps, rest);
+            self.view_change.verified = Some(log);
+            self.verify_all(ctx, 1);
         }
-        let mut log = rebuilt.clone();
-        let mut index: FxHashMap<TxnId, usize> =
-            log.iter().enumerate().map(|(i, b)| (b.id, i)).collect();
-        for entries in vc.verify_in.values() {
-            for b in entries.iter().filter(|b| b.involves(self.shard)) {
-                match index.get(&b.id) {
-                    Some(&i) => log[i].ts = log[i].ts.max(b.ts),
-                    None => {
-                        index.insert(b.id, log.len());
-                        log.push(b.clone());
-                    }
-                }
+        let vc = &self.view_change;
+        if let Some(verified) = &vc.verified {
+            if vc.verify_in[1].len() == others {
+                let log = merge_largest(verified, &vc.verify_in[1], self.shard, false);
+                self.finish_view_change(ctx, log);
             }
         }
+    }
+
+    /// Step ⑤: the verified log, sorted by timestamp, is executed and sent to the
+    /// followers.
+    fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>, mut log: Vec<TxnBody>) {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
         let g_view = self.view.g_view;
         self.install_log(ctx, log.clone(), true);
@@ -548,4 +596,31 @@ impl Server {
             ctx.multicast(targets, &msg);
         }
     }
+}
+
+/// `own` with every entry at the largest timestamp any shard's list in `others` holds for
+/// it; with `add`, entries of `others` that involve `shard` and are missing from `own` are
+/// appended (Algorithm 5 lines 72–77).
+fn merge_largest(
+    own: &[TxnBody],
+    others: &BTreeMap<ShardId, Vec<TxnBody>>,
+    shard: ShardId,
+    add: bool,
+) -> Vec<TxnBody> {
+    let mut log = own.to_vec();
+    let mut index: FxHashMap<TxnId, usize> =
+        log.iter().enumerate().map(|(i, b)| (b.id, i)).collect();
+    for entries in others.values() {
+        for b in entries.iter().filter(|b| b.involves(shard)) {
+            match index.get(&b.id) {
+                Some(&i) => log[i].ts = log[i].ts.max(b.ts),
+                None if add => {
+                    index.insert(b.id, log.len());
+                    log.push(b.clone());
+                }
+                None => {}
+            }
+        }
+    }
+    log
 }
