@@ -309,6 +309,11 @@ impl<E> OrderedLog<E> {
         self.by_txn.contains_key(&txn)
     }
 
+    /// `txn`'s timestamp in the log, in O(1) (no search for the entry).
+    pub fn ts_of(&self, txn: TxnId) -> Option<Timestamp> {
+        self.by_txn.get(&txn).copied()
+    }
+
     /// `txn`'s current position.
     pub fn position(&self, txn: TxnId) -> Option<LogPos> {
         self.index_of(txn).map(|i| self.base + i as LogPos)

@@ -21,8 +21,13 @@ impl KeyMaps {
     pub fn record(&mut self, reads: &[Key], writes: &[Key], ts: Timestamp) {
         for (map, keys) in [(&mut self.r, reads), (&mut self.w, writes)] {
             for k in keys {
-                let slot = map.entry(k.clone()).or_insert(ts);
-                *slot = (*slot).max(ts);
+                // No key clone (an atomic refcount shared across nodes) when present.
+                match map.get_mut(k) {
+                    Some(slot) => *slot = (*slot).max(ts),
+                    None => {
+                        map.insert(k.clone(), ts);
+                    }
+                }
             }
         }
     }
@@ -124,7 +129,10 @@ impl PriorityQueue {
         }
         for (keys, write) in [(reads, false), (writes, true)] {
             for k in keys {
-                let q = self.by_key.entry(k.clone()).or_default();
+                if !self.by_key.contains_key(k) {
+                    self.by_key.insert(k.clone(), KeyQueue::default());
+                }
+                let q = self.by_key.get_mut(k).expect("just ensured");
                 let set = if write {
                     &mut q.writers
                 } else {

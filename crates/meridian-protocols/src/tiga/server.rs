@@ -344,7 +344,7 @@ impl Server {
             Msg::Fetch { txn, .. } if self.is_leader => {
                 if let Some(e) = self.txns.get(&txn) {
                     let mut body = e.body.clone();
-                    body.ts = self.log.get(txn).map_or(body.ts, |l| l.ts);
+                    body.ts = self.log.ts_of(txn).unwrap_or(body.ts);
                     ctx.send(from, Msg::FetchReply(Box::new(body)));
                 }
             }
@@ -396,7 +396,7 @@ impl Server {
                 ctx.send(body.id.coordinator, Msg::FastReply(reply.clone()));
             }
             if e.state == State::Synced {
-                let ts = self.log.get(body.id).map_or(body.ts, |l| l.ts);
+                let ts = self.log.ts_of(body.id).unwrap_or(body.ts);
                 self.send_slow(ctx, body.id, ts);
             }
             return;
@@ -563,7 +563,7 @@ impl Server {
         {
             if !echo {
                 // The sender may have missed our final notification: repeat it.
-                let ts = self.log.get(txn).map_or(ts, |l| l.ts);
+                let ts = self.log.ts_of(txn).unwrap_or(ts);
                 ctx.send(
                     from,
                     Msg::Notify {
@@ -765,7 +765,7 @@ impl Server {
             };
             match e.state {
                 State::Released => {
-                    if self.log.get(id).is_some_and(|l| l.ts != ts) {
+                    if self.log.ts_of(id).is_some_and(|l| l != ts) {
                         self.log.set_timestamp(id, ts).expect("entry present");
                     }
                 }
@@ -959,7 +959,7 @@ pub(crate) fn reply_hash(
     ts: Timestamp,
 ) -> Hash160 {
     let own = footprint(reads, writes);
-    let in_log = log.get(id).is_some_and(|l| l.ts == ts);
+    let in_log = log.ts_of(id) == Some(ts);
     let mut keys: Vec<&Key> = reads.iter().chain(writes).collect();
     keys.sort_unstable();
     keys.dedup();
