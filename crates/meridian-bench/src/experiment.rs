@@ -722,8 +722,17 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     // A distribution or a timeline is one series per point: unless the series parameter
     // tells points apart, they are named by all their swept parameters.
     let per_point = spec.kind != "line";
+    // An option's value is named by its key (`delta_ms = 7`); a protocol, topology or
+    // clock names itself.
+    let option = spec
+        .series
+        .strip_prefix("protocol.")
+        .or_else(|| spec.series.strip_prefix("workload."));
     let label = |r: &PointResult| match r.params.get(&spec.series) {
-        Some(v) => v.clone(),
+        Some(v) => match option {
+            Some(key) => format!("{key} = {v}"),
+            None => v.clone(),
+        },
         None if per_point && !r.params.is_empty() => r
             .params
             .iter()
@@ -811,11 +820,23 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     if !spec.y_label.is_empty() {
         y_label = spec.y_label.clone();
     }
+    // Series in the order of their parameter's value, numerically when it is a number.
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = series.into_iter().collect();
+    let value =
+        |name: &str| -> Option<f64> { name.split(['=', ' ']).find_map(|word| word.parse().ok()) };
+    // Numbered series first, by number; then the others by name (a total order).
+    series.sort_by(|a, b| {
+        let (x, y) = (value(&a.0), value(&b.0));
+        (x.is_none(), x.unwrap_or(0.0))
+            .partial_cmp(&(y.is_none(), y.unwrap_or(0.0)))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.0.cmp(&b.0))
+    });
     plot::Chart {
         title: format!("{title} [{region}]"),
         x_label,
         y_label,
-        series: series.into_iter().collect(),
+        series,
         log_x,
         marks,
     }
@@ -1125,7 +1146,7 @@ timeline_bucket = "1s"
 [sweep]
 "protocol.delta" = [1, 2]
 [[extra]]
-"protocol.delta" = 5
+"protocol.delta" = 10
 [[plot]]
 name = "ratio"
 x = "protocol.delta"
@@ -1145,7 +1166,7 @@ y = "throughput_tps"
         let dir = tempfile::tempdir().unwrap();
         let (results, files) = run_quietly(&exp, &mut Counting, dir.path());
         assert_eq!(results.len(), 3, "two swept points and one extra");
-        assert_eq!(results[2].params["protocol.delta"], "5");
+        assert_eq!(results[2].params["protocol.delta"], "10");
         // Seeds 1, 2, 3: delayed = 10·delta + seed, median seed 2.
         let ratio = &results[1].values["counters.delayed / counters.txns"];
         assert!((ratio - 0.22).abs() < 1e-9, "{ratio}");
@@ -1155,13 +1176,14 @@ y = "throughput_tps"
         assert_eq!(
             names,
             [
-                "1 measured",
-                "1 model",
-                "2 measured",
-                "2 model",
-                "5 measured",
-                "5 model"
-            ]
+                "delta = 1 measured",
+                "delta = 1 model",
+                "delta = 2 measured",
+                "delta = 2 model",
+                "delta = 10 measured",
+                "delta = 10 model"
+            ],
+            "named by the option, in numeric order"
         );
         assert_eq!(chart.series[2].1, vec![(2.0, 22.0)]);
         assert_eq!(
@@ -1171,7 +1193,7 @@ y = "throughput_tps"
         );
         assert_eq!(chart.y_label, "delayed (%)");
         let timeline = chart_of(&exp, "over-time", &results);
-        assert_eq!(timeline.series[2].0, "protocol.delta=5");
+        assert_eq!(timeline.series[2].0, "protocol.delta=10");
         // Buckets during the 3 s load only, at their midpoints; the fault is marked.
         assert_eq!(
             timeline.series[0].1,
@@ -1189,13 +1211,16 @@ y = "throughput_tps"
         let csv = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
         assert!(csv.starts_with("protocol.delta,start_s,committed"), "{csv}");
         assert_eq!(csv.lines().count(), 1 + 3 * 4);
-        assert!(csv.contains("\n5,1.000,105,"), "{csv}");
+        assert!(csv.contains("\n10,1.000,110,"), "{csv}");
         assert!(files.iter().any(|f| f.ends_with("over-time.png")));
         std::fs::remove_file(dir.path().join("ratio.svg")).unwrap();
         let again = replot(&exp, dir.path()).unwrap();
         assert_eq!(again.len(), 4, "{again:?}");
         let svg = std::fs::read_to_string(dir.path().join("ratio.svg")).unwrap();
-        assert!(svg.contains("5 model"), "the replot has every series");
+        assert!(
+            svg.contains("delta = 10 model"),
+            "the replot has every series"
+        );
     }
 
     fn chart_of(exp: &Experiment, name: &str, results: &[PointResult]) -> plot::Chart {
