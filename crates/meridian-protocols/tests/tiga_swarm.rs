@@ -342,3 +342,38 @@ fn a_view_change_never_reorders_committed_entries() {
         assert!(verdict.valid, "seed {seed}: {verdict}");
     }
 }
+
+/// Appendix E's pull with a follower down for good: every commit on its shard takes the
+/// slow path. A coordinator that saw a replica stay silent through a slow commit asks
+/// for slow replies from the start on that shard, so it commits as fast as pushed slow
+/// replies would; waiting for the overdue fast quorum first cost 30–70 % more.
+#[test]
+fn a_dead_follower_costs_pulled_slow_replies_nothing_over_pushed_ones() {
+    let p50s = |config: &str| -> Vec<f64> {
+        let report = simulate(
+            5,
+            &Run {
+                detective: false,
+                clock: "",
+                config,
+                workload: "microbench",
+                workload_opts: &[],
+                faults: Faults::Scripted("crash:shard0/replica2@3s"),
+                seconds: 12,
+            },
+        );
+        assert!(check(&report.history, Model::StrictSerializable).valid);
+        report
+            .regions
+            .iter()
+            .map(|r| r.percentile_ms(50.0).unwrap())
+            .collect()
+    };
+    let (pulled, pushed) = (p50s(""), p50s("slow_replies=push"));
+    for (pull, push) in pulled.iter().zip(&pushed) {
+        assert!(
+            *pull <= 1.05 * push,
+            "p50 pulled {pulled:?} pushed {pushed:?}"
+        );
+    }
+}

@@ -74,6 +74,10 @@ pub struct Coordinator {
     /// The view whose replies count (§4); from the view manager.
     view: View,
     inquirer: view::Inquirer,
+    /// `slow_replies=pull`, per shard: until when slow replies are asked for from the
+    /// start, because a replica stayed silent through a slow commit (it is likely down,
+    /// so waiting for an overdue fast quorum would only add latency).
+    pull_early_until_ns: Vec<u64>,
 }
 
 impl Coordinator {
@@ -87,6 +91,7 @@ impl Coordinator {
             .iter()
             .filter(|r| matches!(r, Record::CoordinatorStarted))
             .count() as u32;
+        let cluster_shards = cluster.shard_count() as usize;
         Coordinator {
             id,
             estimator: Estimator::new(id, cluster.nodes.len()),
@@ -98,6 +103,7 @@ impl Coordinator {
             counter: 0,
             last_ts: 0,
             inflight: FxHashMap::default(),
+            pull_early_until_ns: vec![0; cluster_shards],
         }
     }
 
@@ -304,8 +310,12 @@ impl Coordinator {
         let plan = self
             .estimator
             .plan(&self.cluster, &shards, &leaders, &self.opts);
+        let suspect = shards
+            .iter()
+            .any(|s| self.pull_early_until_ns[s.index()] > now);
         let pull_at_ns = match plan.planned {
             Planned::Slow => now,
+            Planned::Fast if suspect => now,
             Planned::Fast => now + plan.fast_done_ns + self.opts.inquiry_ns,
         };
         let mut t = now + plan.headroom_ns;
@@ -413,6 +423,9 @@ impl Coordinator {
             }
         }
         let inf = self.inflight.remove(&txn).expect("present");
+        if !all_fast {
+            self.note_silent_replicas(&inf, ctx.now_ns());
+        }
         let results: Vec<&ShardResult> = inf
             .replies
             .iter()
@@ -453,6 +466,19 @@ impl Coordinator {
             }
         };
         ctx.respond(inf.request, ClientResponse::Outcome(outcome));
+    }
+}
+
+impl Coordinator {
+    /// After a slow commit: a shard with a replica that sent no fast reply at all is
+    /// pulled from the start for the next `retry_ms`.
+    fn note_silent_replicas(&mut self, inf: &Inflight, now: u64) {
+        for (&shard, replies) in inf.body.shards.iter().zip(&inf.replies) {
+            let n = self.cluster.replicas(shard).len();
+            if replies.fast.len() < n {
+                self.pull_early_until_ns[shard.index()] = now + self.opts.retry_ns;
+            }
+        }
     }
 }
 
