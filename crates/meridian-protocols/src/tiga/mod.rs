@@ -213,6 +213,11 @@
 //!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
 //!   between pieces on *different* shards are refused `Unsupported`; within a shard they
 //!   are resolved by the server.
+//! * A piece that aborts (a user abort, e.g. TPC-C New-Order's invalid item) on some
+//!   shards of a transaction but not all ends `Unknown`: the other shards applied their
+//!   pieces, and undoing them needs every leader's vote before its writes count (the
+//!   agreement notifications could carry it). Unreviewed work toward this and toward
+//!   decomposition is on branch `interactive` (WIP).
 //! * Not yet: log truncation behind a store checkpoint. Every server keeps every
 //!   transaction's body, its log entry and its place in the release stream (leader) or
 //!   synced prefix (follower), because a view change re-executes the rebuilt log from an
