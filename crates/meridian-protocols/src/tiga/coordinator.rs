@@ -38,6 +38,9 @@ struct Inflight {
     /// `slow_replies=pull`: from when slow replies are asked for on every shard (the fast
     /// quorum is overdue, or the transaction was planned for the slow path).
     pull_at_ns: u64,
+    /// When every fast reply should be in (`Plan::fast_done_ns` + `inquiry_ms`), whether
+    /// or not slow replies are pulled earlier.
+    fast_due_ns: u64,
 }
 
 impl Inflight {
@@ -313,10 +316,11 @@ impl Coordinator {
         let suspect = shards
             .iter()
             .any(|s| self.pull_early_until_ns[s.index()] > now);
+        let fast_due_ns = now + plan.fast_done_ns + self.opts.inquiry_ns;
         let pull_at_ns = match plan.planned {
             Planned::Slow => now,
             Planned::Fast if suspect => now,
-            Planned::Fast => now + plan.fast_done_ns + self.opts.inquiry_ns,
+            Planned::Fast => fast_due_ns,
         };
         let mut t = now + plan.headroom_ns;
         if t <= self.last_ts {
@@ -348,6 +352,7 @@ impl Coordinator {
                 started_ns: now,
                 last_sent_ns: now,
                 pull_at_ns,
+                fast_due_ns,
             },
         );
     }
@@ -470,9 +475,14 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// After a slow commit: a shard with a replica that sent no fast reply at all is
-    /// pulled from the start for the next `retry_ms`.
+    /// After a slow commit past the time every fast reply was due: a shard with a replica
+    /// that sent none is pulled from the start for the next `retry_ms`. (A commit before
+    /// that time proves nothing: the far replica's reply may still be on its way, and
+    /// counting it would keep a healthy shard on the slow path for good.)
     fn note_silent_replicas(&mut self, inf: &Inflight, now: u64) {
+        if now < inf.fast_due_ns {
+            return;
+        }
         for (&shard, replies) in inf.body.shards.iter().zip(&inf.replies) {
             let n = self.cluster.replicas(shard).len();
             if replies.fast.len() < n {
