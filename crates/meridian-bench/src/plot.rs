@@ -152,6 +152,16 @@ fn legend_corner(chart: &Chart, x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosi
         .expect("candidates")
 }
 
+/// An axis tick: whole numbers without a fraction (`16000`, not `16000.0`), others with
+/// at most three significant decimals and no trailing zeros (`0.05`, `1.5`).
+fn tick_label(v: f64) -> String {
+    if v == v.trunc() || v.abs() >= 100.0 {
+        return format!("{v:.0}");
+    }
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 fn draw<DB: DrawingBackend>(
     chart: &Chart,
     root: DrawingArea<DB, plotters::coord::Shift>,
@@ -180,6 +190,8 @@ where
                 .y_desc(chart.y_label.as_str())
                 .label_style(style(15))
                 .axis_desc_style(style(17))
+                .x_label_formatter(&|v| tick_label(*v))
+                .y_label_formatter(&|v| tick_label(*v))
                 .draw()
                 .map_err(err)?;
             for (i, (name, pts)) in chart.series.iter().enumerate() {
@@ -231,6 +243,17 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tick_labels_drop_empty_fractions() {
+        assert_eq!(tick_label(16000.0), "16000");
+        assert_eq!(tick_label(0.0), "0");
+        assert_eq!(tick_label(0.05), "0.05");
+        assert_eq!(tick_label(1.5), "1.5");
+        assert_eq!(tick_label(0.45), "0.45");
+        assert_eq!(tick_label(-20.0), "-20");
+        assert_eq!(tick_label(122.4), "122");
+    }
 
     #[test]
     fn writes_a_readable_svg_and_a_png() {
