@@ -23,6 +23,9 @@ use std::sync::Arc;
 
 /// Bound on a follower's outstanding slow-reply inquiries (Appendix E).
 const SLOW_WANTED_MAX: usize = 1 << 16;
+/// Most release-stream entries one `LogSync` carries (a flush or a resend to a lagging
+/// follower sends several messages beyond that).
+const LOG_SYNC_BATCH_MAX: u64 = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug)]
@@ -141,6 +144,9 @@ pub struct Server {
     deferred: BTreeSet<(u64, TxnId)>,
     /// The release stream: the log entries in the order this leader released them.
     stream: Vec<(TxnId, Timestamp)>,
+    /// Release-stream positions below this one have been multicast to the followers; the
+    /// rest go out together at the end of the event that released them (`flush_log_sync`).
+    sync_sent: u64,
     follower_sync: FxHashMap<NodeId, u64>,
     follower_resent_ns: FxHashMap<NodeId, u64>,
     commit_point: u64,
@@ -209,6 +215,7 @@ impl Server {
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
             stream: Vec::new(),
+            sync_sent: 0,
             follower_sync: FxHashMap::default(),
             follower_resent_ns: FxHashMap::default(),
             commit_point: 0,
@@ -493,6 +500,7 @@ impl Server {
                 }
             }
         }
+        self.flush_log_sync(ctx);
         // Arm the wake-up for the first unexpired queued transaction.
         let now = ctx.now_ns();
         let next = self
@@ -706,17 +714,32 @@ impl Server {
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a leader releases a transaction once");
         self.stream.push((id, ts));
-        let pos = self.stream.len() as u64 - 1;
-        let msg = Msg::LogSync {
-            shard: self.shard,
-            from: pos,
-            entries: vec![(id, ts)],
-            commit_point: self.commit_point,
-            gc_floor: self.gc.leader_floor,
-            g_view: self.view.g_view,
-        };
-        ctx.multicast(self.followers.clone(), &msg);
         self.advance_commit_point();
+    }
+
+    /// Multicasts the release-stream entries released since the last flush, at most
+    /// [`LOG_SYNC_BATCH_MAX`] per message. Called once per event (end of `process`): one
+    /// message for every transaction a wake-up or an agreement released, instead of one
+    /// each — the followers' fast replies do not wait for it, only slow replies and the
+    /// commit-point do, and those only until the end of the current event.
+    fn flush_log_sync(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if !self.is_leader || self.status != Status::Normal {
+            return;
+        }
+        let end = self.stream.len() as u64;
+        while self.sync_sent < end {
+            let upto = end.min(self.sync_sent + LOG_SYNC_BATCH_MAX);
+            let msg = Msg::LogSync {
+                shard: self.shard,
+                from: self.sync_sent,
+                entries: self.stream[self.sync_sent as usize..upto as usize].to_vec(),
+                commit_point: self.commit_point,
+                gc_floor: self.gc.leader_floor,
+                g_view: self.view.g_view,
+            };
+            ctx.multicast(self.followers.clone(), &msg);
+            self.sync_sent = upto;
+        }
     }
 
     fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
@@ -862,7 +885,7 @@ impl Server {
                 let last = self.follower_resent_ns.get(&f).copied().unwrap_or(0);
                 if synced < end && now.saturating_sub(last) >= self.opts.retry_ns {
                     self.follower_resent_ns.insert(f, now);
-                    let upto = end.min(synced + 512);
+                    let upto = end.min(synced + LOG_SYNC_BATCH_MAX);
                     ctx.send(
                         f,
                         Msg::LogSync {

@@ -439,6 +439,8 @@ impl Server {
             self.last_assigned_ns = self.last_assigned_ns.max(ts.time_ns);
         }
         self.sync_point = self.synced.len() as u64;
+        // A new leader's followers get the whole log in `start-view`.
+        self.sync_sent = self.stream.len() as u64;
     }
 
     fn reset_state(&mut self) {
@@ -451,6 +453,7 @@ impl Server {
         self.notes.clear();
         self.sealed.clear();
         self.stream.clear();
+        self.sync_sent = 0;
         self.follower_sync.clear();
         self.follower_resent_ns.clear();
         self.commit_point = 0;
