@@ -29,6 +29,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{delay_queue, DelayQueue};
 
+/// Most inbound events one wake-up of a node handles before it looks at its timers and
+/// the stop signal again.
+const INBOX_BATCH_MAX: usize = 64;
+
 /// How a node reaches one other node.
 pub enum Route<M> {
     /// An in-process node with no emulated delay: straight into its inbox.
@@ -126,7 +130,15 @@ impl<N: Node> NodeLoop<N> {
                     self.handle(|n, ctx| n.on_timer(ctx, timer));
                 }
                 event = inbox.recv() => match event {
-                    Some(event) => self.on_inbound(event),
+                    Some(event) => {
+                        self.on_inbound(event);
+                        // Whatever else is already queued is handled now, without a trip
+                        // through the select (bounded, so timers and stop stay timely).
+                        for _ in 1..INBOX_BATCH_MAX {
+                            let Ok(event) = inbox.try_recv() else { break };
+                            self.on_inbound(event);
+                        }
+                    }
                     None => break,
                 },
             }
