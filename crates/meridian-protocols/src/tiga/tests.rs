@@ -122,6 +122,7 @@ fn body(seq: u64, t: u64, shard: u32, shards: &[u32], k: &str) -> TxnBody {
                 vec![Op::Append(key(k), Operand::Literal(key(&seq.to_string())))],
             ),
         )]),
+        aborted: false,
     }
 }
 
@@ -132,6 +133,7 @@ fn note(txn: TxnId, shard: u32, t: u64, sealed: bool) -> Msg {
         ts: Timestamp::new(t, COORD.0),
         sealed,
         echo: false,
+        abort: false,
         g_view: 0,
     }
 }
@@ -190,6 +192,7 @@ fn log_sync(bodies: &[&TxnBody], (late, at): (TxnId, u64), leader: NodeId) -> Ms
         from: 0,
         commit_point: entries.len() as u64,
         entries,
+        aborted: Vec::new(),
         gc_floor: Timestamp::ZERO,
         g_view: 0,
     }
@@ -378,7 +381,7 @@ fn agreement_case_3_revokes_repositions_and_re_executes() {
 }
 
 #[test]
-fn preventive_leaders_execute_only_after_agreement() {
+fn preventive_leaders_reply_only_after_agreement() {
     let (mut h, t) = two_shard_leader("approach=preventive");
     let e = h.wake(200);
     assert!(fast_replies(&e).is_empty());
@@ -715,6 +718,7 @@ fn increment(seq: u64, t: u64, k: &str) -> TxnBody {
                 )],
             ),
         )]),
+        aborted: false,
     }
 }
 

@@ -18,6 +18,11 @@ pub struct TxnBody {
     pub ts: Timestamp,
     pub shards: Vec<ShardId>,
     pub pieces: Arc<Vec<(u16, Piece)>>,
+    /// Decided aborted: some involved shard's pieces aborted at the agreed timestamp, so
+    /// no shard keeps its writes (a server sets it when the decision is known; it travels
+    /// with the entry through log syncs, reports, verification and state transfers).
+    #[serde(default)]
+    pub aborted: bool,
 }
 
 impl TxnBody {
@@ -105,6 +110,10 @@ pub enum Msg {
         sealed: bool,
         /// An answer from a leader that already released `txn` (never answered again).
         echo: bool,
+        /// With `sealed`: this shard's pieces aborted when executed at `ts` (its vote; a
+        /// leader releases `txn` aborted if any involved leader's vote at the agreed
+        /// timestamp is abort).
+        abort: bool,
         g_view: u64,
     },
     /// Leader → follower: entries of the leader's release stream from position `from`,
@@ -113,6 +122,8 @@ pub enum Msg {
         shard: ShardId,
         from: u64,
         entries: Vec<(TxnId, Timestamp)>,
+        /// The ids among `entries` that were released aborted (followers skip them).
+        aborted: Vec<TxnId>,
         commit_point: u64,
         /// The leader's GC floor: nothing it will ever send is at or below it.
         gc_floor: Timestamp,

@@ -230,16 +230,19 @@ impl Server {
         let a_maps = self.part_a_maps(&log);
         // Part (b): by transaction, how many reports hold it and the largest timestamp any
         // of them holds (a leader's updated timestamp is above its followers' original one).
-        let mut seen: FxHashMap<TxnId, (usize, &TxnBody)> = FxHashMap::default();
+        let mut seen: FxHashMap<TxnId, (usize, TxnBody)> = FxHashMap::default();
         for r in &reports {
             let mut listed = FxHashSet::default();
             for b in r.synced.iter().chain(&r.others) {
                 if !in_a.contains(&b.id) && listed.insert(b.id) {
-                    let slot = seen.entry(b.id).or_insert((0, b));
+                    let slot = seen.entry(b.id).or_insert((0, b.clone()));
                     slot.0 += 1;
+                    // An abort decided on any server stands.
+                    let aborted = slot.1.aborted || b.aborted;
                     if b.ts > slot.1.ts {
-                        slot.1 = b;
+                        slot.1 = b.clone();
                     }
+                    slot.1.aborted = aborted;
                 }
             }
         }
@@ -247,7 +250,7 @@ impl Server {
         let mut part_b: Vec<TxnBody> = seen
             .into_values()
             .filter(|&(count, _)| count >= threshold)
-            .map(|(_, body)| body.clone())
+            .map(|(_, body)| body)
             .collect();
         self.raise_above_part_a(&a_maps, &mut part_b);
         log.extend(part_b);
@@ -414,7 +417,15 @@ impl Server {
             self.maps.record(&e.reads, &e.writes, ts);
             if as_leader {
                 let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
-                self.store.commit(id);
+                // A decision taken before the view change stands; this shard's own abort
+                // is deterministic at the entry's place (see the module doc's limits).
+                e.own_abort = result.is_err();
+                e.body.aborted |= e.own_abort;
+                if e.body.aborted {
+                    self.store.revoke(id);
+                } else {
+                    self.store.commit(id);
+                }
                 e.last_fast = Some(Box::new(FastReply {
                     txn: id,
                     shard: self.shard,
@@ -613,7 +624,11 @@ fn merge_largest(
     for entries in others.values() {
         for b in entries.iter().filter(|b| b.involves(shard)) {
             match index.get(&b.id) {
-                Some(&i) => log[i].ts = log[i].ts.max(b.ts),
+                Some(&i) => {
+                    log[i].ts = log[i].ts.max(b.ts);
+                    // An abort decided on any shard stands.
+                    log[i].aborted |= b.aborted;
+                }
                 None if add => {
                     index.insert(b.id, log.len());
                     log.push(b.clone());
