@@ -344,18 +344,7 @@ impl Coordinator {
             .iter()
             .any(|s| self.pull_early_until_ns[s.index()] > now);
         let fast_due_ns = now + plan.fast_done_ns + self.opts.inquiry_ns;
-        let pull_at_ns = match plan.planned {
-            Planned::Slow => now,
-            Planned::Fast if suspect => now,
-            Planned::Fast => fast_due_ns,
-        };
-        let mut t = now + plan.headroom_ns;
-        if t <= self.last_ts {
-            t = self.last_ts + 1;
-        }
-        self.last_ts = t;
-        let ts = Timestamp::new(t, self.id.0);
-        let pieces = txn
+        let pieces: Vec<(u16, meridian_core::txn::Piece)> = txn
             .pieces
             .into_iter()
             .enumerate()
@@ -363,10 +352,27 @@ impl Coordinator {
             .collect();
         let body = TxnBody {
             id,
-            ts,
+            ts: Timestamp::ZERO,
             shards,
             pieces: Arc::new(pieces),
             aborted: false,
+            decided: false,
+        };
+        // A transaction whose decision matters commits or aborts on the slow path only.
+        let slow_only = body.decision_matters();
+        let pull_at_ns = match plan.planned {
+            Planned::Slow => now,
+            Planned::Fast if suspect || slow_only => now,
+            Planned::Fast => fast_due_ns,
+        };
+        let mut t = now + plan.headroom_ns;
+        if t <= self.last_ts {
+            t = self.last_ts + 1;
+        }
+        self.last_ts = t;
+        let body = TxnBody {
+            ts: Timestamp::new(t, self.id.0),
+            ..body
         };
         submit(ctx, &self.cluster, &body);
         self.inflight.insert(
@@ -422,6 +428,9 @@ impl Coordinator {
     /// Algorithm 3 lines 8–34.
     fn try_commit(&mut self, ctx: &mut Ctx<'_, TigaNode>, txn: TxnId) {
         let inf = &self.inflight[&txn];
+        // Its decision must be on f + 1 replicas of every shard before it is reported
+        // (a view change aborts an entry no server knew decided).
+        let slow_only = inf.body.decision_matters();
         let mut all_fast = true;
         let mut reexecuted = false;
         let mut leader_ts = None;
@@ -444,7 +453,7 @@ impl Coordinator {
                     fast_q += 1;
                 }
             }
-            let fast = fast_q >= super_quorum(f);
+            let fast = fast_q >= super_quorum(f) && !slow_only;
             if !fast && slow_q < f {
                 return;
             }

@@ -12,9 +12,7 @@ use super::view::{Status, View};
 use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
 use meridian_core::node::Ctx;
-use meridian_core::txn::{
-    execute_piece, AbortReason, Key, Op, Operand, PieceBody, PieceResult, Procedures,
-};
+use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
 use meridian_core::{Cluster, NodeId, NodeRole, ShardId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
@@ -143,6 +141,9 @@ pub struct Server {
     pq: PriorityQueue,
     maps: KeyMaps,
     log: OrderedLog<Footprint>,
+    /// Per key, the XOR of [`decision_mark`]s of the decided entries on it whose decision
+    /// matters ([`TxnBody::decision_matters`]); part of every fast-reply hash.
+    marks: FxHashMap<Key, Hash160>,
     store: MvStore,
     last_assigned_ns: u64,
     wake_at: Option<u64>,
@@ -218,6 +219,7 @@ impl Server {
             pq: PriorityQueue::default(),
             maps: KeyMaps::default(),
             log: OrderedLog::new(),
+            marks: FxHashMap::default(),
             store: MvStore::new(),
             last_assigned_ns: 0,
             wake_at: None,
@@ -541,7 +543,7 @@ impl Server {
         let ts = e.body.ts;
         self.pq.remove(ts, id, &e.reads, &e.writes);
         self.maps.record(&e.reads, &e.writes, ts);
-        let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
+        let hash = reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts);
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a follower releases a transaction once");
@@ -679,7 +681,7 @@ impl Server {
         let skip = self.opts.epsilon_ns.is_some() || self.opts.unsafe_skip_second_round;
         // Skipping the second round leaves a vote cast below `agreed`, which counts only if
         // no piece can abort (then every vote is commit).
-        if !(all_agree || (skip && !may_abort(&e.body))) {
+        if !(all_agree || (skip && !e.body.may_abort())) {
             // Case 2: wait for the second round (the others re-sealed at `agreed`).
             return;
         }
@@ -739,6 +741,8 @@ impl Server {
         e.state = State::Released;
         e.released_ns = ctx.now_ns();
         e.body.aborted = aborted;
+        e.body.decided = true;
+        mark_decided(&mut self.marks, e);
         if aborted {
             self.store.revoke(id);
         } else {
@@ -786,7 +790,7 @@ impl Server {
             shard: self.shard,
             replica: self.replica,
             ts,
-            hash: reply_hash(&self.log, &e.reads, &e.writes, id, ts),
+            hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts),
             result: Some(e.result.clone().expect("executed when sealed")),
             g_view: self.view.g_view,
             reexecuted: e.executions > 1,
@@ -834,6 +838,8 @@ impl Server {
             }
             e.body.ts = ts;
             e.body.aborted = aborted;
+            e.body.decided = true;
+            mark_decided(&mut self.marks, e);
             e.state = State::Synced;
             e.released_ns = ctx.now_ns();
             self.maps.record(&e.reads, &e.writes, ts);
@@ -1016,23 +1022,34 @@ impl Server {
     }
 }
 
-/// Whether some piece of `body` may abort on its shard (a stored procedure, `add`'s type
-/// check, a validation op, a value dependency): only then can shards' votes differ.
-pub(crate) fn may_abort(body: &TxnBody) -> bool {
-    body.pieces.iter().any(|(_, p)| match &p.body {
-        PieceBody::Procedure(_) => true,
-        PieceBody::Ops(ops) => ops.iter().any(|op| {
-            matches!(op, Op::Add(..) | Op::Check(..))
-                || matches!(op, Op::Put(_, o) | Op::Append(_, o) if matches!(o, Operand::Input { .. }))
-        }),
-    })
+/// What a decided entry adds to its keys' hashes: the decision itself, so a follower's
+/// fast reply matches its leader's only if it knows the decisions of the earlier entries
+/// on the same keys whose decision matters (it learns them with the log sync).
+pub(crate) fn decision_mark(body: &TxnBody) -> Hash160 {
+    let what: &[u8] = if body.aborted {
+        b"aborted"
+    } else {
+        b"committed"
+    };
+    key_state_hash(what, entry_hash(body.id, body.ts))
+}
+
+/// Adds a just-decided entry's [`decision_mark`] to its keys (if its decision matters).
+fn mark_decided(marks: &mut FxHashMap<Key, Hash160>, e: &Entry) {
+    if !e.body.decision_matters() {
+        return;
+    }
+    let mark = decision_mark(&e.body);
+    for key in footprint(&e.reads, &e.writes) {
+        *marks.entry(key).or_insert(Hash160::ZERO) ^= mark;
+    }
 }
 
 /// Appendix D: the per-key hash over the transaction's keys, with the transaction's own
 /// entry at `ts` included (whether or not it is in the log yet), so a leader that executes
 /// before appending and a follower that appends on release compute the same value.
 pub(crate) fn reply_hash(
-    log: &OrderedLog<Footprint>,
+    (log, marks): (&OrderedLog<Footprint>, &FxHashMap<Key, Hash160>),
     reads: &[Key],
     writes: &[Key],
     id: TxnId,
@@ -1045,7 +1062,7 @@ pub(crate) fn reply_hash(
     keys.dedup();
     let own_hash = entry_hash(id, ts);
     keys.into_iter().fold(Hash160::ZERO, |acc, key| {
-        let mut h = log.key_hash(key);
+        let mut h = log.key_hash(key) ^ marks.get(key).copied().unwrap_or(Hash160::ZERO);
         if !in_log && own.binary_search(key).is_ok() {
             h ^= own_hash;
         }

@@ -123,6 +123,7 @@ fn body(seq: u64, t: u64, shard: u32, shards: &[u32], k: &str) -> TxnBody {
             ),
         )]),
         aborted: false,
+        decided: false,
     }
 }
 
@@ -719,6 +720,7 @@ fn increment(seq: u64, t: u64, k: &str) -> TxnBody {
             ),
         )]),
         aborted: false,
+        decided: false,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::view::{Status, View};
 use crate::raft_group::{RaftMsg, RaftRecord};
-use meridian_core::txn::{AbortReason, Piece, PieceResult};
+use meridian_core::txn::{AbortReason, Op, Operand, Piece, PieceBody, PieceResult};
 use meridian_core::{ShardId, Timestamp, TxnId};
 use meridian_store::Hash160;
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,11 @@ pub struct TxnBody {
     /// with the entry through log syncs, reports, verification and state transfers).
     #[serde(default)]
     pub aborted: bool,
+    /// The commit/abort decision is known here (released by a leader, synced by a
+    /// follower). A view change aborts a recovered entry that [`TxnBody::may_abort`] and
+    /// that no server knew decided: nothing depended on its decision (see the module doc).
+    #[serde(default)]
+    pub decided: bool,
 }
 
 impl TxnBody {
@@ -33,6 +38,27 @@ impl TxnBody {
 
     pub fn involves(&self, shard: ShardId) -> bool {
         self.shards.contains(&shard)
+    }
+
+    /// Whether some piece may abort on its shard (a stored procedure, `add`'s type check,
+    /// a validation op, a value dependency): only then can the shards' votes differ.
+    pub fn may_abort(&self) -> bool {
+        self.pieces.iter().any(|(_, p)| match &p.body {
+            PieceBody::Procedure(_) => true,
+            PieceBody::Ops(ops) => ops.iter().any(|op| match op {
+                Op::Add(..) | Op::Check(..) => true,
+                Op::Put(_, o) | Op::Append(_, o) => matches!(o, Operand::Input { .. }),
+                Op::Get(_) => false,
+            }),
+        })
+    }
+
+    /// Whether the commit/abort decision changes the store: it may abort and it writes.
+    /// Such a transaction's outcome is reported only once the decision is on f + 1
+    /// replicas of every shard (slow path), and its decision is part of later fast-reply
+    /// hashes, so a view change never loses a decision anything depended on.
+    pub fn decision_matters(&self) -> bool {
+        self.may_abort() && self.pieces.iter().any(|(_, p)| !p.is_read_only())
     }
 }
 
