@@ -28,7 +28,7 @@
 //! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `raise_above_part_a`, `send_verify`/`on_verify`, `advance_verification`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
 //! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
-//! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`); `coordinator.rs` `try_commit`; [`TxnBody::aborted`] through `server/view_change.rs` |
+//! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`), `decision_mark`/`mark_decided` (fast-reply hashes); `coordinator.rs` `try_commit` (slow path when [`TxnBody::decision_matters`]); `server/view_change.rs` [`TxnBody::decided`]/`aborted` through reports and step ④, `finish_view_change` (undecided → aborted), `install_log` |
 //! | §2 interactive transactions by decomposition ([70], DESIGN §6) | `coordinator/session.rs` (sessions, read transactions, the validating commit); [`Op::Check`](meridian_core::txn::Op::Check) in `meridian_core::txn` |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
@@ -150,6 +150,29 @@
 //!   each carries that leader's vote (its execution result), so it reports `Aborted` with
 //!   the first failing shard's reason iff some shard voted abort — the same rule — and
 //!   never `Committed` for a transaction any shard aborted.
+//!   **Decisions survive view changes.** A view change re-executes the rebuilt log from
+//!   an empty store, and a decision known only to crashed leaders would be re-taken from
+//!   the surviving shards' own votes — one shard aborting, another committing (random
+//!   fault runs showed exactly that: aborted appends kept). So, for a transaction whose
+//!   decision *matters* ([`TxnBody::decision_matters`]: some piece may abort and it
+//!   writes): (1) its coordinator reports an outcome only on the slow path — f slow
+//!   replies per shard, sent once the follower synced the entry, and the log sync carries
+//!   the decision — so the decision is on f + 1 replicas of every shard and a rebuilt log
+//!   keeps it ([`TxnBody::decided`], [`TxnBody::aborted`]: set at release and sync, kept
+//!   in reports, OR-ed across reports in part (b) and across shards in step ④);
+//!   (2) every decided entry adds a *decision mark* (hash of id, timestamp, decision) to
+//!   its keys' fast-reply hashes (`server.rs` `decision_mark`, `marks`), so a later
+//!   transaction on the same keys commits fast only if a super quorum knew the decisions
+//!   it follows — and then ⌈f/2⌉ + 1 of any f + 1 reports hold them; (3) a view change
+//!   *aborts* a recovered entry whose decision matters and that no server knew decided
+//!   (`finish_view_change`): by (1) and (2) no client saw its outcome and nothing
+//!   committed depends on it, and after step ④ every shard holds the same decided flags,
+//!   so all shards drop it alike. Cost: such transactions (every stored-procedure
+//!   transaction, e.g. all of TPC-C's, and every decomposed commit) never take the fast
+//!   path — on `gcp-tiga` one-shot TPC-C p50 goes from 125.6 to 182.2 ms in SC and from
+//!   305.7 to 345.9 ms in HK, while FI and BR, whose fast quorum waits for the far
+//!   replica, improve from 183.7 to 155.6 ms (10 s, seed 1). A procedure that cannot
+//!   abort could declare it and keep the fast path (not done: no such declaration yet).
 //!   Costs: the *preventive* approach now executes T when it seals it (the vote needs the
 //!   execution; nothing conflicting runs before T's release, so this is the detective
 //!   approach's execution) and still replies only after agreement, so a case-3 leader
@@ -256,17 +279,12 @@
 //! ## Limits (this session)
 //! * Value dependencies between pieces on *different* shards are refused `Unsupported`;
 //!   within a shard they are resolved by the server.
-//! * Cross-shard abort across a view change is partial. A decision taken before it
-//!   travels with the entry ([`TxnBody::aborted`]: in reports, kept if any report or any
-//!   shard's verification list has it, in `start-view` and state transfers), and a new
-//!   leader that re-executes an entry whose own pieces abort marks it aborted. What is
-//!   missing: an entry no leader had released (so no decision exists) whose pieces abort
-//!   on one shard only is aborted there after the view change but committed on the
-//!   others, which never learn that vote — the coordinator may already have reported
-//!   `Aborted` from the old leaders' replies. Closing it needs a vote round after step ④
-//!   (each new leader executes its verified log and exchanges the ids it votes to abort
-//!   before `start-view`), which touches the view change's message flow; the swarms'
-//!   list-append workload never aborts a piece, so they do not exercise this case.
+//! * Cross-shard abort keeps transactions whose decision matters off the fast path (see
+//!   above). Keeping them on it would need the view change to re-take lost decisions
+//!   consistently — a vote round after step ④, iterated while a re-taken abort changes
+//!   a later entry's vote — instead of aborting undecided entries.
+//! * Interactive commits validate by value: an intervening write of the same value
+//!   passes (serializable all the same: the reads equal the state at the commit).
 //! * Interactive sessions live in the coordinator's memory: a coordinator crash ends them
 //!   (later steps answer `Aborted{Failure}`; a commit in flight is `Unknown` to the
 //!   client, as for a one-shot transaction).
