@@ -154,8 +154,8 @@
 //!   an empty store, and a decision known only to crashed leaders would be re-taken from
 //!   the surviving shards' own votes — one shard aborting, another committing (random
 //!   fault runs showed exactly that: aborted appends kept). So, for a transaction whose
-//!   decision *matters* ([`TxnBody::decision_matters`]: some piece may abort and it
-//!   writes): (1) its coordinator reports an outcome only on the slow path — f slow
+//!   decision *matters* ([`TxnBody::decision_matters`]: it writes, and a piece is a
+//!   stored procedure or a validation op, so it may abort by design): (1) its coordinator reports an outcome only on the slow path — f slow
 //!   replies per shard, sent once the follower synced the entry, and the log sync carries
 //!   the decision — so the decision is on f + 1 replicas of every shard and a rebuilt log
 //!   keeps it ([`TxnBody::decided`], [`TxnBody::aborted`]: set at release and sync, kept
@@ -279,6 +279,11 @@
 //! ## Limits (this session)
 //! * Value dependencies between pieces on *different* shards are refused `Unsupported`;
 //!   within a shard they are resolved by the server.
+//! * Type errors (`add` on a non-integer, a value dependency naming a missing output)
+//!   abort atomically in normal operation but are not made durable before the outcome
+//!   is reported (so MicroBench's `add`s keep the fast path): if a view change loses such
+//!   a decision, the new leaders re-execute and a shard whose own piece fails aborts
+//!   while the others commit. Workloads never trigger these errors by design.
 //! * Cross-shard abort keeps transactions whose decision matters off the fast path (see
 //!   above). Keeping them on it would need the view change to re-take lost decisions
 //!   consistently — a vote round after step ④, iterated while a re-taken abort changes

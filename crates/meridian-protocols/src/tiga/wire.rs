@@ -53,12 +53,19 @@ impl TxnBody {
         })
     }
 
-    /// Whether the commit/abort decision changes the store: it may abort and it writes.
-    /// Such a transaction's outcome is reported only once the decision is on f + 1
-    /// replicas of every shard (slow path), and its decision is part of later fast-reply
-    /// hashes, so a view change never loses a decision anything depended on.
+    /// Whether the commit/abort decision changes the store and may go either way by
+    /// design: it writes, and a piece is a stored procedure (a user abort) or validates
+    /// (a decomposed commit). Such a transaction's outcome is reported only once the
+    /// decision is on f + 1 replicas of every shard (slow path), and its decision is part
+    /// of later fast-reply hashes, so a view change never loses a decision anything
+    /// depended on. Type errors (`add` on a non-integer, a bad value dependency) are left
+    /// out: they keep the fast path (see the module doc's limits).
     pub fn decision_matters(&self) -> bool {
-        self.may_abort() && self.pieces.iter().any(|(_, p)| !p.is_read_only())
+        let by_design = self.pieces.iter().any(|(_, p)| match &p.body {
+            PieceBody::Procedure(_) => true,
+            PieceBody::Ops(ops) => ops.iter().any(|op| matches!(op, Op::Check(..))),
+        });
+        by_design && self.pieces.iter().any(|(_, p)| !p.is_read_only())
     }
 }
 

@@ -400,11 +400,11 @@ impl Server {
     fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>, mut log: Vec<TxnBody>) {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
         for b in &mut log {
-            // A decision taken before the view change stands. An entry that may abort and
-            // that no server knew decided is aborted: every shard holds the same decided
+            // A decision taken before the view change stands. An entry whose decision
+            // matters and that no server knew decided is aborted: every shard holds the same decided
             // flags after step ④, and nothing depended on its decision (its outcome waits
             // for the slow path; later fast replies hash the decisions they follow).
-            if !b.decided && b.may_abort() {
+            if !b.decided && b.decision_matters() {
                 b.aborted = true;
             }
             b.decided = true;
@@ -431,9 +431,11 @@ impl Server {
                 let mut result =
                     execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
                 e.own_abort = result.is_err();
-                // Decided with the other shards' knowledge (see `finish_view_change`); an
-                // own abort of a decided-committed entry would mean a diverged prefix.
-                debug_assert!(!e.own_abort || e.body.aborted || !e.body.decided);
+                // Decided with the other shards' knowledge (see `finish_view_change`): a
+                // decided-committed entry whose decision matters was executed on this
+                // prefix before, so its own pieces cannot abort now. (A read-only one, or
+                // a type error, may: harmless, resp. the limit the module doc names.)
+                debug_assert!(!e.own_abort || e.body.aborted || !e.body.decision_matters());
                 e.body.aborted |= e.own_abort;
                 if e.body.aborted {
                     self.store.revoke(id);
