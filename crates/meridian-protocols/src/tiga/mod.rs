@@ -143,8 +143,8 @@
 //!   at the agreed timestamp (which it already waited for), so all leaders see the same
 //!   votes — each cast by an execution at the agreed timestamp — and take the same
 //!   decision: aborted iff any voted abort. An aborted T's writes are revoked (as case 3
-//!   revokes) but its entry stays in the log and the release stream, so the per-key
-//!   hashes, and with them the fast path, do not depend on the decision. Followers get
+//!   revokes) but its entry stays in the log and the release stream, so T's own fast
+//!   replies do not depend on its decision (later ones may, below). Followers get
 //!   the decision with the log sync ([`Msg::LogSync`]`::aborted`) and skip executing
 //!   aborted entries. The coordinator needs every leader's reply at one timestamp anyway;
 //!   each carries that leader's vote (its execution result), so it reports `Aborted` with
@@ -161,7 +161,8 @@
 //!   keeps it ([`TxnBody::decided`], [`TxnBody::aborted`]: set at release and sync, kept
 //!   in reports, OR-ed across reports in part (b) and across shards in step ④);
 //!   (2) every decided entry adds a *decision mark* (hash of id, timestamp, decision) to
-//!   its keys' fast-reply hashes (`server.rs` `decision_mark`, `marks`), so a later
+//!   its keys' fast-reply hashes (`server.rs` `decision_mark`, `marks`; the entry itself
+//!   is hashed as before), so a later
 //!   transaction on the same keys commits fast only if a super quorum knew the decisions
 //!   it follows — and then ⌈f/2⌉ + 1 of any f + 1 reports hold them; (3) a view change
 //!   *aborts* a recovered entry whose decision matters and that no server knew decided

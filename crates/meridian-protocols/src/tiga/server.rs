@@ -724,8 +724,9 @@ impl Server {
 
     /// Releases an agreed transaction: committed, or — if any involved leader voted abort
     /// at the agreed timestamp — aborted on this shard too, its writes revoked (as case 3
-    /// revokes) while its entry stays in the log, so the fast-reply hashes do not depend
-    /// on the decision.
+    /// revokes) while its entry stays in the log and the release stream (the log sync
+    /// carries the decision). The decision enters later fast-reply hashes through its
+    /// decision mark only if it matters ([`TxnBody::decision_matters`]).
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if self.preventive {
             self.send_fast_reply(ctx, id);
