@@ -155,25 +155,25 @@
 //!   the surviving shards' own votes — one shard aborting, another committing (random
 //!   fault runs showed exactly that: aborted appends kept). So, for a transaction whose
 //!   decision *matters* ([`TxnBody::decision_matters`]: it writes, and a piece is a
-//!   stored procedure or a validation op, so it may abort by design): (1) its coordinator reports an outcome only on the slow path — f slow
-//!   replies per shard, sent once the follower synced the entry, and the log sync carries
+//!   stored procedure or a validation op, so it may abort by design): (1) its
+//!   coordinator reports an outcome only on the slow path — f slow replies per shard, sent once the follower synced the entry, and the log sync carries
 //!   the decision — so the decision is on f + 1 replicas of every shard and a rebuilt log
 //!   keeps it ([`TxnBody::decided`], [`TxnBody::aborted`]: set at release and sync, kept
 //!   in reports, OR-ed across reports in part (b) and across shards in step ④);
 //!   (2) every decided entry adds a *decision mark* (hash of id, timestamp, decision) to
 //!   its keys' fast-reply hashes (`server.rs` `decision_mark`, `marks`; the entry itself
-//!   is hashed as before), so a later
-//!   transaction on the same keys commits fast only if a super quorum knew the decisions
-//!   it follows — and then ⌈f/2⌉ + 1 of any f + 1 reports hold them; (3) a view change
+//!   is hashed as before), so a later transaction on the same keys commits fast only if
+//!   a super quorum knew the decisions it follows — and then ⌈f/2⌉ + 1 of any f + 1 reports hold them; (3) a view change
 //!   *aborts* a recovered entry whose decision matters and that no server knew decided
 //!   (`finish_view_change`): by (1) and (2) no client saw its outcome and nothing
 //!   committed depends on it, and after step ④ every shard holds the same decided flags,
-//!   so all shards drop it alike. Cost: such transactions (every stored-procedure
-//!   transaction, e.g. all of TPC-C's, and every decomposed commit) never take the fast
-//!   path — on `gcp-tiga` one-shot TPC-C p50 goes from 125.6 to 182.2 ms in SC and from
-//!   305.7 to 345.9 ms in HK, while FI and BR, whose fast quorum waits for the far
-//!   replica, improve from 183.7 to 155.6 ms (10 s, seed 1). A procedure that cannot
-//!   abort could declare it and keep the fast path (not done: no such declaration yet).
+//!   so all shards drop it alike. Cost: such transactions never take the fast path —
+//!   every writing stored-procedure transaction (TPC-C's New-Order and Delivery) and every
+//!   decomposed commit. One-shot TPC-C on `gcp-tiga` (10 s, seed 1), p50 before → after:
+//!   SC 125.6 → 127.9 ms, FI 183.7 → 157.1, BR 183.5 → 182.8, HK 305.7 → 344.3 (FI and
+//!   BR gain where the pulled slow path beats a fast quorum waiting for the far
+//!   replica); MicroBench (`add`s only) is unchanged. A procedure that cannot abort could
+//!   declare it and keep the fast path (not done: there is no such declaration yet).
 //!   Costs: the *preventive* approach now executes T when it seals it (the vote needs the
 //!   execution; nothing conflicting runs before T's release, so this is the detective
 //!   approach's execution) and still replies only after agreement, so a case-3 leader
