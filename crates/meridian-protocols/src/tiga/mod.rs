@@ -12,7 +12,7 @@
 //! |---|---|
 //! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
-//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
