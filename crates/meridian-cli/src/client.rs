@@ -199,7 +199,7 @@ fn print_committed(ops: &[Labeled], committed: &Committed) {
             .flatten();
         let key = &labeled.key;
         match labeled.op {
-            Op::Get(_) => println!("{key} = {}", show(&output)),
+            Op::Get(_) | Op::Check(..) => println!("{key} = {}", show(&output)),
             Op::Add(..) => println!(
                 "{key} = {}",
                 output

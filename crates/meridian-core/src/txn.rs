@@ -49,12 +49,17 @@ pub enum Op {
     Add(Key, Operand),
     /// Append the operand's bytes to the value (list append). Output: `None`.
     Append(Key, Operand),
+    /// Validation: read a key and abort the transaction with [`AbortReason::Validation`]
+    /// unless its value is the expected one (`None`: absent). Decomposed interactive
+    /// transactions (Tiga §2, [70]) re-validate what they read with it at commit. Output:
+    /// the value read.
+    Check(Key, Option<Value>),
 }
 
 impl Op {
     pub fn key(&self) -> &Key {
         match self {
-            Op::Get(k) | Op::Put(k, _) | Op::Add(k, _) | Op::Append(k, _) => k,
+            Op::Get(k) | Op::Put(k, _) | Op::Add(k, _) | Op::Append(k, _) | Op::Check(k, _) => k,
         }
     }
 
@@ -64,12 +69,12 @@ impl Op {
     }
 
     pub fn writes(&self) -> bool {
-        !matches!(self, Op::Get(_))
+        !matches!(self, Op::Get(_) | Op::Check(..))
     }
 
     fn operand(&self) -> Option<&Operand> {
         match self {
-            Op::Get(_) => None,
+            Op::Get(_) | Op::Check(..) => None,
             Op::Put(_, o) | Op::Add(_, o) | Op::Append(_, o) => Some(o),
         }
     }
@@ -344,6 +349,13 @@ fn execute_op(
 ) -> Result<Option<Value>, AbortReason> {
     Ok(match op {
         Op::Get(key) => store.get(key),
+        Op::Check(key, expected) => {
+            let value = store.get(key);
+            if value != *expected {
+                return Err(AbortReason::Validation);
+            }
+            value
+        }
         Op::Put(key, operand) => {
             store.put(key.clone(), resolve(operand, inputs)?);
             None

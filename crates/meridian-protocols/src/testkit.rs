@@ -494,3 +494,17 @@ impl MsgKind for crate::clock_si::Msg {
         crate::clock_si::Msg::kind(self)
     }
 }
+
+impl MsgKind for crate::tiga::Msg {
+    fn kind(&self) -> &'static str {
+        use crate::tiga::Msg as M;
+        match self {
+            M::Submit(_) => "submit",
+            M::FastReply(_) => "fast-reply",
+            M::SlowReply { .. } => "slow-reply",
+            M::Notify { .. } => "notify",
+            M::LogSync { .. } => "log-sync",
+            _ => "other",
+        }
+    }
+}

@@ -202,7 +202,7 @@ impl Workload for ListAppend {
                                 value: literal_int(v),
                             }),
                             // Not planned by this workload.
-                            Op::Append(..) | Op::Put(..) | Op::Add(..) => None,
+                            Op::Append(..) | Op::Put(..) | Op::Add(..) | Op::Check(..) => None,
                         });
                     }
                 }

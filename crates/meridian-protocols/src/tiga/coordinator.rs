@@ -1,6 +1,9 @@
 //! Tiga's coordinator (§3.1, §3.4, §3.7; Algorithm 3): OWD probes, future timestamps,
 //! multicast, and the fast/slow quorum checks; with §4, it counts only replies of the view
-//! it holds and resubmits everything in flight when a new view arrives.
+//! it holds and resubmits everything in flight when a new view arrives. Interactive
+//! transactions are decomposed into one-shot ones in [`session`].
+
+mod session;
 
 use super::headroom::{Estimator, Planned};
 use super::options::{Options, SlowReplies};
@@ -9,10 +12,11 @@ use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::{super_quorum, TigaNode};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
-    AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome, PieceResult,
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome, PieceResult, Txn,
 };
-use meridian_core::{Cluster, NodeId, RequestId, ShardId, Timestamp, TxnId};
+use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
+use session::Session;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,9 +31,21 @@ struct ShardReplies {
     slow: BTreeMap<u32, Timestamp>,
 }
 
+/// Whom a transaction's outcome goes to.
+#[derive(Clone, Debug)]
+enum Purpose {
+    /// The client's one-shot transaction.
+    OneShot,
+    /// An interactive session's read of `key`.
+    Read { session: TxnId, key: Key },
+    /// An interactive session's commit (validation and writes).
+    Commit { session: TxnId },
+}
+
 #[derive(Debug)]
 struct Inflight {
     request: RequestId,
+    purpose: Purpose,
     body: TxnBody,
     /// Per involved shard, in `body.shards` order.
     replies: Vec<ShardReplies>,
@@ -81,6 +97,8 @@ pub struct Coordinator {
     /// start, because a replica stayed silent through a slow commit (it is likely down,
     /// so waiting for an overdue fast quorum would only add latency).
     pull_early_until_ns: Vec<u64>,
+    /// Open interactive transactions (decomposition), by the id `Begin` answered.
+    sessions: FxHashMap<TxnId, Session>,
 }
 
 impl Coordinator {
@@ -107,6 +125,7 @@ impl Coordinator {
             last_ts: 0,
             inflight: FxHashMap::default(),
             pull_early_until_ns: vec![0; cluster_shards],
+            sessions: FxHashMap::default(),
         }
     }
 
@@ -255,13 +274,12 @@ impl Coordinator {
                 expired.sort_unstable();
                 for txn in expired {
                     let inf = self.inflight.remove(&txn).expect("listed");
-                    ctx.respond(
-                        inf.request,
-                        ClientResponse::Outcome(Outcome::Unknown {
-                            reason: format!("{txn} not committed in time"),
-                        }),
-                    );
+                    let unknown = Outcome::Unknown {
+                        reason: format!("{txn} not committed in time"),
+                    };
+                    self.conclude_step(ctx, inf.request, inf.purpose, unknown);
                 }
+                self.expire_sessions(now);
                 let tick = (self.opts.retry_ns / 4).max(1);
                 ctx.set_timer(tick, Timer::CoordTick);
             }
@@ -283,14 +301,7 @@ impl Coordinator {
         };
         let txn = match req {
             ClientRequest::OneShot(txn) => txn,
-            ClientRequest::Interactive(_) => {
-                return abort(
-                    ctx,
-                    AbortReason::Unsupported(
-                        "tiga: interactive transactions (decomposition comes later)".into(),
-                    ),
-                )
-            }
+            ClientRequest::Interactive(step) => return self.on_step(ctx, request, step),
         };
         if let Err(e) = txn.validate(self.cluster.shard_count()) {
             return abort(ctx, AbortReason::Invalid(e.to_string()));
@@ -305,9 +316,25 @@ impl Coordinator {
                 }
             }
         }
-        let shards = txn.shards();
+        self.start(ctx, request, txn, Purpose::OneShot);
+    }
+
+    /// A fresh transaction (or session) id.
+    fn next_id(&mut self) -> TxnId {
         self.counter += 1;
-        let id = TxnId::new(self.id, self.incarnation, self.counter);
+        TxnId::new(self.id, self.incarnation, self.counter)
+    }
+
+    /// §3.1: timestamps a valid one-shot transaction and multicasts it.
+    fn start(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        request: RequestId,
+        txn: Txn,
+        purpose: Purpose,
+    ) {
+        let shards = txn.shards();
+        let id = self.next_id();
         let now = ctx.now_ns();
         let leaders = self.view.leaders(&self.cluster);
         let plan = self
@@ -317,18 +344,7 @@ impl Coordinator {
             .iter()
             .any(|s| self.pull_early_until_ns[s.index()] > now);
         let fast_due_ns = now + plan.fast_done_ns + self.opts.inquiry_ns;
-        let pull_at_ns = match plan.planned {
-            Planned::Slow => now,
-            Planned::Fast if suspect => now,
-            Planned::Fast => fast_due_ns,
-        };
-        let mut t = now + plan.headroom_ns;
-        if t <= self.last_ts {
-            t = self.last_ts + 1;
-        }
-        self.last_ts = t;
-        let ts = Timestamp::new(t, self.id.0);
-        let pieces = txn
+        let pieces: Vec<(u16, meridian_core::txn::Piece)> = txn
             .pieces
             .into_iter()
             .enumerate()
@@ -336,15 +352,34 @@ impl Coordinator {
             .collect();
         let body = TxnBody {
             id,
-            ts,
+            ts: Timestamp::ZERO,
             shards,
             pieces: Arc::new(pieces),
+            aborted: false,
+            decided: false,
+        };
+        // A transaction whose decision matters commits or aborts on the slow path only.
+        let slow_only = body.decision_matters();
+        let pull_at_ns = match plan.planned {
+            Planned::Slow => now,
+            Planned::Fast if suspect || slow_only => now,
+            Planned::Fast => fast_due_ns,
+        };
+        let mut t = now + plan.headroom_ns;
+        if t <= self.last_ts {
+            t = self.last_ts + 1;
+        }
+        self.last_ts = t;
+        let body = TxnBody {
+            ts: Timestamp::new(t, self.id.0),
+            ..body
         };
         submit(ctx, &self.cluster, &body);
         self.inflight.insert(
             id,
             Inflight {
                 request,
+                purpose,
                 replies: (0..body.shards.len())
                     .map(|_| ShardReplies::default())
                     .collect(),
@@ -393,6 +428,9 @@ impl Coordinator {
     /// Algorithm 3 lines 8–34.
     fn try_commit(&mut self, ctx: &mut Ctx<'_, TigaNode>, txn: TxnId) {
         let inf = &self.inflight[&txn];
+        // Its decision must be on f + 1 replicas of every shard before it is reported
+        // (a view change aborts an entry no server knew decided).
+        let slow_only = inf.body.decision_matters();
         let mut all_fast = true;
         let mut reexecuted = false;
         let mut leader_ts = None;
@@ -415,7 +453,7 @@ impl Coordinator {
                     fast_q += 1;
                 }
             }
-            let fast = fast_q >= super_quorum(f);
+            let fast = fast_q >= super_quorum(f) && !slow_only;
             if !fast && slow_q < f {
                 return;
             }
@@ -441,14 +479,12 @@ impl Coordinator {
                     .expect("leader result")
             })
             .collect();
-        let failed: Vec<&AbortReason> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-        let outcome = if failed.len() == results.len() {
+        // Every leader's result is its vote at the one agreed timestamp; the leaders release
+        // T aborted everywhere if any voted abort (cross-shard abort, see the module doc).
+        let failed = results.iter().find_map(|r| r.as_ref().err());
+        let outcome = if let Some(reason) = failed {
             Outcome::Aborted {
-                reason: failed[0].clone(),
-            }
-        } else if !failed.is_empty() {
-            Outcome::Unknown {
-                reason: format!("{txn}: a piece aborted on some shards only: {}", failed[0]),
+                reason: reason.clone(),
             }
         } else {
             let mut out = vec![PieceResult::default(); inf.body.pieces.len()];
@@ -470,7 +506,7 @@ impl Coordinator {
                 path,
             }
         };
-        ctx.respond(inf.request, ClientResponse::Outcome(outcome));
+        self.conclude_step(ctx, inf.request, inf.purpose, outcome);
     }
 }
 

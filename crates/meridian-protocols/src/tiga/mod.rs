@@ -2,7 +2,8 @@
 //! Appendices B, D–E)
 //!
 //! **Guarantee: strict serializability** (paper §2, proof in the report's Appendix C),
-//! for one-shot transactions, under message loss, duplication, reordering, clock error of
+//! for one-shot transactions and interactive ones decomposed into one-shot ones, under
+//! message loss, duplication, reordering, clock error of
 //! any size (clocks matter for performance only), crashes of up to f replicas per shard,
 //! of coordinators and of one view-manager replica, and partitions.
 //!
@@ -11,7 +12,7 @@
 //! |---|---|
 //! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
-//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_and_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
@@ -27,6 +28,8 @@
 //! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `raise_above_part_a`, `send_verify`/`on_verify`, `advance_verification`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
 //! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
+//! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`), `decision_mark`/`mark_decided` (fast-reply hashes); `coordinator.rs` `try_commit` (slow path when [`TxnBody::decision_matters`]); `server/view_change.rs` [`TxnBody::decided`]/`aborted` through reports and step ④, `finish_view_change` (undecided → aborted), `install_log` |
+//! | §2 interactive transactions by decomposition ([70], DESIGN §6) | `coordinator/session.rs` (sessions, read transactions, the validating commit); [`Op::Check`](meridian_core::txn::Op::Check) in `meridian_core::txn` |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
 //! ## Choices the paper leaves open
@@ -85,12 +88,13 @@
 //! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
 //!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
 //!   A sealed T stays at the head of the queue and blocks conflicting successors until it
-//!   is released after agreement. In the preventive approach a leader seals T (rMap/wMap)
-//!   and notifies, and executes only after agreement; sealing before notifying is what
+//!   is released after agreement. In the preventive approach a leader seals T (rMap/wMap),
+//!   executes it (for its abort vote, see cross-shard abort) and notifies, and replies
+//!   to the coordinator only after agreement; sealing before notifying is what
 //!   makes the notification a promise that no conflicting transaction will be ordered
 //!   before T on this shard below T's timestamp.
-//! * **Second round**: notifications carry the sender's current timestamp; a leader keeps
-//!   the largest per shard. Case 2 releases once every involved leader's latest
+//! * **Second round**: notifications carry the sender's current timestamp (and, sealed, its
+//!   abort vote there, see cross-shard abort); a leader keeps the largest per shard. Case 2 releases once every involved leader's latest
 //!   notification equals the agreed timestamp. A case-3 leader revokes, repositions, and
 //!   notifies the agreed timestamp only when T reaches the head again (and, detective, is
 //!   re-executed) — the ordering the proof of Theorem C.5 needs (exec before any dequeue).
@@ -129,10 +133,75 @@
 //!   released transaction with their final timestamp. Leaders resend log syncs to followers
 //!   lagging for `retry_ms`. A coordinator that cannot commit within `commit_timeout_ms`
 //!   answers `Outcome::Unknown` — never a guess.
-//! * **Aborting pieces** (a stored procedure's user abort, a type mismatch) are executed
-//!   deterministically and revoked; the coordinator reports `Aborted` if every shard
-//!   aborted and `Unknown` if only some did (Tiga has no cross-shard abort; the other
-//!   shards' writes stand).
+//! * **Cross-shard abort** (the paper has none: its transactions never abort). A piece may
+//!   abort on its shard — a stored procedure's user abort (TPC-C New-Order's invalid
+//!   item), `add`'s type mismatch, a validation op — and the whole transaction must then
+//!   abort on every shard. Each shard executes its pieces deterministically at T's
+//!   timestamp, so a leader knows its *vote* once it has executed T sealed; every sealed
+//!   notification carries it ([`Msg::Notify`]`::abort`, also in a released leader's
+//!   echo). A leader releases T only after every involved leader's sealed notification
+//!   at the agreed timestamp (which it already waited for), so all leaders see the same
+//!   votes — each cast by an execution at the agreed timestamp — and take the same
+//!   decision: aborted iff any voted abort. An aborted T's writes are revoked (as case 3
+//!   revokes) but its entry stays in the log and the release stream, so T's own fast
+//!   replies do not depend on its decision (later ones may, below). Followers get
+//!   the decision with the log sync ([`Msg::LogSync`]`::aborted`) and skip executing
+//!   aborted entries. The coordinator needs every leader's reply at one timestamp anyway;
+//!   each carries that leader's vote (its execution result), so it reports `Aborted` with
+//!   the first failing shard's reason iff some shard voted abort — the same rule — and
+//!   never `Committed` for a transaction any shard aborted.
+//!   **Decisions survive view changes.** A view change re-executes the rebuilt log from
+//!   an empty store, and a decision known only to crashed leaders would be re-taken from
+//!   the surviving shards' own votes — one shard aborting, another committing (random
+//!   fault runs showed exactly that: aborted appends kept). So, for a transaction whose
+//!   decision *matters* ([`TxnBody::decision_matters`]: it writes, and a piece is a
+//!   stored procedure or a validation op, so it may abort by design): (1) its
+//!   coordinator reports an outcome only on the slow path — f slow replies per shard, sent once the follower synced the entry, and the log sync carries
+//!   the decision — so the decision is on f + 1 replicas of every shard and a rebuilt log
+//!   keeps it ([`TxnBody::decided`], [`TxnBody::aborted`]: set at release and sync, kept
+//!   in reports, OR-ed across reports in part (b) and across shards in step ④);
+//!   (2) every decided entry adds a *decision mark* (hash of id, timestamp, decision) to
+//!   its keys' fast-reply hashes (`server.rs` `decision_mark`, `marks`; the entry itself
+//!   is hashed as before), so a later transaction on the same keys commits fast only if
+//!   a super quorum knew the decisions it follows — and then ⌈f/2⌉ + 1 of any f + 1 reports hold them; (3) a view change
+//!   *aborts* a recovered entry whose decision matters and that no server knew decided
+//!   (`finish_view_change`): by (1) and (2) no client saw its outcome and nothing
+//!   committed depends on it, and after step ④ every shard holds the same decided flags,
+//!   so all shards drop it alike. Cost: such transactions never take the fast path —
+//!   every writing stored-procedure transaction (TPC-C's New-Order and Delivery) and every
+//!   decomposed commit. One-shot TPC-C on `gcp-tiga` (10 s, seed 1), p50 before → after:
+//!   SC 125.6 → 127.9 ms, FI 183.7 → 157.1, BR 183.5 → 182.8, HK 305.7 → 344.3 (FI and
+//!   BR gain where the pulled slow path beats a fast quorum waiting for the far
+//!   replica); MicroBench (`add`s only) is unchanged. A procedure that cannot abort could
+//!   declare it and keep the fast path (not done: there is no such declaration yet).
+//!   Costs: the *preventive* approach now executes T when it seals it (the vote needs the
+//!   execution; nothing conflicting runs before T's release, so this is the detective
+//!   approach's execution) and still replies only after agreement, so a case-3 leader
+//!   revokes and re-executes there too. Skipping the second round (`coordination=free`,
+//!   `unsafe_skip_second_round`) would leave votes cast below the agreed timestamp, so
+//!   it applies only to transactions none of whose pieces can abort (`may_abort`: no
+//!   procedure, `add`, validation op or value dependency); the others wait for the
+//!   second round.
+//! * **Interactive transactions by decomposition** (§2, [70]; `coordinator/session.rs`).
+//!   `Begin` opens a session at the coordinator (its id answers `Began`); each `Get` of
+//!   a key not read or written before runs a read-only Tiga transaction (strictly
+//!   serializable on its own) and remembers the value; repeated reads and reads of the
+//!   session's own writes are served from the session; `Put`s are buffered. `Commit`
+//!   runs one one-shot transaction with, per shard, an [`Op::Check`] per key read
+//!   (aborts `Validation` unless the value is still the one read — checks come before
+//!   the puts, so a key read then written is validated against its old value) and a
+//!   `put` per buffered write; cross-shard abort makes it all-or-nothing. Every value the
+//!   session read is then the value at the commit's agreed timestamp, so the session is
+//!   serialized there (inside its real-time span). A session with at most one read and
+//!   no writes commits without a transaction, at its read's timestamp. A failed or
+//!   unknown read ends the session `Aborted` (reads write nothing). At most
+//!   `max_sessions` (4096) are open per coordinator (a `Begin` beyond is refused
+//!   `Unsupported`); a session idle `session_timeout_ms` (10 s) is dropped, and a step of
+//!   an unknown session is answered `Aborted{Failure}` (it wrote nothing). `latest_seen`
+//!   is ignored: strict serializability already orders a session after everything that
+//!   completed before it began. Validation compares values, so an intervening write of
+//!   the same value (ABA) passes — still serializable, since the session's reads equal
+//!   the state at the commit timestamp.
 //!
 //! * **View manager on Raft**, not the report's Viewstamped Replication with crash vectors:
 //!   the state machine is `<g-view, g-vec, g-mode>`; a view is installed when its Raft entry
@@ -209,15 +278,22 @@
 //!   transaction another shard recovered (step ④).
 //!
 //! ## Limits (this session)
-//! * One-shot transactions only: `ClientRequest::Interactive` is answered
-//!   `Aborted{Unsupported}` (decomposition, Appendix F, comes later). Value dependencies
-//!   between pieces on *different* shards are refused `Unsupported`; within a shard they
-//!   are resolved by the server.
-//! * A piece that aborts (a user abort, e.g. TPC-C New-Order's invalid item) on some
-//!   shards of a transaction but not all ends `Unknown`: the other shards applied their
-//!   pieces, and undoing them needs every leader's vote before its writes count (the
-//!   agreement notifications could carry it). Unreviewed work toward this and toward
-//!   decomposition is on branch `interactive` (WIP).
+//! * Value dependencies between pieces on *different* shards are refused `Unsupported`;
+//!   within a shard they are resolved by the server.
+//! * Type errors (`add` on a non-integer, a value dependency naming a missing output)
+//!   abort atomically in normal operation but are not made durable before the outcome
+//!   is reported (so MicroBench's `add`s keep the fast path): if a view change loses such
+//!   a decision, the new leaders re-execute and a shard whose own piece fails aborts
+//!   while the others commit. Workloads never trigger these errors by design.
+//! * Cross-shard abort keeps transactions whose decision matters off the fast path (see
+//!   above). Keeping them on it would need the view change to re-take lost decisions
+//!   consistently — a vote round after step ④, iterated while a re-taken abort changes
+//!   a later entry's vote — instead of aborting undecided entries.
+//! * Interactive commits validate by value: an intervening write of the same value
+//!   passes (serializable all the same: the reads equal the state at the commit).
+//! * Interactive sessions live in the coordinator's memory: a coordinator crash ends them
+//!   (later steps answer `Aborted{Failure}`; a commit in flight is `Unknown` to the
+//!   client, as for a one-shot transaction).
 //! * Not yet: log truncation behind a store checkpoint. Every server keeps every
 //!   transaction's body, its log entry and its place in the release stream (leader) or
 //!   synced prefix (follower), because a view change re-executes the rebuilt log from an
@@ -235,7 +311,8 @@
 //! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
-//! `vm_tick_ms`, `recovery_ms`, and the **test-only**
+//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), and
+//! the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
 //! it (`tests/tiga_inversion.rs`: Fig. 5 scripted with fixed delays, clocks and

@@ -29,6 +29,8 @@ pub const OPTIONS: &[&str] = &[
     "epsilon_ms",
     "slow_replies",
     "inquiry_ms",
+    "max_sessions",
+    "session_timeout_ms",
 ];
 
 /// How the coordinator sizes the headroom (§3.1, §5.6).
@@ -133,6 +135,12 @@ pub struct Options {
     /// Period of a coordinator's slow-reply inquiries in `slow_replies=pull` (Appendix E:
     /// "every 10 ms when Tiga works in WAN"), default 10 ms.
     pub inquiry_ns: u64,
+    /// Interactive sessions (decomposition) a coordinator holds open at most, default 4096:
+    /// a `Begin` beyond it is refused.
+    pub max_sessions: usize,
+    /// A session idle this long between steps is dropped (its client is gone), default
+    /// 10 000 ms.
+    pub session_timeout_ns: u64,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
 }
@@ -225,6 +233,8 @@ impl Options {
             epsilon_ns,
             slow_replies,
             inquiry_ns: ms("inquiry_ms", 10.0)?.max(NS_PER_MS / 10),
+            max_sessions: config.get("max_sessions", 4096usize)?,
+            session_timeout_ns: ms("session_timeout_ms", 10_000.0)?.max(NS_PER_MS),
         };
         if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
             return Err(

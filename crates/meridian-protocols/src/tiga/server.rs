@@ -61,6 +61,9 @@ struct Entry {
     state: State,
     /// Leader: the current execution's results, if executed.
     result: Option<ShardResult>,
+    /// Leader: this shard's abort vote from the current execution (kept after GC drops
+    /// `result`, to answer late notifications).
+    own_abort: bool,
     executions: u32,
     /// Boxed: most entries hold none (slimmed by GC), and the entry stays small.
     last_fast: Option<Box<FastReply>>,
@@ -97,6 +100,7 @@ impl Entry {
             writes,
             state: State::Queued,
             result: None,
+            own_abort: false,
             executions: 0,
             last_fast: None,
             notified_ns: 0,
@@ -104,6 +108,15 @@ impl Entry {
             released_ns: now_ns,
         }
     }
+}
+
+/// Another leader's (or this leader's own) latest timestamp notification for a
+/// transaction (§3.5/§3.6) with the abort vote a sealed one carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Note {
+    ts: Timestamp,
+    sealed: bool,
+    abort: bool,
 }
 
 /// A replica of one shard: its shard's leader or a follower.
@@ -131,13 +144,16 @@ pub struct Server {
     pq: PriorityQueue,
     maps: KeyMaps,
     log: OrderedLog<Footprint>,
+    /// Per key, the XOR of [`decision_mark`]s of the decided entries on it whose decision
+    /// matters ([`TxnBody::decision_matters`]); part of every fast-reply hash.
+    marks: FxHashMap<Key, Hash160>,
     store: MvStore,
     last_assigned_ns: u64,
     wake_at: Option<u64>,
     // ---- leader ----
-    /// Timestamp notifications per transaction: the largest per shard, and whether that
-    /// leader is sealed at it.
-    notes: FxHashMap<TxnId, BTreeMap<ShardId, (Timestamp, bool)>>,
+    /// Timestamp notifications per transaction: the largest per shard, whether that
+    /// leader is sealed at it, and (sealed) its abort vote there.
+    notes: FxHashMap<TxnId, BTreeMap<ShardId, Note>>,
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
@@ -153,7 +169,8 @@ pub struct Server {
     commit_sent: u64,
     // ---- follower ----
     sync_point: u64,
-    sync_buffer: BTreeMap<u64, (TxnId, Timestamp)>,
+    /// Log-sync entries not applied yet: position → (id, leader's timestamp, aborted).
+    sync_buffer: BTreeMap<u64, (TxnId, Timestamp, bool)>,
     synced: Vec<(TxnId, Timestamp)>,
     executed_upto: u64,
     reported: u64,
@@ -208,6 +225,7 @@ impl Server {
             pq: PriorityQueue::default(),
             maps: KeyMaps::default(),
             log: OrderedLog::new(),
+            marks: FxHashMap::default(),
             store: MvStore::new(),
             last_assigned_ns: 0,
             wake_at: None,
@@ -324,20 +342,25 @@ impl Server {
                 ts,
                 sealed,
                 echo,
+                abort,
                 ..
-            } if self.is_leader => self.on_notify(ctx, from, txn, (shard, ts, sealed), echo),
+            } if self.is_leader => {
+                let note = Note { ts, sealed, abort };
+                self.on_notify(ctx, from, txn, (shard, note), echo)
+            }
             Msg::LogSync {
                 from: pos,
                 entries,
+                aborted,
                 commit_point,
                 gc_floor,
                 ..
             } if !self.is_leader && from == self.leader => {
                 self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
-                for (i, e) in entries.into_iter().enumerate() {
+                for (i, (id, ts)) in entries.into_iter().enumerate() {
                     let p = pos + i as u64;
                     if p >= self.sync_point {
-                        self.sync_buffer.insert(p, e);
+                        self.sync_buffer.insert(p, (id, ts, aborted.contains(&id)));
                     }
                 }
                 self.commit_point = self.commit_point.max(commit_point);
@@ -429,7 +452,7 @@ impl Server {
         if self.is_leader {
             // Another leader's note is a lower bound on the agreed timestamp.
             if let Some(notes) = self.notes.get(&id) {
-                let max = notes.values().map(|n| n.0).max().expect("non-empty");
+                let max = notes.values().map(|n| n.ts).max().expect("non-empty");
                 e.body.ts = e.body.ts.max(max);
             }
         }
@@ -440,15 +463,21 @@ impl Server {
         }
     }
 
-    /// Records this leader's timestamp for `id` and notifies the other involved leaders.
+    /// Records this leader's timestamp for `id` and notifies the other involved leaders;
+    /// a sealed notification carries this shard's abort vote (sealed implies executed).
     fn note_own(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId, sealed: bool) {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
+        let abort = sealed && e.own_abort;
+        debug_assert!(
+            !sealed || e.result.is_some(),
+            "a sealed leader has executed"
+        );
         e.notified_ns = ctx.now_ns();
         self.notes
             .entry(id)
             .or_default()
-            .insert(self.shard, (ts, sealed));
+            .insert(self.shard, Note { ts, sealed, abort });
         for &s in &e.body.shards {
             if s != self.shard {
                 ctx.send(
@@ -459,6 +488,7 @@ impl Server {
                         ts,
                         sealed,
                         echo: false,
+                        abort,
                         g_view: self.view.g_view,
                     },
                 );
@@ -521,7 +551,7 @@ impl Server {
         let ts = e.body.ts;
         self.pq.remove(ts, id, &e.reads, &e.writes);
         self.maps.record(&e.reads, &e.writes, ts);
-        let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
+        let hash = reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts);
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a follower releases a transaction once");
@@ -541,15 +571,19 @@ impl Server {
     }
 
     /// The leader takes `id` at the head of its queue: records it in rMap/wMap (so no later
-    /// conflicting arrival can be ordered before it), executes it in the detective approach,
-    /// and notifies the other leaders of its timestamp (§3.5, first or second round).
+    /// conflicting arrival can be ordered before it), executes it, replies fast in the
+    /// detective approach, and notifies the other leaders of its timestamp and abort vote
+    /// (§3.5, first or second round). The preventive approach executes here too — the vote
+    /// needs the execution, and nothing conflicting runs until T is released — but still
+    /// replies only after agreement.
     fn seal(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
         self.maps.record(&e.reads, &e.writes, ts);
         e.state = State::Sealed;
+        self.execute_sealed(id);
         if !self.preventive {
-            self.execute_and_reply(ctx, id);
+            self.send_fast_reply(ctx, id);
         }
         self.note_own(ctx, id, true);
         self.sealed.insert(id);
@@ -561,14 +595,11 @@ impl Server {
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
         txn: TxnId,
-        (shard, ts, sealed): (ShardId, Timestamp, bool),
+        (shard, note): (ShardId, Note),
         echo: bool,
     ) {
-        if self
-            .txns
-            .get(&txn)
-            .is_some_and(|e| e.state == State::Released)
-        {
+        let ts = note.ts;
+        if let Some(e) = self.txns.get(&txn).filter(|e| e.state == State::Released) {
             if !echo {
                 // The sender may have missed our final notification: repeat it.
                 let ts = self.log.ts_of(txn).unwrap_or(ts);
@@ -580,6 +611,7 @@ impl Server {
                         ts,
                         sealed: true,
                         echo: true,
+                        abort: e.own_abort,
                         g_view: self.view.g_view,
                     },
                 );
@@ -591,11 +623,10 @@ impl Server {
             .entry(txn)
             .or_default()
             .entry(shard)
-            .or_insert((ts, sealed));
-        if ts > slot.0 {
-            *slot = (ts, sealed);
-        } else if ts == slot.0 {
-            slot.1 |= sealed;
+            .or_insert(note);
+        if ts > slot.ts || (ts == slot.ts && note.sealed) {
+            // A sealed note's vote is the execution at its timestamp: it never changes.
+            *slot = note;
         }
         match self.txns.get(&txn).map(|e| (e.state, e.body.ts)) {
             Some((State::Sealed, _)) => self.check_agreement(ctx, txn),
@@ -614,6 +645,7 @@ impl Server {
         self.pq.remove(e.body.ts, id, &e.reads, &e.writes);
         e.body.ts = ts;
         e.state = State::Queued;
+        e.own_abort = false;
         self.pq.insert(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
     }
@@ -631,7 +663,7 @@ impl Server {
         };
         let agreed = notes
             .values()
-            .map(|n| n.0)
+            .map(|n| n.ts)
             .max()
             .expect("own note")
             .max(own);
@@ -649,13 +681,15 @@ impl Server {
             .body
             .shards
             .iter()
-            .all(|s| notes.get(s).is_some_and(|n| n.1));
+            .all(|s| notes.get(s).is_some_and(|n| n.sealed));
         if !complete {
             return;
         }
-        let all_agree = notes.values().all(|n| n.0 == agreed);
-        let free = self.opts.epsilon_ns.is_some();
-        if !(all_agree || free || self.opts.unsafe_skip_second_round) {
+        let all_agree = notes.values().all(|n| n.ts == agreed);
+        let skip = self.opts.epsilon_ns.is_some() || self.opts.unsafe_skip_second_round;
+        // Skipping the second round leaves a vote cast below `agreed`, which counts only if
+        // no piece can abort (then every vote is commit).
+        if !(all_agree || (skip && !e.body.may_abort())) {
             // Case 2: wait for the second round (the others re-sealed at `agreed`).
             return;
         }
@@ -696,20 +730,33 @@ impl Server {
         }
     }
 
+    /// Releases an agreed transaction: committed, or — if any involved leader voted abort
+    /// at the agreed timestamp — aborted on this shard too, its writes revoked (as case 3
+    /// revokes) while its entry stays in the log and the release stream (the log sync
+    /// carries the decision). The decision enters later fast-reply hashes through its
+    /// decision mark only if it matters ([`TxnBody::decision_matters`]).
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if self.preventive {
-            self.execute_and_reply(ctx, id);
+            self.send_fast_reply(ctx, id);
         }
+        // Agreement is over: the notes matter no more (a late notification is answered
+        // from the log).
+        let notes = self.notes.remove(&id).unwrap_or_default();
         let e = self.txns.get_mut(&id).expect("present");
+        let aborted = e.own_abort || notes.values().any(|n| n.abort);
         let ts = e.body.ts;
         self.pq.remove(ts, id, &e.reads, &e.writes);
         self.sealed.remove(&id);
         e.state = State::Released;
         e.released_ns = ctx.now_ns();
-        // Agreement is over: the notes matter no more (a late notification is answered
-        // from the log).
-        self.notes.remove(&id);
-        self.store.commit(id);
+        e.body.aborted = aborted;
+        e.body.decided = true;
+        mark_decided(&mut self.marks, e);
+        if aborted {
+            self.store.revoke(id);
+        } else {
+            self.store.commit(id);
+        }
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a leader releases a transaction once");
@@ -729,36 +776,60 @@ impl Server {
         let end = self.stream.len() as u64;
         while self.sync_sent < end {
             let upto = end.min(self.sync_sent + LOG_SYNC_BATCH_MAX);
-            let msg = Msg::LogSync {
-                shard: self.shard,
-                from: self.sync_sent,
-                entries: self.stream[self.sync_sent as usize..upto as usize].to_vec(),
-                commit_point: self.commit_point,
-                gc_floor: self.gc.leader_floor,
-                g_view: self.view.g_view,
-            };
+            let msg = self.log_sync_msg(self.sync_sent, upto);
             ctx.multicast(self.followers.clone(), &msg);
             self.sync_sent = upto;
         }
     }
 
-    fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+    /// A `LogSync` of release-stream positions `from..upto`, naming the aborted ones.
+    fn log_sync_msg(&self, from: u64, upto: u64) -> Msg {
+        let entries = self.stream[from as usize..upto as usize].to_vec();
+        let aborted = entries
+            .iter()
+            .filter(|(id, _)| self.txns.get(id).is_some_and(|e| e.body.aborted))
+            .map(|&(id, _)| id)
+            .collect();
+        Msg::LogSync {
+            shard: self.shard,
+            from,
+            entries,
+            aborted,
+            commit_point: self.commit_point,
+            gc_floor: self.gc.leader_floor,
+            g_view: self.view.g_view,
+        }
+    }
+
+    /// Executes a sealed transaction's pieces at its timestamp (pending versions) and
+    /// records this shard's abort vote.
+    fn execute_sealed(&mut self, id: TxnId) {
+        let e = self.txns.get_mut(&id).expect("present");
+        let result = execute(
+            &mut self.store,
+            &self.procedures,
+            &e.body,
+            self.shard,
+            e.body.ts,
+        );
+        e.executions += 1;
+        e.own_abort = result.is_err();
+        e.result = Some(result);
+    }
+
+    fn send_fast_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
-        let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
-        e.executions += 1;
-        let hash = reply_hash(&self.log, &e.reads, &e.writes, id, ts);
         let reply = FastReply {
             txn: id,
             shard: self.shard,
             replica: self.replica,
             ts,
-            hash,
-            result: Some(result.clone()),
+            hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts),
+            result: Some(e.result.clone().expect("executed when sealed")),
             g_view: self.view.g_view,
             reexecuted: e.executions > 1,
         };
-        e.result = Some(result);
         e.last_fast = Some(Box::new(reply.clone()));
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
@@ -778,7 +849,7 @@ impl Server {
     // ---- followers: log synchronization (§3.7) -----------------------------------------
 
     fn apply_sync(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        while let Some(&(id, ts)) = self.sync_buffer.get(&self.sync_point) {
+        while let Some(&(id, ts, aborted)) = self.sync_buffer.get(&self.sync_point) {
             let Some(e) = self.txns.get_mut(&id) else {
                 if self.fetching.insert(id) {
                     let g_view = self.view.g_view;
@@ -801,6 +872,9 @@ impl Server {
                 State::Synced | State::Sealed => {}
             }
             e.body.ts = ts;
+            e.body.aborted = aborted;
+            e.body.decided = true;
+            mark_decided(&mut self.marks, e);
             e.state = State::Synced;
             e.released_ns = ctx.now_ns();
             self.maps.record(&e.reads, &e.writes, ts);
@@ -852,10 +926,14 @@ impl Server {
         let upto = self.commit_point.min(self.sync_point);
         while self.executed_upto < upto {
             let (id, ts) = self.synced[self.executed_upto as usize];
+            self.executed_upto += 1;
             let e = &self.txns[&id];
+            if e.body.aborted {
+                // Decided aborted by the leaders (some shard's pieces aborted): no writes.
+                continue;
+            }
             let _ = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
             self.store.commit(id);
-            self.executed_upto += 1;
         }
     }
 
@@ -886,17 +964,7 @@ impl Server {
                 if synced < end && now.saturating_sub(last) >= self.opts.retry_ns {
                     self.follower_resent_ns.insert(f, now);
                     let upto = end.min(synced + LOG_SYNC_BATCH_MAX);
-                    ctx.send(
-                        f,
-                        Msg::LogSync {
-                            shard: self.shard,
-                            from: synced,
-                            entries: self.stream[synced as usize..upto as usize].to_vec(),
-                            commit_point: self.commit_point,
-                            gc_floor: self.gc.leader_floor,
-                            g_view: self.view.g_view,
-                        },
-                    );
+                    ctx.send(f, self.log_sync_msg(synced, upto));
                 } else if self.commit_point > self.commit_sent
                     || self.gc.leader_floor > self.gc.floor_sent
                 {
@@ -906,6 +974,7 @@ impl Server {
                             shard: self.shard,
                             from: end,
                             entries: Vec::new(),
+                            aborted: Vec::new(),
                             commit_point: self.commit_point,
                             gc_floor: self.gc.leader_floor,
                             g_view: self.view.g_view,
@@ -971,11 +1040,34 @@ impl Server {
     }
 }
 
+/// What a decided entry adds to its keys' hashes: the decision itself, so a follower's
+/// fast reply matches its leader's only if it knows the decisions of the earlier entries
+/// on the same keys whose decision matters (it learns them with the log sync).
+pub(crate) fn decision_mark(body: &TxnBody) -> Hash160 {
+    let what: &[u8] = if body.aborted {
+        b"aborted"
+    } else {
+        b"committed"
+    };
+    key_state_hash(what, entry_hash(body.id, body.ts))
+}
+
+/// Adds a just-decided entry's [`decision_mark`] to its keys (if its decision matters).
+fn mark_decided(marks: &mut FxHashMap<Key, Hash160>, e: &Entry) {
+    if !e.body.decision_matters() {
+        return;
+    }
+    let mark = decision_mark(&e.body);
+    for key in footprint(&e.reads, &e.writes) {
+        *marks.entry(key).or_insert(Hash160::ZERO) ^= mark;
+    }
+}
+
 /// Appendix D: the per-key hash over the transaction's keys, with the transaction's own
 /// entry at `ts` included (whether or not it is in the log yet), so a leader that executes
 /// before appending and a follower that appends on release compute the same value.
 pub(crate) fn reply_hash(
-    log: &OrderedLog<Footprint>,
+    (log, marks): (&OrderedLog<Footprint>, &FxHashMap<Key, Hash160>),
     reads: &[Key],
     writes: &[Key],
     id: TxnId,
@@ -988,7 +1080,7 @@ pub(crate) fn reply_hash(
     keys.dedup();
     let own_hash = entry_hash(id, ts);
     keys.into_iter().fold(Hash160::ZERO, |acc, key| {
-        let mut h = log.key_hash(key);
+        let mut h = log.key_hash(key) ^ marks.get(key).copied().unwrap_or(Hash160::ZERO);
         if !in_log && own.binary_search(key).is_ok() {
             h ^= own_hash;
         }

@@ -5,7 +5,7 @@ use super::*;
 use bytes::Bytes;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::node::{Effect, NodeEffect};
-use meridian_core::txn::{Op, Operand, Piece};
+use meridian_core::txn::{ClientResponse, Op, Operand, Outcome, Piece};
 use meridian_core::{Context, NodeRng, Procedures, Timestamp, Topology, TxnId};
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -122,6 +122,8 @@ fn body(seq: u64, t: u64, shard: u32, shards: &[u32], k: &str) -> TxnBody {
                 vec![Op::Append(key(k), Operand::Literal(key(&seq.to_string())))],
             ),
         )]),
+        aborted: false,
+        decided: false,
     }
 }
 
@@ -132,6 +134,7 @@ fn note(txn: TxnId, shard: u32, t: u64, sealed: bool) -> Msg {
         ts: Timestamp::new(t, COORD.0),
         sealed,
         echo: false,
+        abort: false,
         g_view: 0,
     }
 }
@@ -190,6 +193,7 @@ fn log_sync(bodies: &[&TxnBody], (late, at): (TxnId, u64), leader: NodeId) -> Ms
         from: 0,
         commit_point: entries.len() as u64,
         entries,
+        aborted: Vec::new(),
         gc_floor: Timestamp::ZERO,
         g_view: 0,
     }
@@ -378,7 +382,7 @@ fn agreement_case_3_revokes_repositions_and_re_executes() {
 }
 
 #[test]
-fn preventive_leaders_execute_only_after_agreement() {
+fn preventive_leaders_reply_only_after_agreement() {
     let (mut h, t) = two_shard_leader("approach=preventive");
     let e = h.wake(200);
     assert!(fast_replies(&e).is_empty());
@@ -715,6 +719,8 @@ fn increment(seq: u64, t: u64, k: &str) -> TxnBody {
                 )],
             ),
         )]),
+        aborted: false,
+        decided: false,
     }
 }
 
@@ -787,4 +793,262 @@ fn gc_bounds_versions_maps_notes_and_replies_and_loses_no_increment() {
             assert_eq!(state, State::Held);
         }
     }
+}
+
+// ---- cross-shard abort and decomposed interactive transactions, end to end ---------------
+
+/// Two shards of three replicas each (f = 1) in three regions, leaders co-located in A.
+const THREE_REPLICAS: &str = r#"
+name = "tiga-test"
+regions = ["A", "B", "C"]
+intra_region_rtt_ms = 1.0
+[[rtt]]
+between = ["A", "B"]
+ms = 20.0
+[[rtt]]
+between = ["A", "C"]
+ms = 30.0
+[[rtt]]
+between = ["B", "C"]
+ms = 25.0
+[[shards]]
+count = 2
+replicas = ["A", "B", "C"]
+leader = "A"
+[[coordinators]]
+region = "A"
+count = 2
+"#;
+
+type Driver = crate::testkit::Driver<TigaNode>;
+const MS: u64 = crate::testkit::MS;
+
+fn driver(config: &str) -> Driver {
+    Driver::on_topology::<Tiga>(THREE_REPLICAS, config, Procedures::new(), 7, 0)
+}
+
+fn int(v: i64) -> Operand {
+    Operand::Literal(meridian_core::value::encode_int(v))
+}
+
+/// Runs a one-shot transaction from coordinator 0 to its outcome; returns it with the
+/// invocation and completion times.
+fn run_txn(d: &mut Driver, pieces: Vec<Piece>) -> (Outcome, u64, u64) {
+    let invoke = d.now;
+    let r = d.submit(0, meridian_core::txn::Txn { pieces });
+    assert!(d.run_until_answered(&[r], 10_000 * MS), "answered");
+    (d.outcome(r).cloned().unwrap(), invoke, d.now)
+}
+
+fn hist(
+    index: u64,
+    kind: meridian_check::history::EntryType,
+    (invoke_ns, complete_ns): (u64, u64),
+    ops: Vec<meridian_check::history::HistOp>,
+) -> meridian_check::history::Entry {
+    meridian_check::history::Entry {
+        index,
+        process: 0,
+        kind,
+        invoke_ns,
+        complete_ns,
+        ops,
+    }
+}
+
+fn list_at(server: &Server, k: &Bytes) -> Option<Vec<i64>> {
+    let v = server.store().read_at(k, Timestamp::MAX).unwrap();
+    v.and_then(|v| v.value.as_ref())
+        .map(|v| meridian_core::value::decode_list(v).unwrap())
+}
+
+/// A two-shard transaction whose piece aborts on shard 1 only (`add` on a list: a type
+/// mismatch) is aborted as a whole: the coordinator says `Aborted`, and shard 0's append
+/// is visible neither to a later read nor on any replica. (Before cross-shard abort the
+/// outcome was `Unknown` and shard 0's append stood.)
+#[test]
+fn a_piece_aborting_on_one_shard_aborts_the_transaction_on_every_shard() {
+    use meridian_check::history::{EntryType, HistOp, ReadValue};
+    for approach in ["preventive", "detective"] {
+        let mut d = driver(&format!("approach={approach}"));
+        let x = d.key_on(0, "x");
+        let z = d.key_on(1, "z");
+        let (s0, s1) = (ShardId(0), ShardId(1));
+        let setup = vec![
+            Piece::ops(s0, vec![Op::Append(x.clone(), int(1))]),
+            Piece::ops(
+                s1,
+                vec![Op::Append(z.clone(), int(7)), Op::Append(z.clone(), int(8))],
+            ),
+        ];
+        let (o0, i0, c0) = run_txn(&mut d, setup);
+        assert!(o0.is_committed(), "{approach}: {o0:?}");
+        let partial = vec![
+            Piece::ops(s0, vec![Op::Append(x.clone(), int(2))]),
+            Piece::ops(s1, vec![Op::Add(z.clone(), int(1))]),
+        ];
+        let (o1, i1, c1) = run_txn(&mut d, partial);
+        assert_eq!(
+            o1,
+            Outcome::Aborted {
+                reason: meridian_core::txn::AbortReason::TypeMismatch
+            },
+            "{approach}"
+        );
+        let read = vec![
+            Piece::ops(s0, vec![Op::Get(x.clone())]),
+            Piece::ops(s1, vec![Op::Get(z.clone())]),
+        ];
+        let (o2, i2, c2) = run_txn(&mut d, read);
+        let Outcome::Committed { results, .. } = &o2 else {
+            panic!("{approach}: read {o2:?}");
+        };
+        let decode = |r: &meridian_core::txn::PieceResult| {
+            meridian_core::value::decode_list(r.outputs[0].as_ref().unwrap()).unwrap()
+        };
+        assert_eq!(
+            decode(&results[0]),
+            vec![1],
+            "{approach}: x keeps no aborted append"
+        );
+        assert_eq!(decode(&results[1]), vec![7, 8], "{approach}");
+        // Followers apply the same decision once the commit-point passes it.
+        d.run_for(2_000 * MS);
+        for shard in [0, 1] {
+            for &r in &d.setup.cluster.replicas(ShardId(shard)).to_vec() {
+                let Some(TigaNode::Server(s)) = d.node(r) else {
+                    panic!("replica {r}");
+                };
+                let (k, want) = if shard == 0 {
+                    (&x, vec![1])
+                } else {
+                    (&z, vec![7, 8])
+                };
+                assert_eq!(list_at(s, k), Some(want), "{approach}: replica {r}");
+            }
+        }
+        let (xs, zs) = ("x".to_string(), "z".to_string());
+        let history = vec![
+            hist(
+                0,
+                EntryType::Ok,
+                (i0, c0),
+                vec![
+                    HistOp::Append {
+                        key: xs.clone(),
+                        value: 1,
+                    },
+                    HistOp::Append {
+                        key: zs.clone(),
+                        value: 7,
+                    },
+                    HistOp::Append {
+                        key: zs.clone(),
+                        value: 8,
+                    },
+                ],
+            ),
+            hist(
+                1,
+                EntryType::Fail,
+                (i1, c1),
+                vec![HistOp::Append {
+                    key: xs.clone(),
+                    value: 2,
+                }],
+            ),
+            hist(
+                2,
+                EntryType::Ok,
+                (i2, c2),
+                vec![
+                    HistOp::Read {
+                        key: xs,
+                        value: ReadValue::List(decode(&results[0])),
+                    },
+                    HistOp::Read {
+                        key: zs,
+                        value: ReadValue::List(decode(&results[1])),
+                    },
+                ],
+            ),
+        ];
+        let verdict = meridian_check::check(&history, meridian_check::Model::StrictSerializable);
+        assert!(verdict.valid, "{approach}: {verdict}");
+    }
+}
+
+/// Decomposition: reads are served by read-only transactions and then from the session
+/// (repeated reads, read-your-writes); the commit applies the buffered writes on both
+/// shards, and a later session sees them.
+#[test]
+fn an_interactive_transaction_reads_its_writes_and_commits_across_shards() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let z = d.key_on(1, "z");
+    let t = d.begin(0, None);
+    assert_eq!(d.get(0, t, &x), ClientResponse::Read(None));
+    d.put(0, t, &x, "a");
+    d.put(0, t, &z, "b");
+    assert_eq!(d.get(0, t, &x), ClientResponse::Read(Some(key("a"))));
+    assert_eq!(d.get(0, t, &z), ClientResponse::Read(Some(key("b"))));
+    let o = d.commit(0, t);
+    assert!(o.is_committed(), "{o:?}");
+    let u = d.begin(1, None);
+    assert_eq!(d.get(1, u, &x), ClientResponse::Read(Some(key("a"))));
+    assert_eq!(d.get(1, u, &z), ClientResponse::Read(Some(key("b"))));
+    assert!(d.commit(1, u).is_committed());
+}
+
+/// Two sessions read the same keys; the first to commit wins, the second's commit fails
+/// validation on one shard and is aborted on both: its write on the other shard never
+/// shows. (Without the validation ops, or without cross-shard abort, the second commit
+/// would commit or leave half of its writes.)
+#[test]
+fn a_session_whose_reads_changed_aborts_with_validation_and_writes_nothing() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let z = d.key_on(1, "z");
+    let t = d.begin(0, None);
+    let u = d.begin(1, None);
+    assert_eq!(d.get(0, t, &z), ClientResponse::Read(None));
+    assert_eq!(d.get(1, u, &z), ClientResponse::Read(None));
+    d.put(0, t, &z, "t");
+    d.put(1, u, &z, "u");
+    d.put(1, u, &x, "u");
+    assert!(d.commit(0, t).is_committed());
+    assert_eq!(
+        d.commit(1, u),
+        Outcome::Aborted {
+            reason: meridian_core::txn::AbortReason::Validation
+        }
+    );
+    let v = d.begin(0, None);
+    assert_eq!(d.get(0, v, &x), ClientResponse::Read(None));
+    assert_eq!(d.get(0, v, &z), ClientResponse::Read(Some(key("t"))));
+    // A step of a finished session, and a step racing another, are refused.
+    assert!(matches!(
+        d.get(1, u, &x),
+        ClientResponse::Outcome(Outcome::Aborted { .. })
+    ));
+}
+
+#[test]
+fn sessions_are_bounded_and_time_out() {
+    let mut d = driver("max_sessions=2,session_timeout_ms=500");
+    let a = d.begin(0, None);
+    let _b = d.begin(0, None);
+    let refused = d.step(0, meridian_core::txn::Step::Begin { latest_seen: None });
+    assert!(
+        matches!(refused, ClientResponse::Outcome(Outcome::Aborted { .. })),
+        "{refused:?}"
+    );
+    d.run_for(1_000 * MS);
+    // Both idled out: `a` is gone and there is room again.
+    let x = d.key_on(0, "x");
+    assert!(matches!(
+        d.get(0, a, &x),
+        ClientResponse::Outcome(Outcome::Aborted { .. })
+    ));
+    d.begin(0, None);
 }

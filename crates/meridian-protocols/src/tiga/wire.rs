@@ -2,7 +2,7 @@
 
 use super::view::{Status, View};
 use crate::raft_group::{RaftMsg, RaftRecord};
-use meridian_core::txn::{AbortReason, Piece, PieceResult};
+use meridian_core::txn::{AbortReason, Op, Operand, Piece, PieceBody, PieceResult};
 use meridian_core::{ShardId, Timestamp, TxnId};
 use meridian_store::Hash160;
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,16 @@ pub struct TxnBody {
     pub ts: Timestamp,
     pub shards: Vec<ShardId>,
     pub pieces: Arc<Vec<(u16, Piece)>>,
+    /// Decided aborted: some involved shard's pieces aborted at the agreed timestamp, so
+    /// no shard keeps its writes (a server sets it when the decision is known; it travels
+    /// with the entry through log syncs, reports, verification and state transfers).
+    #[serde(default)]
+    pub aborted: bool,
+    /// The commit/abort decision is known here (released by a leader, synced by a
+    /// follower). A view change aborts a recovered entry that [`TxnBody::may_abort`] and
+    /// that no server knew decided: nothing depended on its decision (see the module doc).
+    #[serde(default)]
+    pub decided: bool,
 }
 
 impl TxnBody {
@@ -28,6 +38,34 @@ impl TxnBody {
 
     pub fn involves(&self, shard: ShardId) -> bool {
         self.shards.contains(&shard)
+    }
+
+    /// Whether some piece may abort on its shard (a stored procedure, `add`'s type check,
+    /// a validation op, a value dependency): only then can the shards' votes differ.
+    pub fn may_abort(&self) -> bool {
+        self.pieces.iter().any(|(_, p)| match &p.body {
+            PieceBody::Procedure(_) => true,
+            PieceBody::Ops(ops) => ops.iter().any(|op| match op {
+                Op::Add(..) | Op::Check(..) => true,
+                Op::Put(_, o) | Op::Append(_, o) => matches!(o, Operand::Input { .. }),
+                Op::Get(_) => false,
+            }),
+        })
+    }
+
+    /// Whether the commit/abort decision changes the store and may go either way by
+    /// design: it writes, and a piece is a stored procedure (a user abort) or validates
+    /// (a decomposed commit). Such a transaction's outcome is reported only once the
+    /// decision is on f + 1 replicas of every shard (slow path), and its decision is part
+    /// of later fast-reply hashes, so a view change never loses a decision anything
+    /// depended on. Type errors (`add` on a non-integer, a bad value dependency) are left
+    /// out: they keep the fast path (see the module doc's limits).
+    pub fn decision_matters(&self) -> bool {
+        let by_design = self.pieces.iter().any(|(_, p)| match &p.body {
+            PieceBody::Procedure(_) => true,
+            PieceBody::Ops(ops) => ops.iter().any(|op| matches!(op, Op::Check(..))),
+        });
+        by_design && self.pieces.iter().any(|(_, p)| !p.is_read_only())
     }
 }
 
@@ -105,6 +143,10 @@ pub enum Msg {
         sealed: bool,
         /// An answer from a leader that already released `txn` (never answered again).
         echo: bool,
+        /// With `sealed`: this shard's pieces aborted when executed at `ts` (its vote; a
+        /// leader releases `txn` aborted if any involved leader's vote at the agreed
+        /// timestamp is abort).
+        abort: bool,
         g_view: u64,
     },
     /// Leader → follower: entries of the leader's release stream from position `from`,
@@ -113,6 +155,8 @@ pub enum Msg {
         shard: ShardId,
         from: u64,
         entries: Vec<(TxnId, Timestamp)>,
+        /// The ids among `entries` that were released aborted (followers skip them).
+        aborted: Vec<TxnId>,
         commit_point: u64,
         /// The leader's GC floor: nothing it will ever send is at or below it.
         gc_floor: Timestamp,

@@ -33,7 +33,7 @@ fn for_each_dependency(piece: &Piece, mut f: impl FnMut(u16)) {
         PieceBody::Ops(ops) => {
             for op in ops {
                 match op {
-                    Op::Get(_) => {}
+                    Op::Get(_) | Op::Check(..) => {}
                     Op::Put(_, o) | Op::Add(_, o) | Op::Append(_, o) => visit(o),
                 }
             }

@@ -2,12 +2,13 @@
 //! view manager, the view change (steps ②–⑤), rejoin by state transfer, and the leader
 //! acting as recovery coordinator for a transaction whose coordinator vanished mid-multicast.
 
-use super::{execute, keys_on, reply_hash, Entry, Footprint, Server, State};
+use super::{execute, keys_on, mark_decided, reply_hash, Entry, Footprint, Server, State};
 use crate::tiga::queue::KeyMaps;
 use crate::tiga::view::{Status, View, VIEW_MANAGER};
 use crate::tiga::wire::{FastReply, Msg, TxnBody, ViewChangeReport};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
+use meridian_core::txn::AbortReason;
 use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
 use meridian_store::{footprint, MvStore, OrderedLog};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -230,16 +231,20 @@ impl Server {
         let a_maps = self.part_a_maps(&log);
         // Part (b): by transaction, how many reports hold it and the largest timestamp any
         // of them holds (a leader's updated timestamp is above its followers' original one).
-        let mut seen: FxHashMap<TxnId, (usize, &TxnBody)> = FxHashMap::default();
+        let mut seen: FxHashMap<TxnId, (usize, TxnBody)> = FxHashMap::default();
         for r in &reports {
             let mut listed = FxHashSet::default();
             for b in r.synced.iter().chain(&r.others) {
                 if !in_a.contains(&b.id) && listed.insert(b.id) {
-                    let slot = seen.entry(b.id).or_insert((0, b));
+                    let slot = seen.entry(b.id).or_insert((0, b.clone()));
                     slot.0 += 1;
+                    // A decision any server knew stands.
+                    let (aborted, decided) =
+                        (slot.1.aborted || b.aborted, slot.1.decided || b.decided);
                     if b.ts > slot.1.ts {
-                        slot.1 = b;
+                        slot.1 = b.clone();
                     }
+                    (slot.1.aborted, slot.1.decided) = (aborted, decided);
                 }
             }
         }
@@ -247,7 +252,7 @@ impl Server {
         let mut part_b: Vec<TxnBody> = seen
             .into_values()
             .filter(|&(count, _)| count >= threshold)
-            .map(|(_, body)| body.clone())
+            .map(|(_, body)| body)
             .collect();
         self.raise_above_part_a(&a_maps, &mut part_b);
         log.extend(part_b);
@@ -394,6 +399,16 @@ impl Server {
     /// followers.
     fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>, mut log: Vec<TxnBody>) {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
+        for b in &mut log {
+            // A decision taken before the view change stands. An entry whose decision
+            // matters and that no server knew decided is aborted: every shard holds the same decided
+            // flags after step ④, and nothing depended on its decision (its outcome waits
+            // for the slow path; later fast replies hash the decisions they follow).
+            if !b.decided && b.decision_matters() {
+                b.aborted = true;
+            }
+            b.decided = true;
+        }
         let g_view = self.view.g_view;
         self.install_log(ctx, log.clone(), true);
         self.status = Status::Normal;
@@ -413,14 +428,29 @@ impl Server {
             let mut e = Entry::new(body, self.shard, now);
             self.maps.record(&e.reads, &e.writes, ts);
             if as_leader {
-                let result = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
-                self.store.commit(id);
+                let mut result =
+                    execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
+                e.own_abort = result.is_err();
+                // Decided with the other shards' knowledge (see `finish_view_change`): a
+                // decided-committed entry whose decision matters was executed on this
+                // prefix before, so its own pieces cannot abort now. (A read-only one, or
+                // a type error, may: harmless, resp. the limit the module doc names.)
+                debug_assert!(!e.own_abort || e.body.aborted || !e.body.decision_matters());
+                e.body.aborted |= e.own_abort;
+                if e.body.aborted {
+                    self.store.revoke(id);
+                    // The coordinator (resubmitting) must hear the abort from this leader
+                    // even if its own pieces ran fine.
+                    result = result.and(Err(AbortReason::Failure));
+                } else {
+                    self.store.commit(id);
+                }
                 e.last_fast = Some(Box::new(FastReply {
                     txn: id,
                     shard: self.shard,
                     replica: self.replica,
                     ts,
-                    hash: reply_hash(&self.log, &e.reads, &e.writes, id, ts),
+                    hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts),
                     result: Some(result.clone()),
                     g_view: self.view.g_view,
                     reexecuted: false,
@@ -435,6 +465,8 @@ impl Server {
             self.log
                 .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
                 .expect("a rebuilt log holds each transaction once");
+            debug_assert!(e.body.decided, "a leader's log holds decided entries");
+            mark_decided(&mut self.marks, &e);
             self.txns.insert(id, e);
             self.last_assigned_ns = self.last_assigned_ns.max(ts.time_ns);
         }
@@ -448,6 +480,7 @@ impl Server {
         self.pq.clear();
         self.maps = KeyMaps::default();
         self.log = OrderedLog::new();
+        self.marks.clear();
         self.store = MvStore::new();
         self.wake_at = None;
         self.notes.clear();
@@ -616,7 +649,12 @@ fn merge_largest(
     for entries in others.values() {
         for b in entries.iter().filter(|b| b.involves(shard)) {
             match index.get(&b.id) {
-                Some(&i) => log[i].ts = log[i].ts.max(b.ts),
+                Some(&i) => {
+                    log[i].ts = log[i].ts.max(b.ts);
+                    // A decision any shard knew stands.
+                    log[i].aborted |= b.aborted;
+                    log[i].decided |= b.decided;
+                }
                 None if add => {
                     index.insert(b.id, log.len());
                     log.push(b.clone());

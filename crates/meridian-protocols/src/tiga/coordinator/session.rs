@@ -1,0 +1,232 @@
+//! Interactive transactions by decomposition (Tiga §2 and the report, after Thomson and
+//! Abadi [70]; DESIGN §6): a session at the coordinator turns each `Get` into a read-only
+//! Tiga transaction (strictly serializable on its own), buffers `Put`s, and commits with
+//! one one-shot Tiga transaction that re-validates every value it read ([`Op::Check`]: the
+//! shard aborts it with `Validation` if the value changed) and applies the buffered
+//! writes — atomically across shards, since a piece that aborts on one shard aborts the
+//! transaction on all (cross-shard abort, see the module doc). The session is then
+//! equivalent to running all of it at the commit transaction's agreed timestamp.
+
+use super::{Coordinator, Purpose};
+use crate::tiga::TigaNode;
+use meridian_core::node::Ctx;
+use meridian_core::txn::{
+    AbortReason, ClientResponse, CommitPath, Op, Operand, Outcome, Piece, Step, Txn,
+};
+use meridian_core::{Key, RequestId, ShardId, Timestamp, TxnId, Value};
+use std::collections::BTreeMap;
+
+/// One open interactive transaction.
+#[derive(Debug, Default)]
+pub(super) struct Session {
+    /// A step is being answered (a read transaction or the commit is in flight).
+    busy: bool,
+    /// Every key read from the store, with the value read: validated at commit, and
+    /// served again to a repeated read.
+    reads: BTreeMap<Key, Option<Value>>,
+    /// The agreed timestamp of the last read transaction: a session with one read and no
+    /// writes is serialized there and needs no validation.
+    read_ts: Option<Timestamp>,
+    /// Buffered writes, read back by the session's own later reads.
+    writes: BTreeMap<Key, Value>,
+    /// When the last step was answered (local clock), for the idle timeout.
+    idle_since_ns: u64,
+}
+
+fn outcome(ctx: &mut Ctx<'_, TigaNode>, request: RequestId, outcome: Outcome) {
+    ctx.respond(request, ClientResponse::Outcome(outcome));
+}
+
+fn aborted(ctx: &mut Ctx<'_, TigaNode>, request: RequestId, reason: AbortReason) {
+    outcome(ctx, request, Outcome::Aborted { reason });
+}
+
+impl Coordinator {
+    /// One step of an interactive transaction.
+    pub(super) fn on_step(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId, step: Step) {
+        let txn = match &step {
+            Step::Begin { .. } => return self.begin(ctx, request),
+            Step::Get { txn, .. }
+            | Step::Put { txn, .. }
+            | Step::Commit { txn }
+            | Step::Abort { txn } => *txn,
+        };
+        let Some(session) = self.sessions.get_mut(&txn) else {
+            // Never begun here, dropped after idling, or begun before a restart: it wrote
+            // nothing (writes are only buffered here), so it did not commit.
+            return aborted(ctx, request, AbortReason::Failure);
+        };
+        if session.busy {
+            let why = format!("{txn}: a step arrived while the previous one is running");
+            return aborted(ctx, request, AbortReason::Invalid(why));
+        }
+        session.idle_since_ns = ctx.now_ns();
+        match step {
+            Step::Begin { .. } => unreachable!("handled above"),
+            Step::Get { key, .. } => {
+                // Read your writes, and repeated reads, from the session.
+                let known = session
+                    .writes
+                    .get(&key)
+                    .map(|v| Some(v.clone()))
+                    .or_else(|| session.reads.get(&key).cloned());
+                if let Some(value) = known {
+                    return ctx.respond(request, ClientResponse::Read(value));
+                }
+                session.busy = true;
+                let shard = self.cluster.partitioner.shard_of(&key);
+                let read = Txn {
+                    pieces: vec![Piece::ops(shard, vec![Op::Get(key.clone())])],
+                };
+                self.start(ctx, request, read, Purpose::Read { session: txn, key });
+            }
+            Step::Put { key, value, .. } => {
+                session.writes.insert(key, value);
+                ctx.respond(request, ClientResponse::Written);
+            }
+            Step::Commit { .. } => self.commit_session(ctx, request, txn),
+            Step::Abort { .. } => {
+                self.sessions.remove(&txn);
+                aborted(ctx, request, AbortReason::User);
+            }
+        }
+    }
+
+    /// `Begin`: a new session, unless this coordinator already holds `max_sessions`.
+    fn begin(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId) {
+        if self.sessions.len() >= self.opts.max_sessions {
+            let why = format!(
+                "tiga: more than max_sessions = {} open interactive transactions",
+                self.opts.max_sessions
+            );
+            return aborted(ctx, request, AbortReason::Unsupported(why));
+        }
+        let id = self.next_id();
+        let session = Session {
+            idle_since_ns: ctx.now_ns(),
+            ..Session::default()
+        };
+        self.sessions.insert(id, session);
+        ctx.respond(request, ClientResponse::Began(id));
+    }
+
+    /// `Commit`: one one-shot transaction validating every read and applying every write;
+    /// a session that read at most one key and wrote nothing is already serialized at its
+    /// read.
+    fn commit_session(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId, txn: TxnId) {
+        let session = self.sessions.get_mut(&txn).expect("checked by on_step");
+        if session.writes.is_empty() && session.reads.len() <= 1 {
+            let commit_ts = session.read_ts;
+            self.sessions.remove(&txn);
+            let committed = Outcome::Committed {
+                results: Vec::new(),
+                commit_ts,
+                path: CommitPath::ReadOnly,
+            };
+            return outcome(ctx, request, committed);
+        }
+        session.busy = true;
+        let mut by_shard: BTreeMap<ShardId, Vec<Op>> = BTreeMap::new();
+        for (key, value) in &session.reads {
+            let shard = self.cluster.partitioner.shard_of(key);
+            by_shard
+                .entry(shard)
+                .or_default()
+                .push(Op::Check(key.clone(), value.clone()));
+        }
+        // Checks first: a key read and then written is validated against its old value.
+        for (key, value) in &session.writes {
+            let shard = self.cluster.partitioner.shard_of(key);
+            let put = Op::Put(key.clone(), Operand::Literal(value.clone()));
+            by_shard.entry(shard).or_default().push(put);
+        }
+        let pieces = by_shard
+            .into_iter()
+            .map(|(shard, ops)| Piece::ops(shard, ops))
+            .collect();
+        self.start(
+            ctx,
+            request,
+            Txn { pieces },
+            Purpose::Commit { session: txn },
+        );
+    }
+
+    /// A session's read or commit transaction ended with `result`.
+    pub(super) fn conclude_step(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        request: RequestId,
+        purpose: Purpose,
+        result: Outcome,
+    ) {
+        match purpose {
+            Purpose::OneShot => outcome(ctx, request, result),
+            Purpose::Read { session, key } => {
+                self.conclude_read(ctx, request, session, key, result)
+            }
+            Purpose::Commit { session } => {
+                self.sessions.remove(&session);
+                let result = match result {
+                    // Per-piece results mean nothing to an interactive client.
+                    Outcome::Committed {
+                        commit_ts, path, ..
+                    } => Outcome::Committed {
+                        results: Vec::new(),
+                        commit_ts,
+                        path,
+                    },
+                    other => other,
+                };
+                outcome(ctx, request, result);
+            }
+        }
+    }
+
+    fn conclude_read(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        request: RequestId,
+        txn: TxnId,
+        key: Key,
+        result: Outcome,
+    ) {
+        let Some(session) = self.sessions.get_mut(&txn) else {
+            // Dropped meanwhile (cannot happen while busy; answer anyway).
+            return aborted(ctx, request, AbortReason::Failure);
+        };
+        match result {
+            Outcome::Committed {
+                results, commit_ts, ..
+            } => {
+                let value = results
+                    .first()
+                    .and_then(|r| r.outputs.first())
+                    .cloned()
+                    .flatten();
+                session.busy = false;
+                session.idle_since_ns = ctx.now_ns();
+                session.read_ts = commit_ts;
+                session.reads.insert(key, value.clone());
+                ctx.respond(request, ClientResponse::Read(value));
+            }
+            // A read transaction writes nothing, so a failed or unknown one leaves the
+            // session without effects: it ends aborted.
+            Outcome::Aborted { reason } => {
+                self.sessions.remove(&txn);
+                aborted(ctx, request, reason);
+            }
+            Outcome::Unknown { .. } => {
+                self.sessions.remove(&txn);
+                aborted(ctx, request, AbortReason::Timeout);
+            }
+        }
+    }
+
+    /// Drops sessions idle for `session_timeout_ms` (their clients are gone).
+    pub(super) fn expire_sessions(&mut self, now_ns: u64) {
+        let timeout = self.opts.session_timeout_ns;
+        self.sessions
+            .retain(|_, s| s.busy || now_ns.saturating_sub(s.idle_since_ns) < timeout);
+    }
+}
