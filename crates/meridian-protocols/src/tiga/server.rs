@@ -4,7 +4,10 @@
 //! [`view_change`].
 
 mod gc;
+mod truncate;
 mod view_change;
+
+pub use truncate::{RESTORED, TRUNCATED};
 
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};
@@ -139,8 +142,9 @@ pub struct Server {
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
     deferred: BTreeSet<(u64, TxnId)>,
-    /// The release stream: the log entries in the order this leader released them.
-    stream: Vec<(TxnId, Timestamp)>,
+    /// The release stream: the log entries in the order this leader released them (from
+    /// the latest cut on).
+    stream: truncate::PosList,
     follower_sync: FxHashMap<NodeId, u64>,
     follower_resent_ns: FxHashMap<NodeId, u64>,
     commit_point: u64,
@@ -148,7 +152,7 @@ pub struct Server {
     // ---- follower ----
     sync_point: u64,
     sync_buffer: BTreeMap<u64, (TxnId, Timestamp)>,
-    synced: Vec<(TxnId, Timestamp)>,
+    synced: truncate::PosList,
     executed_upto: u64,
     reported: u64,
     reported_ns: u64,
@@ -162,6 +166,7 @@ pub struct Server {
     inquirer: super::view::Inquirer,
     view_change: view_change::ViewChangeState,
     gc: gc::GcState,
+    trunc: truncate::TruncState,
 }
 
 impl Server {
@@ -208,14 +213,14 @@ impl Server {
             notes: FxHashMap::default(),
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
-            stream: Vec::new(),
+            stream: Default::default(),
             follower_sync: FxHashMap::default(),
             follower_resent_ns: FxHashMap::default(),
             commit_point: 0,
             commit_sent: 0,
             sync_point: 0,
             sync_buffer: BTreeMap::new(),
-            synced: Vec::new(),
+            synced: Default::default(),
             executed_upto: 0,
             reported: 0,
             reported_ns: 0,
@@ -225,6 +230,7 @@ impl Server {
             inquirer: Default::default(),
             view_change: Default::default(),
             gc: Default::default(),
+            trunc: Default::default(),
         };
         server.adopt_view(server.view.clone());
         server
@@ -283,16 +289,24 @@ impl Server {
                 shard,
                 round,
                 entries,
+                agreed,
                 answer,
-            } => self.on_verify(ctx, from, (g_view, shard, round, answer), entries),
-            Msg::StartView { g_view, log } => self.on_start_view(ctx, from, g_view, log),
+            } => self.on_verify(ctx, from, (g_view, shard, round, answer), (entries, agreed)),
+            Msg::StartView {
+                g_view,
+                checkpoint,
+                log,
+            } => self.on_start_view(ctx, from, g_view, (*checkpoint, log)),
             Msg::StateTransferReq { g_view } => self.on_state_transfer_req(ctx, from, g_view),
             Msg::StateTransfer {
                 g_view,
+                checkpoint,
                 log,
                 pending,
                 commit_point,
-            } => self.on_state_transfer(ctx, from, g_view, (log, pending), commit_point),
+            } => {
+                self.on_state_transfer(ctx, from, g_view, (*checkpoint, log, pending), commit_point)
+            }
             msg if self.status == Status::Normal => self.on_normal_message(ctx, from, msg),
             _ => {}
         }
@@ -324,9 +338,11 @@ impl Server {
                 entries,
                 commit_point,
                 gc_floor,
+                cut,
                 ..
             } if !self.is_leader && from == self.leader => {
                 self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
+                self.trunc.announced = self.trunc.announced.max(cut);
                 for (i, e) in entries.into_iter().enumerate() {
                     let p = pos + i as u64;
                     if p >= self.sync_point {
@@ -338,7 +354,7 @@ impl Server {
             }
             Msg::SyncReport { sync_point, .. } if self.is_leader => {
                 let known = self.follower_sync.entry(from).or_insert(0);
-                *known = (*known).max(sync_point.min(self.stream.len() as u64));
+                *known = (*known).max(sync_point.min(self.stream.end()));
                 self.advance_commit_point();
             }
             Msg::Fetch { txn, .. } if self.is_leader => {
@@ -351,6 +367,7 @@ impl Server {
             Msg::SlowInquiry { shard, txns } if !self.is_leader && shard == self.shard => {
                 self.on_slow_inquiry(ctx, txns);
             }
+            Msg::Floor { shard, floor, .. } if self.is_leader => self.on_floor(shard, floor),
             Msg::FetchReply(body) if !self.is_leader && from == self.leader => {
                 self.fetching.remove(&body.id);
                 if !self.txns.contains_key(&body.id) {
@@ -399,6 +416,10 @@ impl Server {
                 let ts = self.log.ts_of(body.id).unwrap_or(body.ts);
                 self.send_slow(ctx, body.id, ts);
             }
+            return;
+        }
+        if self.trunc.truncated(body.id).is_some() {
+            // A late retransmission of a truncated transaction: its coordinator is done.
             return;
         }
         let mut e = Entry::new(body, self.shard, ctx.now_ns());
@@ -556,14 +577,15 @@ impl Server {
         (shard, ts, sealed): (ShardId, Timestamp, bool),
         echo: bool,
     ) {
-        if self
+        let released = self
             .txns
             .get(&txn)
-            .is_some_and(|e| e.state == State::Released)
-        {
+            .is_some_and(|e| e.state == State::Released);
+        let truncated = self.trunc.truncated(txn);
+        if released || truncated.is_some() {
             if !echo {
                 // The sender may have missed our final notification: repeat it.
-                let ts = self.log.ts_of(txn).unwrap_or(ts);
+                let ts = self.log.ts_of(txn).or(truncated).unwrap_or(ts);
                 ctx.send(
                     from,
                     Msg::Notify {
@@ -706,13 +728,14 @@ impl Server {
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a leader releases a transaction once");
         self.stream.push((id, ts));
-        let pos = self.stream.len() as u64 - 1;
+        let pos = self.stream.end() - 1;
         let msg = Msg::LogSync {
             shard: self.shard,
             from: pos,
             entries: vec![(id, ts)],
             commit_point: self.commit_point,
             gc_floor: self.gc.leader_floor,
+            cut: (self.trunc.pos, self.trunc.ts),
             g_view: self.view.g_view,
         };
         ctx.multicast(self.followers.clone(), &msg);
@@ -740,13 +763,20 @@ impl Server {
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 
+    /// A follower's sync-point as last reported (at least the latest cut: every replica
+    /// synced that far, or got it as a checkpoint).
+    fn follower_synced(&self, follower: NodeId) -> u64 {
+        let known = self.follower_sync.get(&follower).copied().unwrap_or(0);
+        known.max(self.stream.base())
+    }
+
     fn advance_commit_point(&mut self) {
         let mut points: Vec<u64> = self
             .followers
             .iter()
-            .map(|f| self.follower_sync.get(f).copied().unwrap_or(0))
+            .map(|&f| self.follower_synced(f))
             .collect();
-        points.push(self.stream.len() as u64);
+        points.push(self.stream.end());
         points.sort_unstable_by(|a, b| b.cmp(a));
         // The entries below the (f + 1)-th largest sync-point are on f + 1 servers.
         self.commit_point = self.commit_point.max(points[self.f.min(points.len() - 1)]);
@@ -828,7 +858,7 @@ impl Server {
     fn execute_committed(&mut self) {
         let upto = self.commit_point.min(self.sync_point);
         while self.executed_upto < upto {
-            let (id, ts) = self.synced[self.executed_upto as usize];
+            let (id, ts) = self.synced.get(self.executed_upto);
             let e = &self.txns[&id];
             let _ = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
             self.store.commit(id);
@@ -856,9 +886,9 @@ impl Server {
                 self.note_own(ctx, id, sealed);
             }
             // Retransmit log syncs to lagging followers; propagate the commit-point.
-            let end = self.stream.len() as u64;
+            let end = self.stream.end();
             for &f in &self.followers {
-                let synced = self.follower_sync.get(&f).copied().unwrap_or(0);
+                let synced = self.follower_synced(f);
                 let last = self.follower_resent_ns.get(&f).copied().unwrap_or(0);
                 if synced < end && now.saturating_sub(last) >= self.opts.retry_ns {
                     self.follower_resent_ns.insert(f, now);
@@ -868,9 +898,10 @@ impl Server {
                         Msg::LogSync {
                             shard: self.shard,
                             from: synced,
-                            entries: self.stream[synced as usize..upto as usize].to_vec(),
+                            entries: self.stream.range(synced, upto),
                             commit_point: self.commit_point,
                             gc_floor: self.gc.leader_floor,
+                            cut: (self.trunc.pos, self.trunc.ts),
                             g_view: self.view.g_view,
                         },
                     );
@@ -885,6 +916,7 @@ impl Server {
                             entries: Vec::new(),
                             commit_point: self.commit_point,
                             gc_floor: self.gc.leader_floor,
+                            cut: (self.trunc.pos, self.trunc.ts),
                             g_view: self.view.g_view,
                         },
                     );
@@ -945,6 +977,14 @@ impl Server {
             .filter(|e| e.last_fast.is_some() || !e.reads.is_empty() || !e.writes.is_empty())
             .count();
         (self.notes.len(), self.maps.len(), unslimmed, self.gc.floor)
+    }
+
+    /// What truncation bounds: (transactions known, log entries, stream or synced-prefix
+    /// entries kept, cuts taken).
+    #[cfg(test)]
+    pub(crate) fn trunc_counts(&self) -> (usize, usize, usize, u64) {
+        let kept = self.stream.iter().count() + self.synced.iter().count();
+        (self.txns.len(), self.log.len(), kept, self.trunc.cuts)
     }
 }
 
