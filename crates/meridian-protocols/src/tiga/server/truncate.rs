@@ -247,6 +247,13 @@ impl Server {
             self.slow_wanted.remove(&id);
             self.trunc.remember(now_ns, id, at);
         }
+        // The other list is empty (a server fills the one of the role it was installed
+        // in): keep both starting at the cut, where a report's list starts.
+        for other in [&mut self.stream, &mut self.synced] {
+            if other.is_empty() {
+                *other = PosList::starting_at(pos);
+            }
+        }
         self.trunc.pos = pos;
         self.trunc.ts = ts;
         self.trunc.cuts += 1;
