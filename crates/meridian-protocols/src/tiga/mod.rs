@@ -183,8 +183,10 @@
 //! * **Diskless servers, as in the report**: a restarted server comes back RECOVERING (it
 //!   persists only a boot marker), takes no part in view changes, and rejoins by a state
 //!   transfer from its leader: its latest checkpoint, the release stream after it, the
-//!   commit-point, and the entries the leader holds sealed (the rejoining server may have
-//!   answered those fast before it crashed). A leader that restarts before the view
+//!   commit-point, the entries the leader holds sealed (the rejoining server may have
+//!   answered those fast before it crashed), and a snapshot of the leader's log above the
+//!   checkpoint carrying the truncated entries' share of the per-key hashes
+//!   (`OrderedLog::snapshot_from`), so the joiner's fast replies match the leader's. A leader that restarts before the view
 //!   manager noticed reports RECOVERING, which the view manager treats as failed.
 //! * **Log truncation behind checkpoints** (`server/truncate.rs`; the report's §4
 //!   checkpoints, whose rule it leaves open). A *cut* is a release-stream position P and a
@@ -282,11 +284,6 @@
 //!   after release by default. A duplicate `Submit` delivered later than that would be
 //!   taken for a new transaction and executed again (the simulator's duplicates arrive
 //!   within a delay of the original).
-//! * A follower that rejoins by state transfer rebuilds its log from the stream after the
-//!   checkpoint, so its per-key hashes (Appendix D) miss the truncated entries and its
-//!   fast replies on keys those entries touched mismatch the leader's until the next view
-//!   change: it serves slow quorums only for them. Sending the leader's log snapshot
-//!   (`OrderedLog::snapshot_from`, which carries the prefix hashes) would fix it.
 //!
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),

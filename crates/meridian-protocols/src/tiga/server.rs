@@ -28,7 +28,7 @@ use std::sync::Arc;
 const SLOW_WANTED_MAX: usize = 1 << 16;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Footprint(pub Vec<Key>);
 
 impl LogPayload for Footprint {
@@ -301,11 +301,13 @@ impl Server {
             Msg::StateTransfer {
                 g_view,
                 checkpoint,
+                hashes,
                 log,
                 pending,
                 commit_point,
             } => {
-                self.on_state_transfer(ctx, from, g_view, (*checkpoint, log, pending), commit_point)
+                let state = (*checkpoint, *hashes, log, pending);
+                self.on_state_transfer(ctx, from, g_view, state, commit_point)
             }
             msg if self.status == Status::Normal => self.on_normal_message(ctx, from, msg),
             _ => {}

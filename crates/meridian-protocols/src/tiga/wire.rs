@@ -1,10 +1,11 @@
 //! Tiga's messages, timers and durable records.
 
+use super::server::Footprint;
 use super::view::{Status, View};
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::txn::{AbortReason, Piece, PieceResult};
 use meridian_core::{ShardId, Timestamp, TxnId};
-use meridian_store::{Hash160, StoreCheckpoint};
+use meridian_store::{Hash160, LogSnapshot, StoreCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -217,6 +218,10 @@ pub enum Msg {
         g_view: u64,
         /// The leader's latest checkpoint; `log` starts at its position.
         checkpoint: Box<Checkpoint>,
+        /// The leader's ordered log above the checkpoint's timestamp (`log`'s entries)
+        /// with what the truncated entries contributed to its hashes, so the joiner's
+        /// fast-reply hashes (Appendix D) agree with the leader's.
+        hashes: Box<LogSnapshot<Footprint>>,
         log: Vec<TxnBody>,
         pending: Vec<TxnBody>,
         commit_point: u64,

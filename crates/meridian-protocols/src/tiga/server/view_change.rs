@@ -10,7 +10,7 @@ use crate::tiga::wire::{Checkpoint, FastReply, Msg, TxnBody, ViewChangeReport};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
-use meridian_store::{footprint, MvStore, OrderedLog};
+use meridian_store::{footprint, LogSnapshot, MvStore, OrderedLog};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
@@ -475,7 +475,7 @@ impl Server {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
         let g_view = self.view.g_view;
         let base = self.view_change.base.take().expect("rebuilt");
-        self.install_log(ctx, &base, log.clone(), true);
+        self.install_log(ctx, (&base, None), log.clone(), true);
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change.report = None;
@@ -493,11 +493,14 @@ impl Server {
     fn install_log(
         &mut self,
         ctx: &mut Ctx<'_, TigaNode>,
-        base: &Checkpoint,
+        (base, hashes): (&Checkpoint, Option<LogSnapshot<Footprint>>),
         log: Vec<TxnBody>,
         as_leader: bool,
     ) {
         self.reset_state(base);
+        if let Some(snapshot) = hashes {
+            self.log = OrderedLog::from_snapshot(snapshot).expect("a leader's log snapshot");
+        }
         if base.pos > 0 {
             ctx.count(super::truncate::RESTORED, 1);
         }
@@ -530,9 +533,11 @@ impl Server {
                 e.state = State::Synced;
                 self.synced.push((id, ts));
             }
-            self.log
-                .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
-                .expect("a rebuilt log holds each transaction once");
+            if self.log.ts_of(id) != Some(ts) {
+                self.log
+                    .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+                    .expect("a rebuilt log holds each transaction once");
+            }
             self.txns.insert(id, e);
             self.last_assigned_ns = self.last_assigned_ns.max(ts.time_ns);
         }
@@ -590,7 +595,7 @@ impl Server {
         if self.status != Status::ViewChange || !current {
             return;
         }
-        self.install_log(ctx, &base, log, false);
+        self.install_log(ctx, (&base, None), log, false);
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change = ViewChangeState::default();
@@ -626,9 +631,15 @@ impl Server {
             .filter(|(_, id)| self.txns[id].state == State::Sealed)
             .map(|&(ts, id)| self.body_at(id, ts))
             .collect();
+        let above = self.log.first_pos_after(self.trunc.ts);
+        let hashes = self
+            .log
+            .snapshot_from(above)
+            .expect("a position in the log");
         let msg = Msg::StateTransfer {
             g_view,
             checkpoint: Box::new(self.checkpoint()),
+            hashes: Box::new(hashes),
             log: self.stream_bodies(),
             pending,
             commit_point: self.commit_point,
@@ -641,14 +652,19 @@ impl Server {
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
         g_view: u64,
-        (base, log, pending): (Checkpoint, Vec<TxnBody>, Vec<TxnBody>),
+        (base, hashes, log, pending): (
+            Checkpoint,
+            LogSnapshot<Footprint>,
+            Vec<TxnBody>,
+            Vec<TxnBody>,
+        ),
         commit_point: u64,
     ) {
         let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
         if self.status != Status::Recovering || !current {
             return;
         }
-        self.install_log(ctx, &base, log, false);
+        self.install_log(ctx, (&base, Some(hashes)), log, false);
         let now = ctx.now_ns();
         for body in pending {
             if self.txns.contains_key(&body.id) {
