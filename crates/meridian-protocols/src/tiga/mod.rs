@@ -241,6 +241,15 @@
 //!   synced it at its agreed timestamp, so B's part (a) (or B's checkpoint, which lists
 //!   nothing) holds it. The rebuilt log is then entirely above C (asserted), and the new
 //!   leader's floor starts at C.
+//!
+//!   *Measured* (release build, `sim --workload microbench --clients 16 --check none`,
+//!   peak RSS; the simulator also keeps the history): with `keys_per_shard=10000` (so
+//!   the store saturates) 60 s → 120 s of load (42 k → 85 k transactions) grew from 433 to
+//!   711 MB before and from 191 to 202 MB with truncation; with the default 1 M keys per
+//!   shard, 684 → 1,278 MB before and 438 → 798 MB after — the rest is the store and
+//!   per-key hashes filling with keys not touched before, which stops at the key space.
+//!   `demo --rate 1000` (1 M keys per shard) at 1, 3 and ~5 min: 0.95 / 2.55 / 7.56 GB
+//!   before, 0.60 / 1.51 / 2.10 GB after.
 //! * **Garbage collection** (`server/gc.rs`, twice a second in NORMAL status). A *GC
 //!   floor* F per server: every transaction the server may still execute has a larger
 //!   timestamp. A leader takes F just below the smallest of: its queue's head, every
