@@ -27,7 +27,8 @@
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
 //! | §4 steps ②–⑤ (Alg. 5) | `server/view_change.rs`: `on_new_view`, `make_report`, `on_report`, `rebuild_log`, `raise_above_part_a`, `send_verify`/`on_verify`, `advance_verification`, `finish_view_change`, `install_log`, `on_start_view` |
 //! | §4 coordinator failure (Appendix B) | `server/view_change.rs` `recover_stuck` (the leader as recovery coordinator); coordinator `on_start` inquiry |
-//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the whole log: no store checkpoint yet, see Limits) |
+//! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the leader's latest checkpoint plus its stream after it) |
+//! | §4 "checkpoints to accelerate recovery", log truncation at the commit-point | `server/truncate.rs` `choose_cut`, `cut`, `truncate_log`, `checkpoint`; [`Checkpoint`] in reports, `start-view` and state transfers; `rebuild_log` / `untruncated` in `server/view_change.rs` |
 //! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`), `decision_mark`/`mark_decided` (fast-reply hashes); `coordinator.rs` `try_commit` (slow path when [`TxnBody::decision_matters`]); `server/view_change.rs` [`TxnBody::decided`]/`aborted` through reports and step ④, `finish_view_change` (undecided → aborted), `install_log` |
 //! | §2 interactive transactions by decomposition ([70], DESIGN §6) | `coordinator/session.rs` (sessions, read transactions, the validating commit); [`Op::Check`](meridian_core::txn::Op::Check) in `meridian_core::txn` |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
@@ -244,17 +245,80 @@
 //!   answered), whether it finished or waits for the next round. One round let a GC-held
 //!   arrival come back below committed entries (1 of 100 seeds of the schedule below).
 //! * **Log order after a view change**: the rebuilt, verified log sorted by timestamp (as
-//!   Alg. 5 line 78); the new leader re-executes it from an empty store and sends it whole
-//!   as `start-view`; it becomes the new release stream. Followers execute it as the
-//!   commit-point advances.
+//!   Alg. 5 line 78); the new leader restores the store from the rebuild's checkpoint,
+//!   re-executes the log on it and sends both as `start-view`; the log becomes the new
+//!   release stream, numbered on from the checkpoint's position. Followers execute it as
+//!   the commit-point advances.
 //! * **Diskless servers, as in the report**: a restarted server comes back RECOVERING (it
 //!   persists only a boot marker), takes no part in view changes, and rejoins by a state
-//!   transfer from its leader: the release stream, the commit-point, and the entries the
-//!   leader holds sealed (the rejoining server may have answered those fast before it
-//!   crashed). A leader that restarts before the view manager noticed reports RECOVERING,
-//!   which the view manager treats as failed.
-//! * **Checkpoints**: the state transfer *is* the checkpoint (the leader's log, which the
-//!   joiner executes up to the commit-point); no store snapshot is cut separately yet.
+//!   transfer from its leader: its latest checkpoint, the release stream after it, the
+//!   commit-point, the entries the leader holds sealed (the rejoining server may have
+//!   answered those fast before it crashed), and a snapshot of the leader's log above the
+//!   checkpoint carrying the truncated entries' share of the per-key hashes
+//!   (`OrderedLog::snapshot_from`), so the joiner's fast replies match the leader's. A leader that restarts before the view
+//!   manager noticed reports RECOVERING, which the view manager treats as failed.
+//! * **Log truncation behind checkpoints** (`server/truncate.rs`; the report's §4
+//!   checkpoints, whose rule it leaves open). A *cut* is a release-stream position P and a
+//!   timestamp C such that every entry before P is at or below C and every entry from P on
+//!   is above C (a *clean* cut: the stream is not in timestamp order, only conflicting
+//!   entries are). Its **checkpoint** is the store's committed state at C,
+//!   `MvStore::checkpoint(C)`: exactly the state after executing the first P entries,
+//!   because every later entry writes above C and nothing else is committed in a store (a
+//!   leader's committed versions are its stream, a follower's its executed prefix). It is
+//!   read from the store on demand (reports, `start-view`, state transfers), so the store is
+//!   never collected above the latest cut (`MvStore::gc(min(F, C))`), and costs no copy.
+//!   Twice a second (with GC) a leader takes the largest clean cut whose entries were
+//!   released `commit_timeout_ms + retry_ms` ago (their coordinators stopped
+//!   retransmitting) and whose C is at most **every shard's GC floor** (leaders exchange
+//!   floors, `Msg::Floor`, and truncate nothing before hearing every other leader in the
+//!   current view); it announces (P, C) with its log syncs, and each follower takes the same
+//!   cut once it executed past P. Taking a cut drops the bodies, per-transaction state and
+//!   stream positions before P, the log entries before it (`OrderedLog::truncate_prefix`,
+//!   which keeps the hashes, so fast-reply hashes still agree; a follower stops at an
+//!   entry it released fast and has not synced yet, and below its queue), and raises the
+//!   GC floor to C (rMap/wMap of the dropped entries are gone; an arrival at or below C
+//!   conflicts with the checkpoint as with the floor). Truncated ids are kept
+//!   `commit_timeout_ms + retry_ms + recovery_ms` longer: a late retransmission of one is
+//!   ignored, a late notification answered with its timestamp.
+//!
+//!   *Why the floor bound.* Shard s's floor F_s is below its queue and below every stream
+//!   entry some follower has not synced. A transaction agreed at a ≤ min_s F_s was
+//!   therefore sealed at a by every involved leader, released by each, and synced by every
+//!   replica of every involved shard (**G**); and since each leader's floor only rises
+//!   within a view and its queue is above it, nothing is agreed at or below C after the
+//!   cut. So for a cut (P, C) of shard A: (i) every transaction involving A that is agreed
+//!   at or below C is before P; (ii) every replica of A holds the cut's entries synced, so
+//!   every set of f + 1 reports of the latest view covers the cut or lists its entries at
+//!   their positions.
+//!
+//!   *View change.* The rebuild takes the largest checkpoint among the reports of the
+//!   largest last-normal-view (positions of one view's stream; an older view's cut numbers
+//!   another stream, and entries may have been agreed in later views between its C and
+//!   ours) — the longest synced report covers it, and part (a) is that report after it, all
+//!   above C by cleanness. Part (b) drops entries whose largest reported timestamp is at or
+//!   below C: not in part (a), such an entry is either in the checkpoint (reported by a
+//!   replica that did not take the cut yet, or by an older view) or was never agreed that
+//!   low (i), so it never committed there; if it was agreed higher, whoever holds that
+//!   timestamp lists it higher, and if another shard released it, step ④ brings it back.
+//!   Step ④ round 0 marks each listed entry *agreed* if it is in the sender's part (a)
+//!   (released by a leader at that timestamp). An entry another shard lists at or below
+//!   our C and agreed is in our checkpoint by (i) — skipped (`untruncated`); one listed at
+//!   or below C and not agreed was not agreed that low, so it is added and raised above
+//!   C, like a part-(b) entry conflicting with part (a) (the checkpoint counts as touching
+//!   every key at C); round 1 spreads the raised timestamp. Conversely, a transaction we
+//!   truncated is never listed *un*agreed by another shard B: by **G** every B replica
+//!   synced it at its agreed timestamp, so B's part (a) (or B's checkpoint, which lists
+//!   nothing) holds it. The rebuilt log is then entirely above C (asserted), and the new
+//!   leader's floor starts at C.
+//!
+//!   *Measured* (release build, `sim --workload microbench --clients 16 --check none`,
+//!   peak RSS; the simulator also keeps the history): with `keys_per_shard=10000` (so
+//!   the store saturates) 60 s → 120 s of load (42 k → 85 k transactions) grew from 433 to
+//!   711 MB before and from 191 to 202 MB with truncation; with the default 1 M keys per
+//!   shard, 684 → 1,278 MB before and 438 → 798 MB after — the rest is the store and
+//!   per-key hashes filling with keys not touched before, which stops at the key space.
+//!   `demo --rate 1000` (1 M keys per shard) at 1, 3 and ~5 min: 0.95 / 2.55 / 7.56 GB
+//!   before, 0.60 / 1.51 / 2.10 GB after.
 //! * **Garbage collection** (`server/gc.rs`, twice a second in NORMAL status). A *GC
 //!   floor* F per server: every transaction the server may still execute has a larger
 //!   timestamp. A leader takes F just below the smallest of: its queue's head, every
@@ -269,8 +333,9 @@
 //!   are dropped `commit_timeout_ms + retry_ms` after its release (leader) or its sync and
 //!   execution (follower): by then its coordinator has stopped retransmitting. A leader
 //!   drops a transaction's timestamp notes when it releases it (a late notification is
-//!   answered from the log). A view change or state transfer replaces the store with an
-//!   empty one, so F restarts at zero with it.
+//!   answered from the log). A view change or state transfer replaces the store with one
+//!   restored from a checkpoint, so F restarts at its timestamp. The store itself is
+//!   collected only up to the latest cut (see "Log truncation").
 //! * **Whole transactions everywhere**: every shard receives every piece of a transaction
 //!   ([`TxnBody::pieces`], shared), so a leader can complete a multicast whose coordinator
 //!   died — it re-multicasts a multi-shard transaction it has held for `recovery_ms`
@@ -294,15 +359,16 @@
 //! * Interactive sessions live in the coordinator's memory: a coordinator crash ends them
 //!   (later steps answer `Aborted{Failure}`; a commit in flight is `Unknown` to the
 //!   client, as for a one-shot transaction).
-//! * Not yet: log truncation behind a store checkpoint. Every server keeps every
-//!   transaction's body, its log entry and its place in the release stream (leader) or
-//!   synced prefix (follower), because a view change re-executes the rebuilt log from an
-//!   empty store and a state transfer sends the whole log; so memory still grows with the
-//!   number of transactions (GC above only slims each one). Truncating needs a base
-//!   position carried by reports, `start-view` and state transfers, a store checkpoint of
-//!   exactly the prefix (the release stream is not in timestamp order, so a checkpoint at
-//!   a timestamp is not one), rebuild skipping positions below the largest base, and
-//!   cross-shard verification (step ④) skipping truncated ids.
+//! * Truncation is conservative: it waits for every shard's floor, so one lagging or dead
+//!   follower (whose unsynced entries hold its leader's floor) or a leaderless shard stops
+//!   truncation *everywhere* until a view change or rejoin; memory then grows again for
+//!   that time. Checkpoints travel whole inside reports, `start-view` and state transfers
+//!   (O(keys) per message, resent every `retry_ms` until answered), not by chunks.
+//! * Deduplication of a truncated transaction's retransmission relies on time: an id is
+//!   remembered `commit_timeout_ms + retry_ms + recovery_ms` after its cut, i.e. ≥ ~9 s
+//!   after release by default. A duplicate `Submit` delivered later than that would be
+//!   taken for a new transaction and executed again (the simulator's duplicates arrive
+//!   within a delay of the original).
 //!
 //! ## Options
 //! `delta_ms` (10), `headroom` (`adaptive`|`paper`|`zero`), `adaptive_percentile` (90),
@@ -334,9 +400,9 @@ pub use coordinator::Coordinator;
 pub use headroom::{Estimator, Plan, Planned};
 pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
 pub use queue::{conflicts, KeyMaps, PriorityQueue};
-pub use server::{Server, State};
+pub use server::{Server, State, RESTORED, TRUNCATED};
 pub use view::{Status, View, ViewManager, VIEW_MANAGER};
-pub use wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};
+pub use wire::{Checkpoint, FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};
 
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;

@@ -4,7 +4,10 @@
 //! [`view_change`].
 
 mod gc;
+mod truncate;
 mod view_change;
+
+pub use truncate::{RESTORED, TRUNCATED};
 
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};
@@ -28,7 +31,7 @@ const SLOW_WANTED_MAX: usize = 1 << 16;
 const LOG_SYNC_BATCH_MAX: u64 = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Footprint(pub Vec<Key>);
 
 impl LogPayload for Footprint {
@@ -158,8 +161,9 @@ pub struct Server {
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
     deferred: BTreeSet<(u64, TxnId)>,
-    /// The release stream: the log entries in the order this leader released them.
-    stream: Vec<(TxnId, Timestamp)>,
+    /// The release stream: the log entries in the order this leader released them (from
+    /// the latest cut on).
+    stream: truncate::PosList,
     /// Release-stream positions below this one have been multicast to the followers; the
     /// rest go out together at the end of the event that released them (`flush_log_sync`).
     sync_sent: u64,
@@ -171,7 +175,7 @@ pub struct Server {
     sync_point: u64,
     /// Log-sync entries not applied yet: position → (id, leader's timestamp, aborted).
     sync_buffer: BTreeMap<u64, (TxnId, Timestamp, bool)>,
-    synced: Vec<(TxnId, Timestamp)>,
+    synced: truncate::PosList,
     executed_upto: u64,
     reported: u64,
     reported_ns: u64,
@@ -185,6 +189,7 @@ pub struct Server {
     inquirer: super::view::Inquirer,
     view_change: view_change::ViewChangeState,
     gc: gc::GcState,
+    trunc: truncate::TruncState,
 }
 
 impl Server {
@@ -232,7 +237,7 @@ impl Server {
             notes: FxHashMap::default(),
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
-            stream: Vec::new(),
+            stream: Default::default(),
             sync_sent: 0,
             follower_sync: FxHashMap::default(),
             follower_resent_ns: FxHashMap::default(),
@@ -240,7 +245,7 @@ impl Server {
             commit_sent: 0,
             sync_point: 0,
             sync_buffer: BTreeMap::new(),
-            synced: Vec::new(),
+            synced: Default::default(),
             executed_upto: 0,
             reported: 0,
             reported_ns: 0,
@@ -250,6 +255,7 @@ impl Server {
             inquirer: Default::default(),
             view_change: Default::default(),
             gc: Default::default(),
+            trunc: Default::default(),
         };
         server.adopt_view(server.view.clone());
         server
@@ -308,16 +314,26 @@ impl Server {
                 shard,
                 round,
                 entries,
+                agreed,
                 answer,
-            } => self.on_verify(ctx, from, (g_view, shard, round, answer), entries),
-            Msg::StartView { g_view, log } => self.on_start_view(ctx, from, g_view, log),
+            } => self.on_verify(ctx, from, (g_view, shard, round, answer), (entries, agreed)),
+            Msg::StartView {
+                g_view,
+                checkpoint,
+                log,
+            } => self.on_start_view(ctx, from, g_view, (*checkpoint, log)),
             Msg::StateTransferReq { g_view } => self.on_state_transfer_req(ctx, from, g_view),
             Msg::StateTransfer {
                 g_view,
+                checkpoint,
+                hashes,
                 log,
                 pending,
                 commit_point,
-            } => self.on_state_transfer(ctx, from, g_view, (log, pending), commit_point),
+            } => {
+                let state = (*checkpoint, *hashes, log, pending);
+                self.on_state_transfer(ctx, from, g_view, state, commit_point)
+            }
             msg if self.status == Status::Normal => self.on_normal_message(ctx, from, msg),
             _ => {}
         }
@@ -354,9 +370,11 @@ impl Server {
                 aborted,
                 commit_point,
                 gc_floor,
+                cut,
                 ..
             } if !self.is_leader && from == self.leader => {
                 self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
+                self.trunc.announced = self.trunc.announced.max(cut);
                 for (i, (id, ts)) in entries.into_iter().enumerate() {
                     let p = pos + i as u64;
                     if p >= self.sync_point {
@@ -368,7 +386,7 @@ impl Server {
             }
             Msg::SyncReport { sync_point, .. } if self.is_leader => {
                 let known = self.follower_sync.entry(from).or_insert(0);
-                *known = (*known).max(sync_point.min(self.stream.len() as u64));
+                *known = (*known).max(sync_point.min(self.stream.end()));
                 self.advance_commit_point();
             }
             Msg::Fetch { txn, .. } if self.is_leader => {
@@ -381,6 +399,7 @@ impl Server {
             Msg::SlowInquiry { shard, txns } if !self.is_leader && shard == self.shard => {
                 self.on_slow_inquiry(ctx, txns);
             }
+            Msg::Floor { shard, floor, .. } if self.is_leader => self.on_floor(shard, floor),
             Msg::FetchReply(body) if !self.is_leader && from == self.leader => {
                 self.fetching.remove(&body.id);
                 if !self.txns.contains_key(&body.id) {
@@ -429,6 +448,10 @@ impl Server {
                 let ts = self.log.ts_of(body.id).unwrap_or(body.ts);
                 self.send_slow(ctx, body.id, ts);
             }
+            return;
+        }
+        if self.trunc.truncated(body.id).is_some() {
+            // A late retransmission of a truncated transaction: its coordinator is done.
             return;
         }
         let mut e = Entry::new(body, self.shard, ctx.now_ns());
@@ -599,6 +622,12 @@ impl Server {
         echo: bool,
     ) {
         let ts = note.ts;
+        if self.trunc.truncated(txn).is_some() {
+            // Cut below every shard's floor: released and synced on every involved shard,
+            // so no leader still waits for this note (module doc, "Log truncation"); its
+            // vote is gone with the entry, so nothing is said rather than a guess.
+            return;
+        }
         if let Some(e) = self.txns.get(&txn).filter(|e| e.state == State::Released) {
             if !echo {
                 // The sender may have missed our final notification: repeat it.
@@ -773,7 +802,7 @@ impl Server {
         if !self.is_leader || self.status != Status::Normal {
             return;
         }
-        let end = self.stream.len() as u64;
+        let end = self.stream.end();
         while self.sync_sent < end {
             let upto = end.min(self.sync_sent + LOG_SYNC_BATCH_MAX);
             let msg = self.log_sync_msg(self.sync_sent, upto);
@@ -784,7 +813,7 @@ impl Server {
 
     /// A `LogSync` of release-stream positions `from..upto`, naming the aborted ones.
     fn log_sync_msg(&self, from: u64, upto: u64) -> Msg {
-        let entries = self.stream[from as usize..upto as usize].to_vec();
+        let entries = self.stream.range(from, upto);
         let aborted = entries
             .iter()
             .filter(|(id, _)| self.txns.get(id).is_some_and(|e| e.body.aborted))
@@ -797,6 +826,7 @@ impl Server {
             aborted,
             commit_point: self.commit_point,
             gc_floor: self.gc.leader_floor,
+            cut: (self.trunc.pos, self.trunc.ts),
             g_view: self.view.g_view,
         }
     }
@@ -834,13 +864,20 @@ impl Server {
         ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
     }
 
+    /// A follower's sync-point as last reported (at least the latest cut: every replica
+    /// synced that far, or got it as a checkpoint).
+    fn follower_synced(&self, follower: NodeId) -> u64 {
+        let known = self.follower_sync.get(&follower).copied().unwrap_or(0);
+        known.max(self.stream.base())
+    }
+
     fn advance_commit_point(&mut self) {
         let mut points: Vec<u64> = self
             .followers
             .iter()
-            .map(|f| self.follower_sync.get(f).copied().unwrap_or(0))
+            .map(|&f| self.follower_synced(f))
             .collect();
-        points.push(self.stream.len() as u64);
+        points.push(self.stream.end());
         points.sort_unstable_by(|a, b| b.cmp(a));
         // The entries below the (f + 1)-th largest sync-point are on f + 1 servers.
         self.commit_point = self.commit_point.max(points[self.f.min(points.len() - 1)]);
@@ -925,7 +962,7 @@ impl Server {
     fn execute_committed(&mut self) {
         let upto = self.commit_point.min(self.sync_point);
         while self.executed_upto < upto {
-            let (id, ts) = self.synced[self.executed_upto as usize];
+            let (id, ts) = self.synced.get(self.executed_upto);
             self.executed_upto += 1;
             let e = &self.txns[&id];
             if e.body.aborted {
@@ -957,9 +994,9 @@ impl Server {
                 self.note_own(ctx, id, sealed);
             }
             // Retransmit log syncs to lagging followers; propagate the commit-point.
-            let end = self.stream.len() as u64;
+            let end = self.stream.end();
             for &f in &self.followers {
-                let synced = self.follower_sync.get(&f).copied().unwrap_or(0);
+                let synced = self.follower_synced(f);
                 let last = self.follower_resent_ns.get(&f).copied().unwrap_or(0);
                 if synced < end && now.saturating_sub(last) >= self.opts.retry_ns {
                     self.follower_resent_ns.insert(f, now);
@@ -977,6 +1014,7 @@ impl Server {
                             aborted: Vec::new(),
                             commit_point: self.commit_point,
                             gc_floor: self.gc.leader_floor,
+                            cut: (self.trunc.pos, self.trunc.ts),
                             g_view: self.view.g_view,
                         },
                     );
@@ -1037,6 +1075,14 @@ impl Server {
             .filter(|e| e.last_fast.is_some() || !e.reads.is_empty() || !e.writes.is_empty())
             .count();
         (self.notes.len(), self.maps.len(), unslimmed, self.gc.floor)
+    }
+
+    /// What truncation bounds: (transactions known, log entries, stream or synced-prefix
+    /// entries kept, cuts taken).
+    #[cfg(test)]
+    pub(crate) fn trunc_counts(&self) -> (usize, usize, usize, u64) {
+        let kept = self.stream.iter().count() + self.synced.iter().count();
+        (self.txns.len(), self.log.len(), kept, self.trunc.cuts)
     }
 }
 

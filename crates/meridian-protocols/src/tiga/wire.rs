@@ -1,10 +1,11 @@
 //! Tiga's messages, timers and durable records.
 
+use super::server::Footprint;
 use super::view::{Status, View};
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::txn::{AbortReason, Op, Operand, Piece, PieceBody, PieceResult};
 use meridian_core::{ShardId, Timestamp, TxnId};
-use meridian_store::Hash160;
+use meridian_store::{Hash160, LogSnapshot, StoreCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -69,6 +70,33 @@ impl TxnBody {
     }
 }
 
+/// A cut of a release stream (§4 checkpoints): the store state after executing exactly
+/// its first `pos` entries, every one of them at or below `store.at`, every later entry
+/// above it (see the module doc, "Log truncation").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub pos: u64,
+    pub store: StoreCheckpoint,
+}
+
+impl Checkpoint {
+    /// The empty stream's checkpoint: position 0, an empty store.
+    pub fn empty() -> Checkpoint {
+        Checkpoint {
+            pos: 0,
+            store: StoreCheckpoint {
+                at: Timestamp::ZERO,
+                versions: Vec::new(),
+            },
+        }
+    }
+
+    /// Every entry it covers is at or below this timestamp; every later one above.
+    pub fn ts(&self) -> Timestamp {
+        self.store.at
+    }
+}
+
 /// A server's log list at a view change (Algorithm 5 `send-view-change`): the entries
 /// consistent with its leader (`synced`, in the leader's release order; for a leader, its
 /// whole release stream) and its other entries — fast-released ones and its emptied queue —
@@ -80,6 +108,8 @@ pub struct ViewChangeReport {
     pub replica: u32,
     /// The last g-view in which this server was NORMAL.
     pub last_normal_view: u64,
+    /// The sender's latest checkpoint; `synced` starts at its position.
+    pub checkpoint: Checkpoint,
     pub synced: Vec<TxnBody>,
     pub others: Vec<TxnBody>,
 }
@@ -160,6 +190,16 @@ pub enum Msg {
         commit_point: u64,
         /// The leader's GC floor: nothing it will ever send is at or below it.
         gc_floor: Timestamp,
+        /// The leader's latest cut (position, timestamp): a follower checkpoints and
+        /// truncates there once it has executed that far.
+        cut: (u64, Timestamp),
+        g_view: u64,
+    },
+    /// Leader → the other leaders, twice a second: its GC floor. A leader truncates only
+    /// below every shard's floor (see the module doc, "Log truncation").
+    Floor {
+        shard: ShardId,
+        floor: Timestamp,
         g_view: u64,
     },
     /// Follower → leader: periodic sync-point report (§3.7).
@@ -199,12 +239,17 @@ pub enum Msg {
         shard: ShardId,
         round: u8,
         entries: Vec<TxnBody>,
+        /// Per entry: it is in the sender's part (a) (released by a leader at that
+        /// timestamp, so agreed). Round 0 only; empty in round 1.
+        agreed: Vec<bool>,
         /// Sent in answer to a leader that had finished: never answered again.
         answer: bool,
     },
     /// New leader → followers (Algorithm 5 `start-view`): the new log list in order.
     StartView {
         g_view: u64,
+        /// The store state below `log`; `log` starts at its position.
+        checkpoint: Box<Checkpoint>,
         log: Vec<TxnBody>,
     },
     /// Rejoining server → its leader (Algorithm 6 `state-transfer-req`).
@@ -215,6 +260,12 @@ pub enum Msg {
     /// leader holds but has not released yet (which it may have answered fast).
     StateTransfer {
         g_view: u64,
+        /// The leader's latest checkpoint; `log` starts at its position.
+        checkpoint: Box<Checkpoint>,
+        /// The leader's ordered log above the checkpoint's timestamp (`log`'s entries)
+        /// with what the truncated entries contributed to its hashes, so the joiner's
+        /// fast-reply hashes (Appendix D) agree with the leader's.
+        hashes: Box<LogSnapshot<Footprint>>,
         log: Vec<TxnBody>,
         pending: Vec<TxnBody>,
         commit_point: u64,
@@ -230,7 +281,8 @@ impl Msg {
             | Msg::Notify { g_view, .. }
             | Msg::LogSync { g_view, .. }
             | Msg::SyncReport { g_view, .. }
-            | Msg::Fetch { g_view, .. } => Some(*g_view),
+            | Msg::Fetch { g_view, .. }
+            | Msg::Floor { g_view, .. } => Some(*g_view),
             _ => None,
         }
     }

@@ -23,7 +23,7 @@ pub(crate) struct GcState {
     pub(crate) floor_sent: Timestamp,
     /// Release-stream (leader) or synced-prefix (follower) positions below this one have
     /// been slimmed: their replies, results and key lists dropped.
-    slimmed: u64,
+    pub(crate) slimmed: u64,
     ticks: u32,
 }
 
@@ -60,9 +60,11 @@ impl Server {
         };
         if floor > self.gc.floor {
             self.gc.floor = floor;
-            self.store.gc(floor);
             self.maps.prune(floor);
         }
+        self.truncate(ctx);
+        // Never above the latest cut: its checkpoint is read from the store on demand.
+        self.store.gc(self.gc.floor.min(self.trunc.ts));
     }
 
     /// Drops the fast reply, the execution result and the key lists of every transaction
@@ -72,12 +74,13 @@ impl Server {
     fn slim(&mut self, now_ns: u64) {
         let lag = self.opts.commit_timeout_ns + self.opts.retry_ns;
         let (list, upto) = if self.is_leader {
-            (&self.stream, self.stream.len() as u64)
+            (&self.stream, self.stream.end())
         } else {
             (&self.synced, self.executed_upto)
         };
+        self.gc.slimmed = self.gc.slimmed.max(list.base());
         while self.gc.slimmed < upto {
-            let (id, _) = list[self.gc.slimmed as usize];
+            let (id, _) = list.get(self.gc.slimmed);
             let e = self.txns.get_mut(&id).expect("listed entries are known");
             if e.released_ns.saturating_add(lag) > now_ns {
                 break;
@@ -99,10 +102,10 @@ impl Server {
         let behind = self
             .followers
             .iter()
-            .map(|f| self.follower_sync.get(f).copied().unwrap_or(0))
+            .map(|&f| self.follower_synced(f))
             .min()
-            .unwrap_or(self.stream.len() as u64);
-        let unsynced = self.stream[behind as usize..].iter().map(|&(_, ts)| ts);
+            .unwrap_or(self.stream.end());
+        let unsynced = self.stream.from(behind).map(|&(_, ts)| ts);
         let queued = self.pq.iter().map(|&(ts, _)| ts).next();
         let clock = Timestamp::new(now_ns.saturating_sub(lag), 0);
         let lowest = unsynced.chain(queued).fold(clock, Timestamp::min);
@@ -114,9 +117,7 @@ impl Server {
     /// store only through the leader's stream, whose unsynced part the leader's floor
     /// covers).
     fn follower_floor(&self) -> Timestamp {
-        let unexecuted = self.synced[self.executed_upto as usize..]
-            .iter()
-            .map(|&(_, ts)| ts);
+        let unexecuted = self.synced.from(self.executed_upto).map(|&(_, ts)| ts);
         unexecuted
             .map(just_below)
             .fold(self.gc.leader_floor, Timestamp::min)

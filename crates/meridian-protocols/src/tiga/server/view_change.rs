@@ -2,15 +2,16 @@
 //! view manager, the view change (steps ②–⑤), rejoin by state transfer, and the leader
 //! acting as recovery coordinator for a transaction whose coordinator vanished mid-multicast.
 
+use super::truncate::PosList;
 use super::{execute, keys_on, mark_decided, reply_hash, Entry, Footprint, Server, State};
 use crate::tiga::queue::KeyMaps;
 use crate::tiga::view::{Status, View, VIEW_MANAGER};
-use crate::tiga::wire::{FastReply, Msg, TxnBody, ViewChangeReport};
+use crate::tiga::wire::{Checkpoint, FastReply, Msg, TxnBody, ViewChangeReport};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::AbortReason;
 use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
-use meridian_store::{footprint, MvStore, OrderedLog};
+use meridian_store::{footprint, LogSnapshot, MvStore, OrderedLog};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
@@ -27,12 +28,17 @@ pub(crate) struct ViewChangeState {
     /// first `part_a` entries are part (a).
     rebuilt: Option<Vec<TxnBody>>,
     part_a: usize,
+    /// New leader: the largest checkpoint among the reports of the latest view; the rebuilt
+    /// log starts there.
+    base: Option<Checkpoint>,
     /// New leader: the log after step ④'s first round, awaiting the second.
     verified: Option<Vec<TxnBody>>,
     /// New leader, per round of step ④: what it told every other shard's leader (kept to
     /// answer a late one), and what every other shard's leader told it.
     verify_out: [BTreeMap<ShardId, Vec<TxnBody>>; 2],
     verify_in: [BTreeMap<ShardId, Vec<TxnBody>>; 2],
+    /// Round 0: per shard, which of its entries are in its part (a).
+    agreed_in: BTreeMap<ShardId, Vec<bool>>,
 }
 
 impl Server {
@@ -140,6 +146,12 @@ impl Server {
             .iter()
             .map(|&(id, ts)| self.body_at(id, ts))
             .collect();
+        let checkpoint = self.checkpoint();
+        assert_eq!(
+            checkpoint.pos,
+            prefix.base(),
+            "the list starts at the latest cut"
+        );
         let in_prefix: FxHashSet<TxnId> = prefix.iter().map(|&(id, _)| id).collect();
         let mut others: Vec<TxnBody> = self
             .txns
@@ -156,6 +168,7 @@ impl Server {
             shard: self.shard,
             replica: self.replica,
             last_normal_view: self.last_normal_view,
+            checkpoint,
             synced,
             others,
         }
@@ -189,15 +202,24 @@ impl Server {
                 // The sender missed our start-view: send our log list as it is now.
                 let log = self.stream_bodies();
                 let g_view = self.view.g_view;
-                ctx.send(from, Msg::StartView { g_view, log });
+                let checkpoint = Box::new(self.checkpoint());
+                ctx.send(
+                    from,
+                    Msg::StartView {
+                        g_view,
+                        checkpoint,
+                        log,
+                    },
+                );
             }
             Status::ViewChange => {
                 self.view_change.reports.insert(report.replica, report);
                 let enough = self.view_change.reports.len() > self.f;
                 if enough && self.view_change.rebuilt.is_none() {
-                    let (log, part_a) = self.rebuild_log();
+                    let (base, log, part_a) = self.rebuild_log();
                     self.view_change.rebuilt = Some(log);
                     self.view_change.part_a = part_a;
+                    self.view_change.base = Some(base);
                     self.verify_all(ctx, 0);
                     self.advance_verification(ctx);
                 }
@@ -213,19 +235,35 @@ impl Server {
     /// (a) entry of a larger timestamp is raised above it (see the module doc: such an entry
     /// cannot have committed, and placing it before the (a) entry would change that entry's
     /// committed result).
-    fn rebuild_log(&self) -> (Vec<TxnBody>, usize) {
+    ///
+    /// With truncation: the base is the largest checkpoint among the reports of the largest
+    /// last-normal-view (positions of one view's stream; another view numbers differently),
+    /// part (a) skips the positions it covers, and part (b) drops entries at or below its
+    /// timestamp — such an entry is in the checkpoint or was never agreed at a timestamp
+    /// that low (see the module doc, "Log truncation").
+    fn rebuild_log(&self) -> (Checkpoint, Vec<TxnBody>, usize) {
         let reports: Vec<&ViewChangeReport> = self.view_change.reports.values().collect();
         let lnv = reports
             .iter()
             .map(|r| r.last_normal_view)
             .max()
             .expect("f + 1 reports");
-        let best = reports
-            .iter()
-            .filter(|r| r.last_normal_view == lnv)
-            .max_by_key(|r| (r.synced.len(), std::cmp::Reverse(r.replica)))
+        let latest = || reports.iter().filter(|r| r.last_normal_view == lnv);
+        let end = |r: &ViewChangeReport| r.checkpoint.pos + r.synced.len() as u64;
+        let best = latest()
+            .max_by_key(|r| (end(r), std::cmp::Reverse(r.replica)))
             .expect("a report with the largest last-normal-view");
-        let mut log = best.synced.clone();
+        let base = latest()
+            .map(|r| &r.checkpoint)
+            .max_by_key(|c| c.pos)
+            .expect("a report with the largest last-normal-view")
+            .clone();
+        assert!(
+            best.checkpoint.pos <= base.pos && base.pos <= end(best),
+            "one view's checkpoints are prefixes of its longest synced list"
+        );
+        let skip = (base.pos - best.checkpoint.pos) as usize;
+        let mut log = best.synced[skip..].to_vec();
         let part_a = log.len();
         let in_a: FxHashSet<TxnId> = log.iter().map(|b| b.id).collect();
         let a_maps = self.part_a_maps(&log);
@@ -251,12 +289,12 @@ impl Server {
         let threshold = self.f.div_ceil(2) + 1;
         let mut part_b: Vec<TxnBody> = seen
             .into_values()
-            .filter(|&(count, _)| count >= threshold)
+            .filter(|(count, body)| *count >= threshold && body.ts > base.ts())
             .map(|(_, body)| body)
             .collect();
-        self.raise_above_part_a(&a_maps, &mut part_b);
+        self.raise_above_part_a(&a_maps, base.ts(), &mut part_b);
         log.extend(part_b);
-        (log, part_a)
+        (base, log, part_a)
     }
 
     /// rMap/wMap of part (a) entries (this shard's keys).
@@ -272,13 +310,20 @@ impl Server {
     /// An entry outside part (a) that conflicts with an (a) entry of a larger timestamp
     /// cannot have been agreed at its timestamp (this shard's leader released that (a)
     /// entry without it), so it has not committed: raise it above every such entry, as a
-    /// leader raises a late arrival. Leaves `entries` sorted by timestamp.
-    fn raise_above_part_a(&self, a_maps: &KeyMaps, entries: &mut [TxnBody]) {
+    /// leader raises a late arrival. An entry at or below the checkpoint's timestamp
+    /// `base` counts as conflicting with it (its keys are gone; as the GC floor does).
+    /// Leaves `entries` sorted by timestamp.
+    fn raise_above_part_a(&self, a_maps: &KeyMaps, base: Timestamp, entries: &mut [TxnBody]) {
         entries.sort_unstable_by_key(|b| (b.ts, b.id));
         let mut raised_ns = 0;
         for b in entries.iter_mut() {
             let (reads, writes) = keys_on(b, self.shard);
-            if let Some(floor) = a_maps.conflict_floor(&reads, &writes, b.ts) {
+            let conflict = a_maps.conflict_floor(&reads, &writes, b.ts);
+            let conflict = match b.ts <= base {
+                true => Some(conflict.map_or(base, |c| c.max(base))),
+                false => conflict,
+            };
+            if let Some(floor) = conflict {
                 raised_ns = raised_ns.max(floor.time_ns) + 1;
                 b.ts = Timestamp {
                     time_ns: raised_ns,
@@ -323,13 +368,20 @@ impl Server {
         let Some(log) = list else {
             return;
         };
-        let entries: Vec<TxnBody> = log.iter().filter(|b| b.involves(shard)).cloned().collect();
+        let part_a = if round == 0 { vc.part_a } else { 0 };
+        let (entries, agreed): (Vec<TxnBody>, Vec<bool>) = log
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.involves(shard))
+            .map(|(i, b)| (b.clone(), i < part_a))
+            .unzip();
         self.view_change.verify_out[usize::from(round)].insert(shard, entries.clone());
         let msg = Msg::Verify {
             g_view: self.view.g_view,
             shard: self.shard,
             round,
             entries,
+            agreed,
             answer,
         };
         ctx.send(self.leaders[shard.index()], msg);
@@ -340,7 +392,7 @@ impl Server {
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
         (g_view, shard, round, answer): (u64, ShardId, u8, bool),
-        entries: Vec<TxnBody>,
+        (entries, agreed): (Vec<TxnBody>, Vec<bool>),
     ) {
         if g_view != self.view.g_view {
             if g_view > self.view.g_view {
@@ -364,6 +416,9 @@ impl Server {
                     self.send_verify(ctx, shard, round, true);
                 }
                 self.view_change.verify_in[usize::from(round)].insert(shard, entries);
+                if round == 0 {
+                    self.view_change.agreed_in.insert(shard, agreed);
+                }
                 self.advance_verification(ctx);
             }
             _ => {}
@@ -379,10 +434,12 @@ impl Server {
             return;
         };
         if vc.verified.is_none() && vc.verify_in[0].len() == others {
-            let mut log = merge_largest(rebuilt, &vc.verify_in[0], self.shard, true);
+            let base = vc.base.as_ref().expect("rebuilt").ts();
+            let received = self.untruncated(base);
+            let mut log = merge_largest(rebuilt, &received, self.shard, true);
             let (part_a, rest) = log.split_at_mut(vc.part_a.min(rebuilt.len()));
             let a_maps = self.part_a_maps(part_a);
-            self.raise_above_part_a(&a_maps, rest);
+            self.raise_above_part_a(&a_maps, base, rest);
             self.view_change.verified = Some(log);
             self.verify_all(ctx, 1);
         }
@@ -395,8 +452,30 @@ impl Server {
         }
     }
 
-    /// Step ⑤: the verified log, sorted by timestamp, is executed and sent to the
-    /// followers.
+    /// Round 0's lists from the other shards without the entries they hold in part (a)
+    /// at or below this shard's checkpoint `base`: agreed that low, such an entry was
+    /// released here before the cut, so the checkpoint holds it (module doc, "Log
+    /// truncation"). Their other entries that low were never agreed that low: they are
+    /// added, then raised above `base`.
+    fn untruncated(&self, base: Timestamp) -> BTreeMap<ShardId, Vec<TxnBody>> {
+        let vc = &self.view_change;
+        vc.verify_in[0]
+            .iter()
+            .map(|(&shard, entries)| {
+                let agreed = vc.agreed_in.get(&shard).map_or(&[][..], Vec::as_slice);
+                let kept = entries
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, b)| b.ts > base || !agreed.get(i).copied().unwrap_or(false))
+                    .map(|(_, b)| b.clone())
+                    .collect();
+                (shard, kept)
+            })
+            .collect()
+    }
+
+    /// Step ⑤: the verified log, sorted by timestamp, is executed on the checkpoint and
+    /// sent to the followers with it.
     fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>, mut log: Vec<TxnBody>) {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
         for b in &mut log {
@@ -410,21 +489,43 @@ impl Server {
             b.decided = true;
         }
         let g_view = self.view.g_view;
-        self.install_log(ctx, log.clone(), true);
+        let base = self.view_change.base.take().expect("rebuilt");
+        self.install_log(ctx, (&base, None), log.clone(), true);
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change.report = None;
-        ctx.multicast(self.followers.clone(), &Msg::StartView { g_view, log });
+        let msg = Msg::StartView {
+            g_view,
+            checkpoint: Box::new(base),
+            log,
+        };
+        ctx.multicast(self.followers.clone(), &msg);
     }
 
     /// Replaces this server's state with `log` (in order): a leader executes it and makes it
     /// its release stream; a follower makes it its synced prefix and executes it as the
     /// commit-point advances.
-    fn install_log(&mut self, ctx: &mut Ctx<'_, TigaNode>, log: Vec<TxnBody>, as_leader: bool) {
-        self.reset_state();
+    fn install_log(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        (base, hashes): (&Checkpoint, Option<LogSnapshot<Footprint>>),
+        log: Vec<TxnBody>,
+        as_leader: bool,
+    ) {
+        self.reset_state(base);
+        if let Some(snapshot) = hashes {
+            self.log = OrderedLog::from_snapshot(snapshot).expect("a leader's log snapshot");
+        }
+        if base.pos > 0 {
+            ctx.count(super::truncate::RESTORED, 1);
+        }
         let now = ctx.now_ns();
         for body in log {
             let (id, ts) = (body.id, body.ts);
+            assert!(
+                ts > base.ts(),
+                "a log above a checkpoint is above its timestamp"
+            );
             let mut e = Entry::new(body, self.shard, now);
             self.maps.record(&e.reads, &e.writes, ts);
             if as_leader {
@@ -462,45 +563,53 @@ impl Server {
                 e.state = State::Synced;
                 self.synced.push((id, ts));
             }
-            self.log
-                .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
-                .expect("a rebuilt log holds each transaction once");
+            if self.log.ts_of(id) != Some(ts) {
+                self.log
+                    .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+                    .expect("a rebuilt log holds each transaction once");
+            }
             debug_assert!(e.body.decided, "a leader's log holds decided entries");
             mark_decided(&mut self.marks, &e);
             self.txns.insert(id, e);
             self.last_assigned_ns = self.last_assigned_ns.max(ts.time_ns);
         }
-        self.sync_point = self.synced.len() as u64;
+        self.sync_point = self.synced.end();
         // A new leader's followers get the whole log in `start-view`.
-        self.sync_sent = self.stream.len() as u64;
+        self.sync_sent = self.stream.end();
     }
 
-    fn reset_state(&mut self) {
+    /// Empties this server's state down to `base`: the store restored from it, every
+    /// position below it truncated, the GC floor at its timestamp.
+    fn reset_state(&mut self, base: &Checkpoint) {
         self.txns.clear();
         self.pq.clear();
         self.maps = KeyMaps::default();
         self.log = OrderedLog::new();
         self.marks.clear();
-        self.store = MvStore::new();
+        self.store = MvStore::restore(&base.store).expect("checkpoints are cut by replicas");
         self.wake_at = None;
         self.notes.clear();
         self.sealed.clear();
-        self.stream.clear();
-        self.sync_sent = 0;
+        self.stream = PosList::starting_at(base.pos);
+        self.sync_sent = base.pos;
         self.follower_sync.clear();
         self.follower_resent_ns.clear();
-        self.commit_point = 0;
-        self.commit_sent = 0;
-        self.sync_point = 0;
+        self.commit_point = base.pos;
+        self.commit_sent = base.pos;
+        self.sync_point = base.pos;
         self.sync_buffer.clear();
-        self.synced.clear();
-        self.executed_upto = 0;
+        self.synced = PosList::starting_at(base.pos);
+        self.executed_upto = base.pos;
         self.reported = 0;
         self.reported_ns = 0;
         self.fetching.clear();
         self.slow_wanted.clear();
-        // The new store starts empty (watermark zero): its floor restarts with it.
+        // The new store starts at the checkpoint (watermark its timestamp): so does the
+        // floor — an arrival at or below it conflicts with the checkpoint's entries.
         self.gc = Default::default();
+        self.gc.floor = base.ts();
+        self.gc.leader_floor = base.ts();
+        self.trunc.reset_to(base.pos, base.ts());
     }
 
     fn stream_bodies(&self) -> Vec<TxnBody> {
@@ -516,13 +625,13 @@ impl Server {
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
         g_view: u64,
-        log: Vec<TxnBody>,
+        (base, log): (Checkpoint, Vec<TxnBody>),
     ) {
         let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
         if self.status != Status::ViewChange || !current {
             return;
         }
-        self.install_log(ctx, log, false);
+        self.install_log(ctx, (&base, None), log, false);
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change = ViewChangeState::default();
@@ -558,8 +667,15 @@ impl Server {
             .filter(|(_, id)| self.txns[id].state == State::Sealed)
             .map(|&(ts, id)| self.body_at(id, ts))
             .collect();
+        let above = self.log.first_pos_after(self.trunc.ts);
+        let hashes = self
+            .log
+            .snapshot_from(above)
+            .expect("a position in the log");
         let msg = Msg::StateTransfer {
             g_view,
+            checkpoint: Box::new(self.checkpoint()),
+            hashes: Box::new(hashes),
             log: self.stream_bodies(),
             pending,
             commit_point: self.commit_point,
@@ -572,14 +688,19 @@ impl Server {
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
         g_view: u64,
-        (log, pending): (Vec<TxnBody>, Vec<TxnBody>),
+        (base, hashes, log, pending): (
+            Checkpoint,
+            LogSnapshot<Footprint>,
+            Vec<TxnBody>,
+            Vec<TxnBody>,
+        ),
         commit_point: u64,
     ) {
         let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
         if self.status != Status::Recovering || !current {
             return;
         }
-        self.install_log(ctx, log, false);
+        self.install_log(ctx, (&base, Some(hashes)), log, false);
         let now = ctx.now_ns();
         for body in pending {
             if self.txns.contains_key(&body.id) {
@@ -594,7 +715,7 @@ impl Server {
                 .expect("pending entries are not in the stream");
             self.txns.insert(id, e);
         }
-        self.commit_point = commit_point.min(self.sync_point);
+        self.commit_point = commit_point.min(self.sync_point).max(base.pos);
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change = ViewChangeState::default();
