@@ -24,6 +24,20 @@ use std::sync::Arc;
 
 pub(crate) const MS: u64 = 1_000_000;
 
+/// Three regions A, B, C with the given round trips (ms) between them; two shards with a
+/// replica in each region (f = 1), initial leaders in A; two coordinators in A.
+pub(crate) fn three_regions(name: &str, rtt_ab_ms: f64, rtt_ac_ms: f64, rtt_bc_ms: f64) -> String {
+    let rtt = |pair: &str, ms: f64| format!("[[rtt]]\nbetween = [{pair}]\nms = {ms:?}\n");
+    format!(
+        "name = \"{name}\"\nregions = [\"A\", \"B\", \"C\"]\nintra_region_rtt_ms = 1.0\n{}{}{}\
+         [[shards]]\ncount = 2\nreplicas = [\"A\", \"B\", \"C\"]\nleader = \"A\"\n\
+         [[coordinators]]\nregion = \"A\"\ncount = 2\n",
+        rtt("\"A\", \"B\"", rtt_ab_ms),
+        rtt("\"A\", \"C\"", rtt_ac_ms),
+        rtt("\"B\", \"C\"", rtt_bc_ms),
+    )
+}
+
 /// Two regions; two shards with two replicas each (the second replica of each is inert
 /// under single-copy protocols); two coordinators. Shard 0's data node is n0, shard 1's is
 /// n2; coordinators are n4, n5; services (an oracle, say) follow from n6.

@@ -486,31 +486,10 @@ fn conventional_si_takes_both_timestamps_from_the_oracle() {
 /// Three regions; two shards replicated in all three (initial leaders in A, n0 and n3);
 /// two coordinators in A (n6, n7). The test driver's messages take 1 ms whatever the RTT;
 /// the RTTs set the Raft tick (10 ms / 4).
-const REPLICATED: &str = r#"
-name = "clock-si-replicated-test"
-regions = ["A", "B", "C"]
-intra_region_rtt_ms = 1.0
-[[rtt]]
-between = ["A", "B"]
-ms = 10.0
-[[rtt]]
-between = ["A", "C"]
-ms = 10.0
-[[rtt]]
-between = ["B", "C"]
-ms = 10.0
-[[shards]]
-count = 2
-replicas = ["A", "B", "C"]
-leader = "A"
-[[coordinators]]
-region = "A"
-count = 2
-"#;
-
 fn replicated(options: &str) -> Driver {
     let options = format!("replicated=true,{options}");
-    Driver::on_topology::<ClockSi>(REPLICATED, &options, Default::default(), 0, EPOCH)
+    let topology = crate::testkit::three_regions("clock-si-replicated-test", 10.0, 10.0, 10.0);
+    Driver::on_topology::<ClockSi>(&topology, &options, Default::default(), 0, EPOCH)
 }
 
 fn member(d: &Driver, node: NodeId) -> &Member {

@@ -832,34 +832,13 @@ fn gc_bounds_versions_maps_notes_and_replies_and_loses_no_increment() {
 
 // ---- cross-shard abort and decomposed interactive transactions, end to end ---------------
 
-/// Two shards of three replicas each (f = 1) in three regions, leaders co-located in A.
-const THREE_REPLICAS: &str = r#"
-name = "tiga-test"
-regions = ["A", "B", "C"]
-intra_region_rtt_ms = 1.0
-[[rtt]]
-between = ["A", "B"]
-ms = 20.0
-[[rtt]]
-between = ["A", "C"]
-ms = 30.0
-[[rtt]]
-between = ["B", "C"]
-ms = 25.0
-[[shards]]
-count = 2
-replicas = ["A", "B", "C"]
-leader = "A"
-[[coordinators]]
-region = "A"
-count = 2
-"#;
-
 type Driver = crate::testkit::Driver<TigaNode>;
 const MS: u64 = crate::testkit::MS;
 
 fn driver(config: &str) -> Driver {
-    Driver::on_topology::<Tiga>(THREE_REPLICAS, config, Procedures::new(), 7, 0)
+    // Two shards of three replicas each (f = 1) in three regions, leaders co-located in A.
+    let topology = crate::testkit::three_regions("tiga-test", 20.0, 30.0, 25.0);
+    Driver::on_topology::<Tiga>(&topology, config, Procedures::new(), 7, 0)
 }
 
 fn int(v: i64) -> Operand {
