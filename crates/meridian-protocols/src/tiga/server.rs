@@ -16,7 +16,7 @@ use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
-use meridian_core::{Cluster, NodeId, NodeRole, ShardId, Timestamp, TxnId};
+use meridian_core::{Cluster, NodeId, NodeRole, ShardId, TimerId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
 };
@@ -152,7 +152,9 @@ pub struct Server {
     marks: FxHashMap<Key, Hash160>,
     store: MvStore,
     last_assigned_ns: u64,
-    wake_at: Option<u64>,
+    /// The one tracked wake-up: its instant and timer (cancelled when an earlier one is
+    /// needed, so a server has at most one pending).
+    wake: Option<(u64, TimerId)>,
     // ---- leader ----
     /// Timestamp notifications per transaction: the largest per shard, whether that
     /// leader is sealed at it, and (sealed) its abort vote there.
@@ -233,7 +235,7 @@ impl Server {
             marks: FxHashMap::default(),
             store: MvStore::new(),
             last_assigned_ns: 0,
-            wake_at: None,
+            wake: None,
             notes: FxHashMap::default(),
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
@@ -416,8 +418,10 @@ impl Server {
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
         match timer {
-            Timer::Wake => {
-                self.wake_at = None;
+            Timer::Wake { at_ns } => {
+                if self.wake.is_some_and(|(at, _)| at == at_ns) {
+                    self.wake = None;
+                }
                 self.release_deferred(ctx);
                 self.process(ctx);
             }
@@ -562,9 +566,12 @@ impl Server {
             .find(|(_, id)| self.txns[id].state != State::Sealed)
             .map(|(ts, _)| ts.time_ns);
         if let Some(at) = next {
-            if self.wake_at.is_none_or(|w| at < w) {
-                self.wake_at = Some(at);
-                ctx.set_timer(at - now, Timer::Wake);
+            if self.wake.is_none_or(|(w, _)| at < w) {
+                if let Some((_, superseded)) = self.wake {
+                    ctx.cancel_timer(superseded);
+                }
+                let id = ctx.set_timer(at - now, Timer::Wake { at_ns: at });
+                self.wake = Some((at, id));
             }
         }
     }
@@ -729,7 +736,7 @@ impl Server {
             let now = ctx.now_ns();
             if now <= at {
                 self.deferred.insert((at, id));
-                ctx.set_timer(at + 1 - now, Timer::Wake);
+                ctx.set_timer(at + 1 - now, Timer::Wake { at_ns: at + 1 });
                 return;
             }
         }

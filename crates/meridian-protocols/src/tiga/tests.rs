@@ -67,7 +67,7 @@ impl Harness {
     }
 
     fn wake(&mut self, now: u64) -> Vec<NodeEffect<TigaNode>> {
-        self.timer(now, Timer::Wake)
+        self.timer(now, Timer::Wake { at_ns: now })
     }
 
     fn server(&self) -> &Server {

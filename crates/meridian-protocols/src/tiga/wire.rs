@@ -296,8 +296,10 @@ pub enum Timer {
     CoordTick,
     /// Coordinator: slow-reply inquiries (Appendix E).
     SlowInquiry,
-    /// Server: the earliest queued timestamp may have expired.
-    Wake,
+    /// Server: the earliest queued timestamp may have expired. `at_ns` is the local-clock
+    /// instant it was set for: only the server's tracked wake-up clears the tracking, so a
+    /// superseded or deferred one cannot start a second chain of wake-ups.
+    Wake { at_ns: u64 },
     /// Server: housekeeping.
     Tick,
     /// View manager: a Raft tick and failure detection.

@@ -119,7 +119,7 @@ impl Server {
         self.adopt_view(view);
         self.status = Status::ViewChange;
         self.pq.clear();
-        self.wake_at = None;
+        self.wake = None;
         self.view_change = ViewChangeState {
             report: Some(report.clone()),
             sent_ns: ctx.now_ns(),
@@ -587,7 +587,7 @@ impl Server {
         self.log = OrderedLog::new();
         self.marks.clear();
         self.store = MvStore::restore(&base.store).expect("checkpoints are cut by replicas");
-        self.wake_at = None;
+        self.wake = None;
         self.notes.clear();
         self.sealed.clear();
         self.stream = PosList::starting_at(base.pos);
