@@ -364,6 +364,13 @@
 //!   truncation *everywhere* until a view change or rejoin; memory then grows again for
 //!   that time. Checkpoints travel whole inside reports, `start-view` and state transfers
 //!   (O(keys) per message, resent every `retry_ms` until answered), not by chunks.
+//! * Decision marks (the fast-reply hash's record of abort decisions) are not part of a
+//!   checkpoint: a follower restored from its leader's checkpoint by a state transfer
+//!   starts without the marks of entries below the cut, so on keys a decided-matters
+//!   transaction (a writing stored procedure, a validating commit) touched before the cut
+//!   its fast replies differ from the leader's and those transactions commit on the slow
+//!   path until the next view change (which rebuilds every replica from one checkpoint, so
+//!   the marks agree again). Safety is unaffected: a mismatch only costs the fast path.
 //! * Deduplication of a truncated transaction's retransmission relies on time: an id is
 //!   remembered `commit_timeout_ms + retry_ms + recovery_ms` after its cut, i.e. ≥ ~9 s
 //!   after release by default. A duplicate `Submit` delivered later than that would be
