@@ -187,19 +187,24 @@ fn detective_swarm_with_crashes_and_partitions_is_strict_serializable() {
 
 /// Runs a scripted failure for 12 s of load; returns the transactions committed that were
 /// invoked after `after_s`, having checked the whole history strict serializable.
-fn committed_after(detective: bool, spec: &str, after_s: u64) -> usize {
-    let report = simulate(
-        3,
+/// List-append under the scripted faults `spec`, huygens clocks.
+fn scripted(seed: u64, detective: bool, config: &str, spec: &str, seconds: u64) -> SimReport {
+    simulate(
+        seed,
         &Run {
             detective,
             clock: "huygens",
-            config: "",
+            config,
             workload: "list-append",
             workload_opts: &[],
             faults: Faults::Scripted(spec),
-            seconds: 12,
+            seconds,
         },
-    );
+    )
+}
+
+fn committed_after(detective: bool, spec: &str, after_s: u64) -> usize {
+    let report = scripted(3, detective, "", spec, 12);
     let verdict = check(&report.history, Model::StrictSerializable);
     assert!(verdict.valid, "{spec}: {verdict}");
     report
@@ -446,18 +451,7 @@ fn truncation_survives_a_rejoin_from_a_checkpoint_and_a_view_change() {
     use meridian_protocols::tiga::{RESTORED, TRUNCATED};
     let spec = "crash:shard0/replica1@5s,restart:shard0/replica1@7s,crash:shard0/replica0@10s";
     for detective in [false, true] {
-        let report = simulate(
-            5,
-            &Run {
-                detective,
-                clock: "huygens",
-                config: "commit_timeout_ms=1500",
-                workload: "list-append",
-                workload_opts: &[],
-                faults: Faults::Scripted(spec),
-                seconds: 16,
-            },
-        );
+        let report = scripted(5, detective, "commit_timeout_ms=1500", spec, 16);
         let verdict = check(&report.history, Model::StrictSerializable);
         assert!(verdict.valid, "detective {detective}: {verdict}");
         let counter = |name| report.counters.get(name).copied().unwrap_or(0);
