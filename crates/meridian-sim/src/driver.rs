@@ -17,6 +17,7 @@ use meridian_workload::{InteractiveOp, TxnPlan, Workload};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+use std::collections::VecDeque;
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -144,6 +145,12 @@ enum Event<M, T> {
     },
     Fault(Fault),
     EndOfLoad,
+    /// A busy node is free again: it takes the next event of its backlog. Stale once the
+    /// node has crashed since (another incarnation).
+    Serve {
+        node: NodeId,
+        incarnation: u32,
+    },
 }
 
 type EventOf<P> =
@@ -158,7 +165,14 @@ struct Slot<N: Node> {
     next_timer: u64,
     live_timers: FxHashSet<TimerId>,
     clock: ClockModel,
+    /// With a service time: the node is busy with an event until then.
     busy_until_ns: u64,
+    /// Events that reached the node while it was busy, served in arrival order, one
+    /// [`Event::Serve`] at a time (re-queuing them all at every free instant would cost
+    /// O(backlog²) events).
+    backlog: VecDeque<Event<N::Msg, N::Timer>>,
+    /// An [`Event::Serve`] for this incarnation is queued.
+    serve_queued: bool,
 }
 
 /// An interactive session's progress.
@@ -268,6 +282,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     mix(options.seed, 0xC10C, u64::from(info.id.0)),
                 ),
                 busy_until_ns: 0,
+                backlog: VecDeque::new(),
+                serve_queued: false,
             })
             .collect();
         let slots_per_coordinator = match options.open_loop {
@@ -487,35 +503,92 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
     }
 
-    /// Defers an event for a busy node; returns false if the event was re-queued.
-    fn node_ready(&mut self, node: NodeId, event: &mut Option<EventOf<P>>) -> bool {
-        if self.options.service_time_ns == 0 {
+    /// Takes the node's service slot for an event arriving now, or returns false if the
+    /// node is busy or others wait before it (the event then joins its backlog).
+    fn take_service_slot(&mut self, node: NodeId) -> bool {
+        let service_ns = self.options.service_time_ns;
+        let slot = &mut self.slots[node.index()];
+        if service_ns == 0 {
             return true;
         }
-        let busy_until = self.slots[node.index()].busy_until_ns;
-        if busy_until > self.now_ns {
-            let deferred = event.take().expect("event present");
-            self.push(busy_until, deferred);
+        if slot.busy_until_ns > self.now_ns || !slot.backlog.is_empty() {
             return false;
         }
-        self.slots[node.index()].busy_until_ns = self.now_ns + self.options.service_time_ns;
+        slot.busy_until_ns = self.now_ns + service_ns;
         true
+    }
+
+    /// Queues the [`Event::Serve`] that takes the next backlog event when the node is free.
+    fn queue_serve(&mut self, node: NodeId) {
+        let slot = &mut self.slots[node.index()];
+        if slot.serve_queued || slot.backlog.is_empty() {
+            return;
+        }
+        slot.serve_queued = true;
+        let at_ns = slot.busy_until_ns.max(self.now_ns);
+        let incarnation = slot.incarnation;
+        self.push(at_ns, Event::Serve { node, incarnation });
+    }
+
+    /// The node is free: it serves the oldest event of its backlog.
+    fn serve(&mut self, node: NodeId, incarnation: u32) {
+        let service_ns = self.options.service_time_ns;
+        let slot = &mut self.slots[node.index()];
+        if slot.incarnation != incarnation {
+            return;
+        }
+        assert!(
+            slot.busy_until_ns <= self.now_ns,
+            "{node} served while busy"
+        );
+        slot.serve_queued = false;
+        let Some(event) = slot.backlog.pop_front() else {
+            return;
+        };
+        slot.busy_until_ns = self.now_ns + service_ns;
+        self.queue_serve(node);
+        self.handle(event);
+    }
+
+    /// A timer cancelled since it was set, or set by an earlier incarnation.
+    fn timer_is_dead(&self, node: NodeId, incarnation: u32, id: TimerId) -> bool {
+        let slot = &self.slots[node.index()];
+        slot.incarnation != incarnation || !slot.live_timers.contains(&id)
     }
 
     fn dispatch(&mut self, event: EventOf<P>) {
         let target = match &event {
             Event::Deliver { to, .. } | Event::Request { to, .. } => Some(*to),
-            Event::Timer { node, .. } => Some(*node),
+            Event::Timer {
+                node,
+                incarnation,
+                id,
+                ..
+            } => {
+                if self.timer_is_dead(*node, *incarnation, *id) {
+                    return; // costs the node no service time
+                }
+                Some(*node)
+            }
             _ => None,
         };
-        let mut event = Some(event);
         if let Some(node) = target {
-            if self.slots[node.index()].node.is_none() || !self.node_ready(node, &mut event) {
+            if self.slots[node.index()].node.is_none() {
+                return;
+            }
+            if !self.take_service_slot(node) {
+                self.slots[node.index()].backlog.push_back(event);
+                self.queue_serve(node);
                 return;
             }
         }
-        self.trace_event(event.as_ref().expect("event present"));
-        match event.expect("event present") {
+        self.handle(event);
+    }
+
+    /// Carries out one event whose node (if any) is up and free.
+    fn handle(&mut self, event: EventOf<P>) {
+        self.trace_event(&event);
+        match event {
             Event::Deliver { from, to, msg } => {
                 self.report.messages_delivered += 1;
                 self.with_node(to, |n, ctx| n.on_message(ctx, from, msg));
@@ -540,6 +613,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::ClientTimeout { client, request } => self.on_timeout(client, request),
             Event::Fault(fault) => self.apply_fault(fault),
             Event::EndOfLoad => self.end_of_load(),
+            Event::Serve { node, incarnation } => self.serve(node, incarnation),
         }
     }
 
@@ -554,6 +628,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::ClientTimeout { client, request } => (6, u64::from(*client), request.0),
             Event::Fault(_) => (7, 0, 0),
             Event::EndOfLoad => (8, 0, 0),
+            Event::Serve { node, .. } => (10, node.0 as u64, 0),
         };
         self.trace.write_u64(self.now_ns);
         self.trace.write_u64(kind);
@@ -579,6 +654,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 if slot.node.take().is_some() {
                     slot.incarnation += 1;
                     slot.busy_until_ns = 0;
+                    // What waited for the node dies with it, as its inbox would.
+                    slot.backlog.clear();
+                    slot.serve_queued = false;
                 }
             }
             Fault::Restart(node) => {
