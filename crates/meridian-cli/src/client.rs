@@ -5,12 +5,12 @@
 
 use crate::bad_input;
 use crate::runtime::tokio_runtime;
-use bytes::Bytes;
 use clap::{Args, Subcommand};
 use meridian_client::{Client, ClientError, ClientOptions, Committed};
 use meridian_core::time::parse_duration_ns;
 use meridian_core::txn::{Op, Operand, Piece, PieceBody, Txn};
 use meridian_core::value::{decode_int, encode_int};
+use meridian_core::SmallBytes;
 use meridian_core::{Cluster, Topology};
 use meridian_server::Addresses;
 use std::net::SocketAddr;
@@ -143,8 +143,8 @@ fn plan(args: &ClientArgs) -> Result<Plan, String> {
     ))
 }
 
-fn bytes(text: &str) -> Bytes {
-    Bytes::copy_from_slice(text.as_bytes())
+fn bytes(text: &str) -> SmallBytes {
+    SmallBytes::copy_from_slice(text.as_bytes())
 }
 
 fn literal(text: &str) -> Operand {
@@ -212,7 +212,7 @@ fn print_committed(ops: &[Labeled], committed: &Committed) {
     }
 }
 
-fn show(value: &Option<Bytes>) -> String {
+fn show(value: &Option<SmallBytes>) -> String {
     match value {
         None => "(none)".to_string(),
         Some(v) => match std::str::from_utf8(v) {

@@ -127,9 +127,25 @@ mod tests {
         out
     }
 
+    /// Keys and values kept the wire format of `bytes::Bytes` when they became
+    /// `SmallBytes` (serde bytes: a length and the bytes), inline or shared.
+    #[test]
+    fn small_bytes_encode_as_bytes_did() {
+        for raw in [&b""[..], b"mb12~3", &[9u8; 40]] {
+            let ours = postcard::to_stdvec(&meridian_core::SmallBytes::from(raw)).unwrap();
+            let theirs = postcard::to_stdvec(&Bytes::copy_from_slice(raw)).unwrap();
+            assert_eq!(ours, theirs);
+            let back: meridian_core::SmallBytes = postcard::from_bytes(&theirs).unwrap();
+            assert_eq!(back, raw);
+        }
+    }
+
     fn request(id: u64) -> RequestFrame {
-        let key = Bytes::from_static(b"k");
-        let op = Op::Put(key, Operand::Literal(Bytes::from_static(b"v")));
+        let key = meridian_core::SmallBytes::from_static(b"k");
+        let op = Op::Put(
+            key,
+            Operand::Literal(meridian_core::SmallBytes::from_static(b"v")),
+        );
         RequestFrame {
             id,
             request: ClientRequest::OneShot(Txn {

@@ -16,6 +16,7 @@
 pub mod ids;
 pub mod node;
 pub mod partition;
+pub mod small_bytes;
 pub mod time;
 pub mod topology;
 pub mod txn;
@@ -24,6 +25,7 @@ pub mod value;
 pub use ids::{ClientId, NodeId, RegionId, ReplicaId, RequestId, ShardId, TxnId};
 pub use node::{Context, Effect, Node, NodeRng, Protocol, ProtocolConfig, TimerId};
 pub use partition::Partitioner;
+pub use small_bytes::SmallBytes;
 pub use time::Timestamp;
 pub use topology::{ClockProfile, Cluster, NodeRole, Topology, TopologyError};
 pub use txn::{

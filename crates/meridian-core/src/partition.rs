@@ -6,8 +6,8 @@
 //! to that shard; keys stay honest byte strings and every path routes them the same way.
 
 use crate::ids::ShardId;
+use crate::small_bytes::SmallBytes as Bytes;
 use crate::txn::Key;
-use bytes::Bytes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partitioner {

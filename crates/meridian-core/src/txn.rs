@@ -15,18 +15,18 @@
 //! calls it, so two protocols cannot disagree about `add` or `append`.
 
 use crate::ids::{ShardId, TxnId};
+use crate::small_bytes::SmallBytes;
 use crate::time::Timestamp;
 use crate::value;
-use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-/// A key: an arbitrary byte string.
-pub type Key = Bytes;
+/// A key: an arbitrary byte string (inline when short, see [`SmallBytes`]).
+pub type Key = SmallBytes;
 /// A value: an arbitrary byte string (see [`crate::value`] for the integer and list shapes).
-pub type Value = Bytes;
+pub type Value = SmallBytes;
 
 /// Where an operation takes a value from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -522,7 +522,7 @@ mod tests {
     type MapStore = FxHashMap<Key, Value>;
 
     fn key(s: &str) -> Key {
-        Bytes::copy_from_slice(s.as_bytes())
+        Key::copy_from_slice(s.as_bytes())
     }
 
     #[test]
@@ -622,7 +622,7 @@ mod tests {
             args: &[Value],
         ) -> Result<Vec<Option<Value>>, AbortReason> {
             let amount = decode_int(&args[0]).ok_or(AbortReason::TypeMismatch)?;
-            let from = Bytes::from_static(b"from");
+            let from = Key::from_static(b"from");
             let balance = store.get(&from).and_then(|v| decode_int(&v)).unwrap_or(0);
             if balance < amount {
                 return Err(AbortReason::User);

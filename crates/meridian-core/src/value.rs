@@ -5,7 +5,7 @@
 //! a missing value counts as 0), and a **list** of integers is the concatenation of such
 //! encodings, so `append` is a byte-wise concatenation and never needs to decode.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use crate::small_bytes::SmallBytes as Bytes;
 
 /// Width of one encoded integer.
 pub const INT_BYTES: usize = 8;
@@ -36,20 +36,20 @@ pub fn decode_list(bytes: &[u8]) -> Option<Vec<i64>> {
 
 /// Encodes a list of integers.
 pub fn encode_list(values: &[i64]) -> Bytes {
-    let mut out = BytesMut::with_capacity(values.len() * INT_BYTES);
+    let mut out = Vec::with_capacity(values.len() * INT_BYTES);
     for v in values {
-        out.put_slice(&v.to_le_bytes());
+        out.extend_from_slice(&v.to_le_bytes());
     }
-    out.freeze()
+    Bytes::from(out)
 }
 
 /// `old ++ suffix`, the result of `append`.
 pub fn concat(old: Option<&Bytes>, suffix: &[u8]) -> Bytes {
     let old = old.map(|b| b.as_ref()).unwrap_or(&[]);
-    let mut out = BytesMut::with_capacity(old.len() + suffix.len());
-    out.put_slice(old);
-    out.put_slice(suffix);
-    out.freeze()
+    let mut out = Vec::with_capacity(old.len() + suffix.len());
+    out.extend_from_slice(old);
+    out.extend_from_slice(suffix);
+    Bytes::from(out)
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! The runtime hosts the protocols' nodes unchanged: transactions commit over real sockets,
 //! bad frames close only their own connection, and durable logs bring a restarted host back.
 
-use bytes::Bytes;
 use meridian_client::{Client, ClientError, ClientOptions};
 use meridian_core::node::Setup;
 use meridian_core::txn::{Op, Operand, Piece, PieceResult, Txn};
 use meridian_core::value::{decode_int, encode_int};
+use meridian_core::SmallBytes;
 use meridian_core::{NodeId, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::ClockSi;
 use meridian_protocols::tiga::Tiga;
@@ -36,8 +36,8 @@ fn setup<P: Protocol>(topology: &str) -> Setup {
     meridian_sim::setup::<P>(topology, ProtocolConfig::default(), Procedures::new()).unwrap()
 }
 
-fn key(setup: &Setup, name: &str) -> (meridian_core::ShardId, Bytes) {
-    let k = Bytes::copy_from_slice(name.as_bytes());
+fn key(setup: &Setup, name: &str) -> (meridian_core::ShardId, SmallBytes) {
+    let k = SmallBytes::copy_from_slice(name.as_bytes());
     (setup.cluster.partitioner.shard_of(&k), k)
 }
 
@@ -284,7 +284,7 @@ async fn interactive_sessions_read_their_writes_and_commit() {
     let client = Client::connect(vec![addr], ClientOptions::default())
         .await
         .unwrap();
-    let key = Bytes::from_static(b"session-key");
+    let key = SmallBytes::from_static(b"session-key");
     let session = client.begin(None).await.unwrap();
     assert_eq!(session.get(key.clone()).await.unwrap(), None);
     session.put(key.clone(), encode_int(41)).await.unwrap();

@@ -2,7 +2,6 @@
 //! initial leader, which executes it on a map and answers. No concurrency control — the toy
 //! exists to exercise the driver (network, clocks, faults, clients, determinism).
 
-use bytes::Bytes;
 use meridian_check::HistOp;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
@@ -11,6 +10,7 @@ use meridian_core::txn::{
     Txn, Value,
 };
 use meridian_core::value::encode_int;
+use meridian_core::SmallBytes;
 use meridian_core::{
     AbortReason, ClientId, CommitPath, Key, Node, NodeId, NodeRng, Operand, Procedures, Protocol,
     ProtocolConfig, RequestId, ShardId, Topology, TxnId,
@@ -201,7 +201,7 @@ impl Workload for Increments {
         let pieces = (0..self.per_txn)
             .map(|i| {
                 let shard = ShardId((first + i) % self.shards);
-                let key = Bytes::from(format!("k{}", rng.gen_range(0..10)));
+                let key = SmallBytes::from(format!("k{}", rng.gen_range(0..10)));
                 Piece::ops(shard, vec![Op::Add(key, Operand::Literal(encode_int(1)))])
             })
             .collect();
@@ -463,7 +463,7 @@ impl Workload for Appends {
     fn next(&mut self, client: ClientId, _rng: &mut NodeRng) -> TxnPlan {
         let n = self.next.entry(client.0).or_insert(0);
         *n += 1;
-        let key = Bytes::from(format!("list{}", client.0));
+        let key = SmallBytes::from(format!("list{}", client.0));
         TxnPlan::Interactive(vec![
             InteractiveOp::Get(key.clone()),
             InteractiveOp::Append(key, encode_int(*n)),

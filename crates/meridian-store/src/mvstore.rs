@@ -3,7 +3,7 @@
 //! guarantees and the choices made where the papers are silent.
 
 use crate::access::{TxnAccess, Visibility};
-use bytes::Bytes;
+use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, Timestamp, TxnId, Value};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -773,7 +773,7 @@ impl MvStore {
 
 fn version_mut<'a>(
     keys: &'a mut FxHashMap<Key, KeyVersions>,
-    key: &Bytes,
+    key: &SmallBytes,
     ts: Timestamp,
     writer: TxnId,
 ) -> &'a mut Version {
@@ -810,9 +810,9 @@ mod tests {
         let mut store = MvStore::new();
         let writer = TxnId::new(NodeId(0), 0, 0);
         for i in 0..1000u32 {
-            let key = Bytes::copy_from_slice(&i.to_be_bytes());
+            let key = SmallBytes::copy_from_slice(&i.to_be_bytes());
             store
-                .install_committed(key, Timestamp::new(1, 0), writer, Some(Bytes::new()))
+                .install_committed(key, Timestamp::new(1, 0), writer, Some(SmallBytes::new()))
                 .unwrap();
         }
         assert!(store.gc_candidates.is_empty());

@@ -1,6 +1,6 @@
 //! Edge cases of `OrderedLog`: order, positions, truncation, hashes, snapshots.
 
-use bytes::Bytes;
+use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogError, LogPayload, LogSnapshot, OrderedLog,
@@ -8,7 +8,7 @@ use meridian_store::{
 use serde::{Deserialize, Serialize};
 
 fn k(s: &str) -> Key {
-    Bytes::copy_from_slice(s.as_bytes())
+    SmallBytes::copy_from_slice(s.as_bytes())
 }
 fn t(n: u64) -> Timestamp {
     Timestamp::new(n, 0)

@@ -5,7 +5,7 @@
 //! * two logs with the same entry set, however built, have equal hashes;
 //! * logs with different entry sets have different hashes.
 
-use bytes::Bytes;
+use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, Timestamp, TxnId};
 use meridian_store::{entry_hash, Hash160, LogError, LogPayload, OrderedLog};
 use proptest::prelude::*;
@@ -20,7 +20,7 @@ impl LogPayload for Keys {
 }
 
 fn key(i: u8) -> Key {
-    Bytes::from(vec![b'k', i])
+    SmallBytes::from(vec![b'k', i])
 }
 fn t(n: u64) -> Timestamp {
     Timestamp::new(n / 2, (n % 2) as u32)

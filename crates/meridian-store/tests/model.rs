@@ -2,8 +2,8 @@
 //! under random operations, comparing every answer and the whole visible state after every
 //! step. Also: checkpoint/restore answers every read like the original.
 
-use bytes::Bytes;
 use meridian_core::txn::{execute_piece, Op, Operand, Piece, Procedures};
+use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, ShardId, Timestamp, TxnId, Value};
 use meridian_store::{MvStore, StoreCheckpoint, StoreError, Version, VersionStatus, Visibility};
 use proptest::prelude::*;
@@ -14,7 +14,7 @@ const MAX_TS: u64 = 30;
 const TXNS: u64 = 5;
 
 fn key(i: u8) -> Key {
-    Bytes::from(vec![b'k', i])
+    SmallBytes::from(vec![b'k', i])
 }
 fn t(n: u64) -> Timestamp {
     Timestamp::new(n, 0)
@@ -23,7 +23,7 @@ fn txn(n: u64) -> TxnId {
     TxnId::new(NodeId(1), 0, n)
 }
 fn val(v: Option<u8>) -> Option<Value> {
-    v.map(|b| Bytes::from(vec![b]))
+    v.map(|b| SmallBytes::from(vec![b]))
 }
 
 #[derive(Clone, Debug)]
@@ -421,7 +421,9 @@ fn run_piece(
         ops.iter()
             .map(|op| match op {
                 PieceOp::Get(k) => Op::Get(key(*k)),
-                PieceOp::Put(k, v) => Op::Put(key(*k), Operand::Literal(Bytes::from(vec![*v]))),
+                PieceOp::Put(k, v) => {
+                    Op::Put(key(*k), Operand::Literal(SmallBytes::from(vec![*v])))
+                }
             })
             .collect(),
     );

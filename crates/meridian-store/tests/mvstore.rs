@@ -1,16 +1,16 @@
 //! Edge cases of every `MvStore` operation.
 
-use bytes::Bytes;
 use meridian_core::txn::{execute_piece, KvAccess, Op, Operand, Piece, Procedures};
 use meridian_core::value::{decode_int, decode_list, encode_int};
+use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, ShardId, Timestamp, TxnId};
 use meridian_store::{MvStore, StoreError, Version, Visibility};
 
 fn k(s: &str) -> Key {
-    Bytes::copy_from_slice(s.as_bytes())
+    SmallBytes::copy_from_slice(s.as_bytes())
 }
-fn v(s: &str) -> Option<Bytes> {
-    Some(Bytes::copy_from_slice(s.as_bytes()))
+fn v(s: &str) -> Option<SmallBytes> {
+    Some(SmallBytes::copy_from_slice(s.as_bytes()))
 }
 fn t(n: u64) -> Timestamp {
     Timestamp::new(n, 0)
@@ -18,7 +18,7 @@ fn t(n: u64) -> Timestamp {
 fn txn(n: u64) -> TxnId {
     TxnId::new(NodeId(1), 0, n)
 }
-fn value_at(store: &MvStore, key: &str, ts: u64) -> Option<Bytes> {
+fn value_at(store: &MvStore, key: &str, ts: u64) -> Option<SmallBytes> {
     store
         .read_at(key.as_bytes(), t(ts))
         .unwrap()
@@ -417,7 +417,7 @@ fn gc_removes_dead_tombstones_unless_a_later_read_saw_them() {
 fn gc_only_visits_changed_keys_but_misses_nothing() {
     let mut store = MvStore::new();
     for i in 0..100u32 {
-        let key = Bytes::copy_from_slice(&i.to_be_bytes());
+        let key = SmallBytes::copy_from_slice(&i.to_be_bytes());
         store
             .install_committed(key.clone(), t(1), txn(1), v("a"))
             .unwrap();
@@ -493,7 +493,7 @@ fn access_visibility_and_read_tracking() {
             .track_reads(true);
         assert_eq!(own.get(&k("x")), v("old"));
         assert_eq!(own.get(&k("absent")), None);
-        own.put(k("x"), Bytes::from_static(b"mine"));
+        own.put(k("x"), SmallBytes::from_static(b"mine"));
         assert_eq!(own.get(&k("x")), v("mine"));
         assert_eq!(own.finish(), Ok(1));
     }
@@ -509,9 +509,9 @@ fn access_reports_the_first_failed_write() {
         .install_committed(k("x"), t(20), txn(9), v("taken"))
         .unwrap();
     let mut access = store.access(txn(1), t(20)).unwrap();
-    access.put(k("y"), Bytes::from_static(b"1"));
-    access.put(k("x"), Bytes::from_static(b"2"));
-    access.put(k("z"), Bytes::from_static(b"3"));
+    access.put(k("y"), SmallBytes::from_static(b"1"));
+    access.put(k("x"), SmallBytes::from_static(b"2"));
+    access.put(k("z"), SmallBytes::from_static(b"3"));
     assert!(matches!(
         access.finish(),
         Err(StoreError::TimestampTaken { writer, .. }) if writer == txn(9)

@@ -2,16 +2,16 @@
 //! nodes through their sans-IO handlers with hand-picked clock readings.
 
 use super::*;
-use bytes::Bytes;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::node::{Effect, NodeEffect};
 use meridian_core::txn::{ClientResponse, Op, Operand, Outcome, Piece};
+use meridian_core::SmallBytes;
 use meridian_core::{Context, NodeRng, Procedures, Timestamp, Topology, TxnId};
 use rand::SeedableRng;
 use std::sync::Arc;
 
-fn key(s: &str) -> Bytes {
-    Bytes::copy_from_slice(s.as_bytes())
+fn key(s: &str) -> SmallBytes {
+    SmallBytes::copy_from_slice(s.as_bytes())
 }
 
 fn setup(config: &str) -> Setup {
@@ -547,7 +547,7 @@ fn views_name_leaders_by_local_view_modulo_replicas() {
 /// conflicting transaction ahead of it.
 fn reference_ready(
     queue: &std::collections::BTreeSet<(Timestamp, TxnId)>,
-    keys: &std::collections::HashMap<TxnId, (Vec<Bytes>, Vec<Bytes>)>,
+    keys: &std::collections::HashMap<TxnId, (Vec<SmallBytes>, Vec<SmallBytes>)>,
     now_ns: u64,
 ) -> Vec<TxnId> {
     let mut blocked = KeyMaps::default();
@@ -572,9 +572,9 @@ fn the_incremental_queue_releases_exactly_what_the_full_scan_releases() {
     let mut pq = PriorityQueue::default();
     let mut reference = std::collections::BTreeSet::new();
     let mut keys = std::collections::HashMap::new();
-    let pick = |rng: &mut rand_chacha::ChaCha8Rng| -> Vec<Bytes> {
+    let pick = |rng: &mut rand_chacha::ChaCha8Rng| -> Vec<SmallBytes> {
         let n = rng.gen_range(0..3);
-        let mut v: Vec<Bytes> = (0..n)
+        let mut v: Vec<SmallBytes> = (0..n)
             .map(|_| key(&format!("k{}", rng.gen_range(0..6))))
             .collect();
         v.sort();
@@ -870,7 +870,7 @@ fn hist(
     }
 }
 
-fn list_at(server: &Server, k: &Bytes) -> Option<Vec<i64>> {
+fn list_at(server: &Server, k: &SmallBytes) -> Option<Vec<i64>> {
     let v = server.store().read_at(k, Timestamp::MAX).unwrap();
     v.and_then(|v| v.value.as_ref())
         .map(|v| meridian_core::value::decode_list(v).unwrap())

@@ -276,8 +276,8 @@ impl LockTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use meridian_core::NodeId;
+    use meridian_core::SmallBytes;
     use LockMode::{Exclusive, Shared};
 
     /// Transaction `n`, with age `n` (smaller is older).
@@ -289,7 +289,7 @@ mod tests {
     }
 
     fn key() -> Key {
-        Bytes::from_static(b"k")
+        SmallBytes::from_static(b"k")
     }
 
     #[test]

@@ -3,12 +3,12 @@
 
 use super::*;
 use crate::testkit::{Faults, MS};
-use bytes::Bytes;
 use meridian_core::txn::{
     AbortReason, CommitPath, KvAccess, Op, Operand, Outcome, Piece, PieceBody, PieceResult,
     ProcedureCall, Procedures, Step, Txn, Value,
 };
 use meridian_core::value::{decode_int, decode_list, encode_int};
+use meridian_core::SmallBytes;
 use meridian_core::{NodeId, Topology};
 use std::sync::Arc;
 
@@ -32,8 +32,8 @@ impl Driver {
     }
 }
 
-fn key(s: &str) -> Bytes {
-    Bytes::copy_from_slice(s.as_bytes())
+fn key(s: &str) -> SmallBytes {
+    SmallBytes::copy_from_slice(s.as_bytes())
 }
 
 fn int(v: i64) -> Operand {
