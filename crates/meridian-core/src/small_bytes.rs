@@ -45,6 +45,7 @@ impl SmallBytes {
         })
     }
 
+    #[inline]
     pub fn copy_from_slice(bytes: &[u8]) -> SmallBytes {
         if bytes.len() > INLINE_MAX {
             return SmallBytes(Repr::Shared(Arc::from(bytes)));
@@ -62,6 +63,7 @@ impl SmallBytes {
         SmallBytes::copy_from_slice(bytes)
     }
 
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         match &self.0 {
             Repr::Inline { len, data } => &data[..usize::from(*len)],
@@ -70,6 +72,7 @@ impl SmallBytes {
     }
 
     /// Whether it is stored inline (no allocation).
+    #[inline]
     pub fn is_inline(&self) -> bool {
         matches!(self.0, Repr::Inline { .. })
     }
@@ -83,26 +86,36 @@ impl Default for SmallBytes {
 
 impl Deref for SmallBytes {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl AsRef<[u8]> for SmallBytes {
+    #[inline]
     fn as_ref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl Borrow<[u8]> for SmallBytes {
+    #[inline]
     fn borrow(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl PartialEq for SmallBytes {
+    #[inline]
     fn eq(&self, other: &SmallBytes) -> bool {
-        self.as_slice() == other.as_slice()
+        match (&self.0, &other.0) {
+            // The inline array is zero past `len`, so whole arrays compare as contents.
+            (Repr::Inline { len: a, data: x }, Repr::Inline { len: b, data: y }) => {
+                a == b && x == y
+            }
+            _ => self.as_slice() == other.as_slice(),
+        }
     }
 }
 
@@ -139,12 +152,14 @@ impl PartialEq<Vec<u8>> for SmallBytes {
 }
 
 impl PartialOrd for SmallBytes {
+    #[inline]
     fn partial_cmp(&self, other: &SmallBytes) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
 impl Ord for SmallBytes {
+    #[inline]
     fn cmp(&self, other: &SmallBytes) -> Ordering {
         self.as_slice().cmp(other.as_slice())
     }
@@ -152,6 +167,7 @@ impl Ord for SmallBytes {
 
 impl Hash for SmallBytes {
     /// As `[u8]` hashes, so that `Borrow<[u8]>` lookups find it.
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_slice().hash(state);
     }
