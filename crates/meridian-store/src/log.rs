@@ -230,8 +230,33 @@ impl<E> OrderedLog<E> {
     }
 
     /// Index of the first entry whose order key is `>= order`.
+    /// The first index whose entry is not before `order`. Inserts and lookups are nearly
+    /// always close to the end (timestamps grow), so it gallops back from the end, and a
+    /// long log costs a few cache misses, not a binary search's worth.
     fn lower_bound(&self, order: (Timestamp, TxnId)) -> usize {
-        self.entries.partition_point(|e| e.order() < order)
+        let len = self.entries.len();
+        let before = |i: usize| self.entries[i].order() < order;
+        // Invariant: every entry at or after `hi` is not before `order`.
+        let (mut hi, mut step) = (len, 1);
+        while hi > 0 {
+            let probe = hi.saturating_sub(step);
+            if before(probe) {
+                // The answer is in (probe, hi]: binary search there.
+                let (mut lo, mut hi) = (probe + 1, hi);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if before(mid) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                return lo;
+            }
+            hi = probe;
+            step *= 2;
+        }
+        0
     }
 
     fn index_of(&self, txn: TxnId) -> Option<usize> {

@@ -16,8 +16,44 @@ use std::collections::VecDeque;
 /// negative).
 #[derive(Clone, Debug, Default)]
 struct Samples {
-    forward: VecDeque<i64>,
-    back: VecDeque<i64>,
+    forward: Window,
+    back: Window,
+}
+
+/// A sliding window of samples, also kept sorted: every transaction reads percentiles of
+/// up to 9 servers' windows, far more often than a probe changes one.
+#[derive(Clone, Debug, Default)]
+struct Window {
+    arrival: VecDeque<i64>,
+    sorted: Vec<i64>,
+}
+
+impl Window {
+    fn push(&mut self, sample: i64, window: usize) {
+        self.arrival.push_back(sample);
+        let at = self.sorted.partition_point(|&x| x < sample);
+        self.sorted.insert(at, sample);
+        while self.arrival.len() > window {
+            let old = self.arrival.pop_front().expect("non-empty");
+            let at = self.sorted.partition_point(|&x| x < old);
+            assert_eq!(
+                self.sorted.get(at),
+                Some(&old),
+                "sorted window lost a sample"
+            );
+            self.sorted.remove(at);
+        }
+        debug_assert_eq!(self.arrival.len(), self.sorted.len());
+    }
+
+    /// The `percentile` of the samples (nearest rank), clamped at 0.
+    fn estimate(&self, percentile: f64) -> Option<u64> {
+        if self.sorted.is_empty() {
+            return None;
+        }
+        let rank = ((percentile / 100.0) * (self.sorted.len() - 1) as f64).round();
+        Some(self.sorted[rank as usize].max(0) as u64)
+    }
 }
 
 /// Which quorum a transaction's timestamp was planned for.
@@ -66,28 +102,23 @@ impl Estimator {
         window: usize,
     ) {
         let s = &mut self.samples[server.index()];
-        for (q, v) in [
-            (&mut s.forward, server_ns as i64 - sent_ns as i64),
-            (&mut s.back, received_ns as i64 - server_ns as i64),
-        ] {
-            q.push_back(v);
-            while q.len() > window {
-                q.pop_front();
-            }
-        }
+        s.forward.push(server_ns as i64 - sent_ns as i64, window);
+        s.back.push(received_ns as i64 - server_ns as i64, window);
     }
 
     /// The forward OWD estimate to `server`: the `percentile` of the recent samples,
     /// clamped at 0; before the first sample, the topology's mean one-way delay.
     pub fn forward_ns(&self, cluster: &Cluster, server: NodeId, percentile: f64) -> u64 {
-        let q = &self.samples[server.index()].forward;
-        estimate(q, percentile).unwrap_or_else(|| topology_ns(cluster, self.me, server))
+        let w = &self.samples[server.index()].forward;
+        w.estimate(percentile)
+            .unwrap_or_else(|| topology_ns(cluster, self.me, server))
     }
 
     /// The median delay of a reply from `server`.
     fn back_ns(&self, cluster: &Cluster, server: NodeId) -> u64 {
-        let q = &self.samples[server.index()].back;
-        estimate(q, 50.0).unwrap_or_else(|| topology_ns(cluster, server, self.me))
+        let w = &self.samples[server.index()].back;
+        w.estimate(50.0)
+            .unwrap_or_else(|| topology_ns(cluster, server, self.me))
     }
 
     /// The timestamp plan for a transaction on `shards` (§3.1; §6 when `opts.path` is
@@ -190,16 +221,6 @@ impl Estimator {
         }
         tail
     }
-}
-
-fn estimate(samples: &VecDeque<i64>, percentile: f64) -> Option<u64> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mut sorted: Vec<i64> = samples.iter().copied().collect();
-    sorted.sort_unstable();
-    let rank = ((percentile / 100.0) * (sorted.len() - 1) as f64).round();
-    Some(sorted[rank as usize].max(0) as u64)
 }
 
 fn topology_ns(cluster: &Cluster, from: NodeId, to: NodeId) -> u64 {
