@@ -5,7 +5,7 @@
 use crate::access::{TxnAccess, Visibility};
 use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, Timestamp, TxnId, Value};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::cmp::max;
 
@@ -182,6 +182,18 @@ impl KeyVersions {
         self.versions.is_empty() && self.floor_read_ts == Timestamp::ZERO
     }
 
+    /// A watermark below which `gc` cannot shrink this key: pruning needs a committed
+    /// version at or below the watermark after the first one (or, to forget the floor of
+    /// reads below the first version, the first), and a key with two or more versions is not
+    /// dead. Zero (always look) for one version or none.
+    fn gc_ready_at(&self) -> Timestamp {
+        match self.versions.as_slice() {
+            [] | [_] => Timestamp::ZERO,
+            [first, ..] if self.floor_read_ts > Timestamp::ZERO => first.ts,
+            [_, second, ..] => second.ts,
+        }
+    }
+
     /// Whether a later `gc` may still shrink this key.
     fn wants_gc(&self) -> bool {
         self.floor_read_ts > Timestamp::ZERO
@@ -264,8 +276,10 @@ pub struct MvStore {
     pub(crate) keys: FxHashMap<Key, KeyVersions>,
     /// Every version (pending or committed) by writer: `(key, version ts)`.
     pub(crate) by_txn: FxHashMap<TxnId, Vec<(Key, Timestamp)>>,
-    /// Keys that changed since the last `gc` (or that `gc` could not finish with).
-    gc_candidates: FxHashSet<Key>,
+    /// Keys that changed since the last `gc` (or that `gc` could not finish with), each with
+    /// a watermark below which `gc` cannot shrink it (a lower bound, see
+    /// [`KeyVersions::gc_ready_at`]): `gc` passes over the others without looking them up.
+    gc_candidates: FxHashMap<Key, Timestamp>,
     pub(crate) watermark: Timestamp,
     version_count: usize,
     pending_count: usize,
@@ -408,7 +422,7 @@ impl MvStore {
             kv.check(&key);
         }
         if kv.wants_gc() {
-            self.gc_candidates.insert(key);
+            mark_candidate(&mut self.gc_candidates, key, kv.gc_ready_at());
         }
         Ok(())
     }
@@ -480,6 +494,8 @@ impl MvStore {
                 kv.move_version(i, commit_ts);
                 *ts = commit_ts;
                 i = kv.find(commit_ts).expect("just moved");
+                // An earlier timestamp may make the key collectable earlier.
+                mark_candidate(gc_candidates, key.clone(), kv.gc_ready_at());
             }
             kv.versions[i].status = VersionStatus::Committed;
             if cfg!(debug_assertions) {
@@ -487,7 +503,7 @@ impl MvStore {
             }
             committed += 1;
             debug_assert!(
-                gc_candidates.contains(key),
+                gc_candidates.contains_key(key),
                 "pending keys are gc candidates"
             );
         }
@@ -540,7 +556,7 @@ impl MvStore {
                 keys.remove(key);
                 gc_candidates.remove(key);
             } else if kv.wants_gc() {
-                gc_candidates.insert(key.clone());
+                mark_candidate(gc_candidates, key.clone(), kv.gc_ready_at());
             }
             false
         });
@@ -596,7 +612,8 @@ impl MvStore {
         let index = kv.visible_index(ts, txn, visibility);
         kv.raise_read_ts(index, ts);
         if index.is_none() && ts > Timestamp::ZERO {
-            self.gc_candidates.insert(key.clone());
+            let ready = kv.gc_ready_at();
+            mark_candidate(&mut self.gc_candidates, key.clone(), ready);
         }
         index
     }
@@ -692,27 +709,41 @@ impl MvStore {
     pub fn gc(&mut self, watermark: Timestamp) -> GcReport {
         self.watermark = max(self.watermark, watermark);
         let watermark = self.watermark;
-        let candidates = std::mem::take(&mut self.gc_candidates);
+        let MvStore {
+            keys,
+            by_txn,
+            gc_candidates,
+            version_count,
+            ..
+        } = self;
         let mut report = GcReport::default();
         let mut dropped = Vec::new();
-        for key in candidates {
-            let Some(kv) = self.keys.get_mut(&key) else {
-                continue;
+        gc_candidates.retain(|key, ready_at| {
+            if *ready_at > watermark {
+                return true; // nothing to collect yet
+            }
+            let Some(kv) = keys.get_mut(key) else {
+                return false;
             };
             kv.prune(watermark, &mut dropped);
-            if kv.is_dead(watermark) {
-                let kv = self.keys.remove(&key).expect("present");
+            let keep = if kv.is_dead(watermark) {
+                let kv = keys.remove(key).expect("present");
                 dropped.extend(kv.versions.iter().map(|v| (v.ts, v.writer)));
                 report.keys += 1;
+                false
             } else if kv.wants_gc() {
-                self.gc_candidates.insert(key.clone());
-            }
+                *ready_at = kv.gc_ready_at();
+                true
+            } else {
+                false
+            };
             report.versions += dropped.len();
-            self.version_count -= dropped.len();
+            *version_count -= dropped.len();
             for (ts, writer) in dropped.drain(..) {
-                unindex(&mut self.by_txn, writer, &key, ts);
+                unindex(by_txn, writer, key, ts);
             }
-        }
+            keep
+        });
         report
     }
 
@@ -726,8 +757,12 @@ impl MvStore {
             kv.check(key);
             assert!(!kv.is_vacant(), "vacant key {key:?} kept");
             assert!(
-                !kv.wants_gc() || self.gc_candidates.contains(key),
-                "{key:?} needs gc but is no candidate"
+                !kv.wants_gc()
+                    || self
+                        .gc_candidates
+                        .get(key)
+                        .is_some_and(|&ready| ready <= kv.gc_ready_at()),
+                "{key:?} needs gc but is no candidate, or one marked too late"
             );
             for v in &kv.versions {
                 versions += 1;
@@ -763,7 +798,7 @@ impl MvStore {
                 store.pending_count += usize::from(v.is_pending());
             }
             if kv.wants_gc() {
-                store.gc_candidates.insert(key.clone());
+                mark_candidate(&mut store.gc_candidates, key.clone(), kv.gc_ready_at());
             }
         }
         store.keys = keys;
@@ -782,6 +817,14 @@ fn version_mut<'a>(
     let v = &mut kv.versions[i];
     assert_eq!(v.writer, writer, "index names the wrong writer");
     v
+}
+
+/// Marks `key` as a gc candidate from `ready_at` on (or earlier, if it already was).
+fn mark_candidate(candidates: &mut FxHashMap<Key, Timestamp>, key: Key, ready_at: Timestamp) {
+    candidates
+        .entry(key)
+        .and_modify(|r| *r = (*r).min(ready_at))
+        .or_insert(ready_at);
 }
 
 fn unindex(
