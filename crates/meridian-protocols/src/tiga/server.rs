@@ -122,6 +122,37 @@ struct Note {
     abort: bool,
 }
 
+/// The notes on one transaction, by shard: at most one per involved shard, a handful, so a
+/// small vector (one allocation) rather than a tree.
+#[derive(Debug, Default)]
+struct ShardNotes(Vec<(ShardId, Note)>);
+
+impl ShardNotes {
+    fn get(&self, shard: &ShardId) -> Option<&Note> {
+        self.0.iter().find(|(s, _)| s == shard).map(|(_, n)| n)
+    }
+
+    /// The note of `shard`, inserted as `note` if there is none.
+    fn slot(&mut self, shard: ShardId, note: Note) -> &mut Note {
+        let at = match self.0.iter().position(|(s, _)| *s == shard) {
+            Some(at) => at,
+            None => {
+                self.0.push((shard, note));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    fn insert(&mut self, shard: ShardId, note: Note) {
+        *self.slot(shard, note) = note;
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Note> + '_ {
+        self.0.iter().map(|(_, n)| n)
+    }
+}
+
 /// A replica of one shard: its shard's leader or a follower.
 #[derive(Debug)]
 pub struct Server {
@@ -158,7 +189,7 @@ pub struct Server {
     // ---- leader ----
     /// Timestamp notifications per transaction: the largest per shard, whether that
     /// leader is sealed at it, and (sealed) its abort vote there.
-    notes: FxHashMap<TxnId, BTreeMap<ShardId, Note>>,
+    notes: FxHashMap<TxnId, ShardNotes>,
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
@@ -658,8 +689,7 @@ impl Server {
             .notes
             .entry(txn)
             .or_default()
-            .entry(shard)
-            .or_insert(note);
+            .slot(shard, note);
         if ts > slot.ts || (ts == slot.ts && note.sealed) {
             // A sealed note's vote is the execution at its timestamp: it never changes.
             *slot = note;
