@@ -685,11 +685,7 @@ impl Server {
             }
             return;
         }
-        let slot = self
-            .notes
-            .entry(txn)
-            .or_default()
-            .slot(shard, note);
+        let slot = self.notes.entry(txn).or_default().slot(shard, note);
         if ts > slot.ts || (ts == slot.ts && note.sealed) {
             // A sealed note's vote is the execution at its timestamp: it never changes.
             *slot = note;
