@@ -58,7 +58,7 @@ pub struct ServerArgs {
     /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`).
     #[arg(long)]
     node: String,
-    /// Durable logs go under DIR/<node>/; without it the node keeps nothing across restarts.
+    /// Durable logs go under `DIR/<node>/`; without it the node keeps nothing across restarts.
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Force records to disk after each event (survives power loss; slow).

@@ -51,7 +51,7 @@ pub enum Op {
     Append(Key, Operand),
     /// Validation: read a key and abort the transaction with [`AbortReason::Validation`]
     /// unless its value is the expected one (`None`: absent). Decomposed interactive
-    /// transactions (Tiga §2, [70]) re-validate what they read with it at commit. Output:
+    /// transactions (Tiga §2, \[70\]) re-validate what they read with it at commit. Output:
     /// the value read.
     Check(Key, Option<Value>),
 }

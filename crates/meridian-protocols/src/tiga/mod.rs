@@ -12,8 +12,8 @@
 //! |---|---|
 //! | §3.1 timestamp initialization, OWD measurement | `headroom.rs` [`Estimator`] (`record`, `plan`); `coordinator.rs` `on_client_request` |
 //! | §3.2 conflict detection (rMap/wMap), leader timestamp update, followers holding late txns | `queue.rs` [`KeyMaps`]; `server.rs` `on_submit` (Alg. 2 lines 1–6) |
-//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, [`execute`](server::execute); the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
-//! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` [`reply_hash`](server::reply_hash) over `meridian_store::OrderedLog`'s per-key hashes |
+//! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, `server::execute`; the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
+//! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` `reply_hash` over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
@@ -30,7 +30,7 @@
 //! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the leader's latest checkpoint plus its stream after it) |
 //! | §4 "checkpoints to accelerate recovery", log truncation at the commit-point | `server/truncate.rs` `choose_cut`, `cut`, `truncate_log`, `checkpoint`; [`Checkpoint`] in reports, `start-view` and state transfers; `rebuild_log` / `untruncated` in `server/view_change.rs` |
 //! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`), `decision_mark`/`mark_decided` (fast-reply hashes); `coordinator.rs` `try_commit` (slow path when [`TxnBody::decision_matters`]); `server/view_change.rs` [`TxnBody::decided`]/`aborted` through reports and step ④, `finish_view_change` (undecided → aborted), `install_log` |
-//! | §2 interactive transactions by decomposition ([70], DESIGN §6) | `coordinator/session.rs` (sessions, read transactions, the validating commit); [`Op::Check`](meridian_core::txn::Op::Check) in `meridian_core::txn` |
+//! | §2 interactive transactions by decomposition (\[70\], DESIGN §6) | `coordinator/session.rs` (sessions, read transactions, the validating commit); [`Op::Check`](meridian_core::txn::Op::Check) in `meridian_core::txn` |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
 //! ## Choices the paper leaves open
@@ -183,12 +183,12 @@
 //!   it applies only to transactions none of whose pieces can abort (`may_abort`: no
 //!   procedure, `add`, validation op or value dependency); the others wait for the
 //!   second round.
-//! * **Interactive transactions by decomposition** (§2, [70]; `coordinator/session.rs`).
+//! * **Interactive transactions by decomposition** (§2, \[70\]; `coordinator/session.rs`).
 //!   `Begin` opens a session at the coordinator (its id answers `Began`); each `Get` of
 //!   a key not read or written before runs a read-only Tiga transaction (strictly
 //!   serializable on its own) and remembers the value; repeated reads and reads of the
 //!   session's own writes are served from the session; `Put`s are buffered. `Commit`
-//!   runs one one-shot transaction with, per shard, an [`Op::Check`] per key read
+//!   runs one one-shot transaction with, per shard, an [`Op::Check`](meridian_core::txn::Op::Check) per key read
 //!   (aborts `Validation` unless the value is still the one read — checks come before
 //!   the puts, so a key read then written is validated against its old value) and a
 //!   `put` per buffered write; cross-shard abort makes it all-or-nothing. Every value the
