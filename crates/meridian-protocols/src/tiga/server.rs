@@ -1152,18 +1152,41 @@ pub(crate) fn reply_hash(
     id: TxnId,
     ts: Timestamp,
 ) -> Hash160 {
-    let own = footprint(reads, writes);
-    let in_log = log.ts_of(id) == Some(ts);
-    let mut keys: Vec<&Key> = reads.iter().chain(writes).collect();
-    keys.sort_unstable();
-    keys.dedup();
+    // The transaction's own entry counts on every key of its footprint, which is all of
+    // its keys when it writes and none when it is read-only (`footprint`).
+    let own_counts = !writes.is_empty() && log.ts_of(id) != Some(ts);
     let own_hash = entry_hash(id, ts);
-    keys.into_iter().fold(Hash160::ZERO, |acc, key| {
+    sorted_union(reads, writes).fold(Hash160::ZERO, |acc, key| {
         let mut h = log.key_hash(key) ^ marks.get(key).copied().unwrap_or(Hash160::ZERO);
-        if !in_log && own.binary_search(key).is_ok() {
+        if own_counts {
             h ^= own_hash;
         }
         acc ^ key_state_hash(key, h)
+    })
+}
+
+/// The distinct keys of two sorted, deduplicated key lists, in order, without allocating.
+fn sorted_union<'k>(a: &'k [Key], b: &'k [Key]) -> impl Iterator<Item = &'k Key> + 'k {
+    debug_assert!(a.windows(2).all(|w| w[0] < w[1]) && b.windows(2).all(|w| w[0] < w[1]));
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || match (a.get(i), b.get(j)) {
+        (Some(x), Some(y)) if x == y => {
+            (i, j) = (i + 1, j + 1);
+            Some(x)
+        }
+        (Some(x), Some(y)) if x < y => {
+            i += 1;
+            Some(x)
+        }
+        (_, Some(y)) => {
+            j += 1;
+            Some(y)
+        }
+        (Some(x), None) => {
+            i += 1;
+            Some(x)
+        }
+        (None, None) => None,
     })
 }
 
