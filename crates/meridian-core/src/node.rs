@@ -218,6 +218,13 @@ pub trait Node: Sized + 'static {
         req: ClientRequest,
     );
 
+    /// The end of a batch of events: the simulator calls it after every event, the runtime
+    /// after each run of queued events it handles together (at most its inbox batch) and
+    /// before it waits for more. A protocol may leave messages that several events add to
+    /// (a log sync to followers) for here, so that one message carries them all. Deferring
+    /// must be safe as message delay is: the driver never waits long to call it.
+    fn on_batch_end(&mut self, _ctx: &mut Ctx<'_, Self>) {}
+
     /// The leader of this node's shard as this node currently believes, for operators
     /// (`meridian cluster status` shows it after view changes); None if the protocol has
     /// no leaders or does not say. Drivers only read it; protocol logic never relies on it.

@@ -10,6 +10,9 @@
 //!   or response that follows them, so no message leaves ahead of the state it depends on.
 //! * **Messages to self** go through a local queue (never the inbox, which the loop itself
 //!   drains and which may be full), with no delay, as in the simulator.
+//! * **Batches.** After each wake-up's events (at most [`INBOX_BATCH_MAX`] from the inbox,
+//!   or a timer) and the messages to self they caused, the node's `on_batch_end` runs
+//!   once, before the loop waits again: a protocol can send one message for the batch.
 
 use crate::metrics::NodeMetrics;
 use crate::storage::Wal;
@@ -119,6 +122,11 @@ impl<N: Node> NodeLoop<N> {
             while let Some(msg) = self.to_self.pop_front() {
                 let id = self.id;
                 self.handle(|n, ctx| n.on_message(ctx, id, msg));
+            }
+            // Everything queued so far is handled: the batch ends before the loop waits.
+            self.handle(|n, ctx| n.on_batch_end(ctx));
+            if !self.to_self.is_empty() {
+                continue;
             }
             tokio::select! {
                 biased;

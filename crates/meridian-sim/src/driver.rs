@@ -408,6 +408,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
             &mut slot.next_timer,
         );
         handler(state, &mut ctx);
+        // Every simulated event is a batch of its own.
+        state.on_batch_end(&mut ctx);
         for effect in effects.drain(..) {
             self.apply(node, effect);
         }

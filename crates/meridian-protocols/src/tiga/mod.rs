@@ -583,6 +583,12 @@ impl Node for TigaNode {
         }
     }
 
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let TigaNode::Server(s) = self {
+            s.on_batch_end(ctx);
+        }
+    }
+
     fn on_client_request(
         &mut self,
         ctx: &mut Ctx<'_, Self>,

@@ -198,7 +198,8 @@ pub struct Server {
     /// the latest cut on).
     stream: truncate::PosList,
     /// Release-stream positions below this one have been multicast to the followers; the
-    /// rest go out together at the end of the event that released them (`flush_log_sync`).
+    /// rest go out together at the end of the batch of events that released them
+    /// (`on_batch_end`).
     sync_sent: u64,
     follower_sync: FxHashMap<NodeId, u64>,
     follower_resent_ns: FxHashMap<NodeId, u64>,
@@ -447,6 +448,12 @@ impl Server {
         self.process(ctx);
     }
 
+    /// The end of a batch of events: one log sync per follower for everything the batch
+    /// released.
+    pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        self.flush_log_sync(ctx);
+    }
+
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
         match timer {
             Timer::Wake { at_ns } => {
@@ -588,7 +595,6 @@ impl Server {
                 }
             }
         }
-        self.flush_log_sync(ctx);
         // Arm the wake-up for the first unexpired queued transaction.
         let now = ctx.now_ns();
         let next = self
