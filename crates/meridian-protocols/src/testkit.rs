@@ -419,6 +419,8 @@ where
             &mut self.next_timer[node.index()],
         );
         handler(state, &mut ctx);
+        // As the simulator: every event is a batch of its own.
+        state.on_batch_end(&mut ctx);
         for effect in effects {
             self.apply(node, effect);
         }

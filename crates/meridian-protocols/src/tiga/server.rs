@@ -12,7 +12,7 @@ pub use truncate::{RESTORED, TRUNCATED};
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};
 use super::view::{Status, View};
-use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+use super::wire::{FastReply, Msg, Notice, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
@@ -29,6 +29,8 @@ const SLOW_WANTED_MAX: usize = 1 << 16;
 /// Most release-stream entries one `LogSync` carries (a flush or a resend to a lagging
 /// follower sends several messages beyond that).
 const LOG_SYNC_BATCH_MAX: u64 = 512;
+/// Most notifications in one [`Msg::Notes`] (a longer one is dropped as malformed).
+const NOTES_BATCH_MAX: usize = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -190,6 +192,8 @@ pub struct Server {
     /// Timestamp notifications per transaction: the largest per shard, whether that
     /// leader is sealed at it, and (sealed) its abort vote there.
     notes: FxHashMap<TxnId, ShardNotes>,
+    /// Notifications to other leaders (to, g-view, notice), sent at the end of the batch.
+    notices: Vec<(NodeId, u64, Notice)>,
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
@@ -269,6 +273,7 @@ impl Server {
             last_assigned_ns: 0,
             wake: None,
             notes: FxHashMap::default(),
+            notices: Vec::new(),
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
             stream: Default::default(),
@@ -398,6 +403,16 @@ impl Server {
                 let note = Note { ts, sealed, abort };
                 self.on_notify(ctx, from, txn, (shard, note), echo)
             }
+            Msg::Notes { shard, notes, .. } if self.is_leader && notes.len() <= NOTES_BATCH_MAX => {
+                for n in notes {
+                    let note = Note {
+                        ts: n.ts,
+                        sealed: n.sealed,
+                        abort: n.abort,
+                    };
+                    self.on_notify(ctx, from, n.txn, (shard, note), n.echo);
+                }
+            }
             Msg::LogSync {
                 from: pos,
                 entries,
@@ -452,6 +467,7 @@ impl Server {
     /// released.
     pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         self.flush_log_sync(ctx);
+        self.flush_notices(ctx);
     }
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
@@ -543,22 +559,58 @@ impl Server {
             .entry(id)
             .or_default()
             .insert(self.shard, Note { ts, sealed, abort });
+        let notice = Notice {
+            txn: id,
+            ts,
+            sealed,
+            echo: false,
+            abort,
+        };
         for &s in &e.body.shards {
             if s != self.shard {
-                ctx.send(
-                    self.leaders[s.index()],
-                    Msg::Notify {
-                        txn: id,
-                        shard: self.shard,
-                        ts,
-                        sealed,
-                        echo: false,
-                        abort,
-                        g_view: self.view.g_view,
-                    },
-                );
+                let to = self.leaders[s.index()];
+                self.notices.push((to, self.view.g_view, notice));
             }
         }
+    }
+
+    /// Sends the batch's notifications, one message per other leader (module doc of
+    /// [`Msg::Notes`]); those of an earlier view are dropped, as if lost.
+    fn flush_notices(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if self.notices.is_empty() {
+            return;
+        }
+        let mut notices = std::mem::take(&mut self.notices);
+        let g_view = self.view.g_view;
+        notices.retain(|&(_, view, _)| view == g_view);
+        if self.status != Status::Normal {
+            notices.clear();
+        }
+        notices.sort_by_key(|&(to, _, _)| to); // stable: each leader's notes stay in order
+        for group in notices.chunk_by(|a, b| a.0 == b.0) {
+            let to = group[0].0;
+            for chunk in group.chunks(NOTES_BATCH_MAX) {
+                let msg = match chunk {
+                    [(_, _, n)] => Msg::Notify {
+                        txn: n.txn,
+                        shard: self.shard,
+                        ts: n.ts,
+                        sealed: n.sealed,
+                        echo: n.echo,
+                        abort: n.abort,
+                        g_view,
+                    },
+                    _ => Msg::Notes {
+                        shard: self.shard,
+                        notes: chunk.iter().map(|&(_, _, n)| n).collect(),
+                        g_view,
+                    },
+                };
+                ctx.send(to, msg);
+            }
+        }
+        notices.clear();
+        self.notices = notices; // keep the allocation
     }
 
     // ---- the queue (§3.3, Algorithm 2 lines 7–32) ----------------------------------------
@@ -675,19 +727,14 @@ impl Server {
         if let Some(e) = self.txns.get(&txn).filter(|e| e.state == State::Released) {
             if !echo {
                 // The sender may have missed our final notification: repeat it.
-                let ts = self.log.ts_of(txn).unwrap_or(ts);
-                ctx.send(
-                    from,
-                    Msg::Notify {
-                        txn,
-                        shard: self.shard,
-                        ts,
-                        sealed: true,
-                        echo: true,
-                        abort: e.own_abort,
-                        g_view: self.view.g_view,
-                    },
-                );
+                let notice = Notice {
+                    txn,
+                    ts: self.log.ts_of(txn).unwrap_or(ts),
+                    sealed: true,
+                    echo: true,
+                    abort: e.own_abort,
+                };
+                self.notices.push((from, self.view.g_view, notice));
             }
             return;
         }
@@ -833,9 +880,8 @@ impl Server {
     }
 
     /// Multicasts the release-stream entries released since the last flush, at most
-    /// [`LOG_SYNC_BATCH_MAX`] per message. Called once per event (end of `process`): one
-    /// message for every transaction a wake-up or an agreement released, instead of one
-    /// each — the followers' fast replies do not wait for it, only slow replies and the
+    /// [`LOG_SYNC_BATCH_MAX`] per message. Called once per batch of events (`on_batch_end`):
+    /// one message for every transaction the batch released, instead of one each — the followers' fast replies do not wait for it, only slow replies and the
     /// commit-point do, and those only until the end of the current event.
     fn flush_log_sync(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         if !self.is_leader || self.status != Status::Normal {

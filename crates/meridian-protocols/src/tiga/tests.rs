@@ -55,6 +55,8 @@ impl Harness {
             &mut self.next_timer,
         );
         handler(&mut self.node, &mut ctx);
+        // As a driver does: each handled event is a batch of its own.
+        self.node.on_batch_end(&mut ctx);
         effects
     }
 

@@ -135,6 +135,17 @@ pub struct FastReply {
     pub reexecuted: bool,
 }
 
+/// One notification of [`Msg::Notes`]: the fields of a [`Msg::Notify`] that differ per
+/// transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub txn: TxnId,
+    pub ts: Timestamp,
+    pub sealed: bool,
+    pub echo: bool,
+    pub abort: bool,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Msg {
     /// Coordinator → server OWD probe, stamped with the coordinator's local clock.
@@ -177,6 +188,14 @@ pub enum Msg {
         /// leader releases `txn` aborted if any involved leader's vote at the agreed
         /// timestamp is abort).
         abort: bool,
+        g_view: u64,
+    },
+    /// Leader → leader: several notifications at once, all from `shard` in `g_view` (a
+    /// leader sends what one batch of its events produced to each other leader together;
+    /// a single one goes as [`Msg::Notify`]).
+    Notes {
+        shard: ShardId,
+        notes: Vec<Notice>,
         g_view: u64,
     },
     /// Leader → follower: entries of the leader's release stream from position `from`,
@@ -279,6 +298,7 @@ impl Msg {
             Msg::FastReply(r) => Some(r.g_view),
             Msg::SlowReply { g_view, .. }
             | Msg::Notify { g_view, .. }
+            | Msg::Notes { g_view, .. }
             | Msg::LogSync { g_view, .. }
             | Msg::SyncReport { g_view, .. }
             | Msg::Fetch { g_view, .. }
