@@ -20,7 +20,7 @@
 
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::NodeRole;
-use meridian_core::{Cluster, NodeId};
+use meridian_core::{Cluster, NodeId, ShardId};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -92,6 +92,11 @@ impl FaultPlan {
     /// a uniform pick would rarely reach them), partitions isolating a node
     /// or a region (healed after 0.5–4 s), windows of 0.5–2% loss and of duplication, and clock
     /// steps of ±1–50 ms. Faults start after 1 s so every protocol gets to boot.
+    ///
+    /// A restarted replica counts as failed until it has rejoined (a diskless Tiga server
+    /// needs a state transfer from a NORMAL leader), so another replica of the same shard
+    /// crashes no sooner than [`REJOIN_ALLOWANCE_NS`] after a restart: two overlapping
+    /// failures in a 3-replica shard exceed f = 1, which no protocol here tolerates.
     pub fn random(
         cluster: &Cluster,
         duration_ns: u64,
@@ -118,14 +123,29 @@ impl FaultPlan {
             }
         }
         let mut t = NS_PER_S;
+        // When a replica of each shard last restarted.
+        let mut restarted: Vec<Option<u64>> = vec![None; cluster.shard_count() as usize];
         while !menu.is_empty() && t < duration_ns {
             let length = rng.gen_range(NS_PER_S / 2..=4 * NS_PER_S);
-            let end = (t + length).min(duration_ns);
+            let mut end = (t + length).min(duration_ns);
             match *menu.choose(rng).expect("non-empty") {
                 0 => {
                     let node = crash_target(cluster, &nodes, rng);
+                    let shard = shard_of_replica(cluster, node);
+                    if let Some(at) = shard.and_then(|s| restarted[s.index()]) {
+                        if t < at + REJOIN_ALLOWANCE_NS {
+                            t = at + REJOIN_ALLOWANCE_NS;
+                            if t >= duration_ns {
+                                break;
+                            }
+                            end = (t + length).min(duration_ns);
+                        }
+                    }
                     faults.push((t, Fault::Crash(node)));
                     faults.push((end, Fault::Restart(node)));
+                    if let Some(s) = shard {
+                        restarted[s.index()] = Some(end);
+                    }
                 }
                 1 => {
                     let side = isolation_side(cluster, &nodes, rng);
@@ -157,6 +177,18 @@ impl FaultPlan {
         faults.sort_by_key(|(at, _)| *at);
         FaultPlan { faults }
     }
+}
+
+/// How long a restarted replica is given to rejoin before another replica of its shard may
+/// crash (see [`FaultPlan::random`]): a failure timeout, a view change and a state transfer
+/// across the WAN fit well within it.
+pub const REJOIN_ALLOWANCE_NS: u64 = 3 * NS_PER_S;
+
+/// The shard `node` is a replica of, if any.
+fn shard_of_replica(cluster: &Cluster, node: NodeId) -> Option<ShardId> {
+    (0..cluster.shard_count())
+        .map(ShardId)
+        .find(|&s| cluster.replicas(s).contains(&node))
 }
 
 fn crash_target(cluster: &Cluster, nodes: &[NodeId], rng: &mut ChaCha8Rng) -> NodeId {
@@ -313,6 +345,42 @@ mod tests {
             let e = FaultPlan::parse(bad, &c).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }
+    }
+
+    /// A restarted replica gets time to rejoin: no other replica of its shard crashes
+    /// within the allowance (a crash then would put two of a shard's three replicas out).
+    #[test]
+    fn random_plans_leave_a_restarted_replica_time_to_rejoin() {
+        let c = cluster();
+        let mut shifted_any = false;
+        for seed in 0..300 {
+            let p = FaultPlan::random(
+                &c,
+                60 * NS_PER_S,
+                &mut ChaCha8Rng::seed_from_u64(seed),
+                FaultKinds::ALL,
+            );
+            let mut restarted: Vec<Option<u64>> = vec![None; c.shard_count() as usize];
+            for &(at, ref fault) in &p.faults {
+                match fault {
+                    Fault::Crash(n) => {
+                        if let Some(s) = shard_of_replica(&c, *n) {
+                            if let Some(r) = restarted[s.index()] {
+                                assert!(at >= r + REJOIN_ALLOWANCE_NS, "seed {seed}: {n} at {at}");
+                                shifted_any |= at == r + REJOIN_ALLOWANCE_NS;
+                            }
+                        }
+                    }
+                    Fault::Restart(n) => {
+                        if let Some(s) = shard_of_replica(&c, *n) {
+                            restarted[s.index()] = Some(at);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert!(shifted_any, "some plan needed the allowance");
     }
 
     #[test]
