@@ -194,6 +194,36 @@ impl Coordinator {
             .headroom_ns
     }
 
+    /// A fast reply (§3.4): counted toward its shard's super quorum if of this view.
+    fn on_fast_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, reply: FastReply) {
+        if !self.in_view(ctx, reply.g_view) {
+            return;
+        }
+        let txn = reply.txn;
+        let Some(inf) = self.inflight.get_mut(&txn) else {
+            return;
+        };
+        let Some(i) = inf.body.shards.iter().position(|&s| s == reply.shard) else {
+            return;
+        };
+        let shard = &mut inf.replies[i];
+        let leader_idx = self.view.leader_replica(&self.cluster, reply.shard);
+        if reply.replica == leader_idx {
+            if shard.leader.as_ref().is_none_or(|l| l.ts <= reply.ts) {
+                shard.fast.insert(reply.replica, (reply.ts, reply.hash));
+                shard.leader = Some(reply);
+            }
+        } else {
+            shard.fast.insert(reply.replica, (reply.ts, reply.hash));
+        }
+        let pull = self.opts.slow_replies == SlowReplies::Pull;
+        let mismatch = pull && inf.fast_mismatch(i);
+        self.try_commit(ctx, txn);
+        if mismatch {
+            self.inquire_slow(ctx, Some(txn));
+        }
+    }
+
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
         match msg {
             Msg::ProbeReply { sent_ns, server_ns } => self.estimator.record(
@@ -202,32 +232,11 @@ impl Coordinator {
                 self.opts.probe_window,
             ),
             Msg::NewView(view) => self.on_new_view(ctx, view),
-            Msg::FastReply(reply) => {
-                if !self.in_view(ctx, reply.g_view) {
-                    return;
-                }
-                let txn = reply.txn;
-                let Some(inf) = self.inflight.get_mut(&txn) else {
-                    return;
-                };
-                let Some(i) = inf.body.shards.iter().position(|&s| s == reply.shard) else {
-                    return;
-                };
-                let shard = &mut inf.replies[i];
-                let leader_idx = self.view.leader_replica(&self.cluster, reply.shard);
-                if reply.replica == leader_idx {
-                    if shard.leader.as_ref().is_none_or(|l| l.ts <= reply.ts) {
-                        shard.fast.insert(reply.replica, (reply.ts, reply.hash));
-                        shard.leader = Some(*reply);
-                    }
-                } else {
-                    shard.fast.insert(reply.replica, (reply.ts, reply.hash));
-                }
-                let pull = self.opts.slow_replies == SlowReplies::Pull;
-                let mismatch = pull && inf.fast_mismatch(i);
-                self.try_commit(ctx, txn);
-                if mismatch {
-                    self.inquire_slow(ctx, Some(txn));
+            Msg::FastReply(reply) => self.on_fast_reply(ctx, *reply),
+            // A longer batch is malformed: dropped.
+            Msg::FastReplies(replies) if replies.len() <= super::server::FAST_REPLIES_BATCH_MAX => {
+                for reply in replies {
+                    self.on_fast_reply(ctx, reply);
                 }
             }
             Msg::SlowReply {

@@ -31,6 +31,8 @@ const SLOW_WANTED_MAX: usize = 1 << 16;
 const LOG_SYNC_BATCH_MAX: u64 = 512;
 /// Most notifications in one [`Msg::Notes`] (a longer one is dropped as malformed).
 const NOTES_BATCH_MAX: usize = 512;
+/// Most replies in one [`Msg::FastReplies`].
+pub(crate) const FAST_REPLIES_BATCH_MAX: usize = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -194,6 +196,8 @@ pub struct Server {
     notes: FxHashMap<TxnId, ShardNotes>,
     /// Notifications to other leaders (to, g-view, notice), sent at the end of the batch.
     notices: Vec<(NodeId, u64, Notice)>,
+    /// Fast replies to coordinators, sent at the end of the batch.
+    replies_out: Vec<(NodeId, FastReply)>,
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
@@ -274,6 +278,7 @@ impl Server {
             wake: None,
             notes: FxHashMap::default(),
             notices: Vec::new(),
+            replies_out: Vec::new(),
             sealed: BTreeSet::new(),
             deferred: BTreeSet::new(),
             stream: Default::default(),
@@ -468,6 +473,7 @@ impl Server {
     pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         self.flush_log_sync(ctx);
         self.flush_notices(ctx);
+        self.flush_fast_replies(ctx);
     }
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
@@ -643,7 +649,7 @@ impl Server {
                 if self.is_leader {
                     self.seal(ctx, id);
                 } else {
-                    self.follower_release(ctx, id);
+                    self.follower_release(id);
                 }
             }
         }
@@ -665,7 +671,7 @@ impl Server {
         }
     }
 
-    fn follower_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+    fn follower_release(&mut self, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
         self.pq.remove(ts, id, &e.reads, &e.writes);
@@ -686,7 +692,7 @@ impl Server {
             reexecuted: false,
         };
         e.last_fast = Some(Box::new(reply.clone()));
-        ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
+        self.replies_out.push((id.coordinator, reply));
     }
 
     /// The leader takes `id` at the head of its queue: records it in rMap/wMap (so no later
@@ -702,7 +708,7 @@ impl Server {
         e.state = State::Sealed;
         self.execute_sealed(id);
         if !self.preventive {
-            self.send_fast_reply(ctx, id);
+            self.send_fast_reply(id);
         }
         self.note_own(ctx, id, true);
         self.sealed.insert(id);
@@ -852,7 +858,7 @@ impl Server {
     /// decision mark only if it matters ([`TxnBody::decision_matters`]).
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if self.preventive {
-            self.send_fast_reply(ctx, id);
+            self.send_fast_reply(id);
         }
         // Agreement is over: the notes matter no more (a late notification is answered
         // from the log).
@@ -932,7 +938,7 @@ impl Server {
         e.result = Some(result);
     }
 
-    fn send_fast_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+    fn send_fast_reply(&mut self, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
         let reply = FastReply {
@@ -946,7 +952,34 @@ impl Server {
             reexecuted: e.executions > 1,
         };
         e.last_fast = Some(Box::new(reply.clone()));
-        ctx.send(id.coordinator, Msg::FastReply(Box::new(reply)));
+        self.replies_out.push((id.coordinator, reply));
+    }
+
+    /// Sends the batch's fast replies, one message per coordinator.
+    fn flush_fast_replies(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if self.replies_out.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.replies_out);
+        out.sort_by_key(|(to, _)| *to); // stable: each coordinator's replies stay in order
+        let mut rest = out.drain(..).peekable();
+        while let Some((to, first)) = rest.next() {
+            let mut batch = vec![first];
+            while batch.len() < FAST_REPLIES_BATCH_MAX {
+                match rest.next_if(|(next, _)| *next == to) {
+                    Some((_, reply)) => batch.push(reply),
+                    None => break,
+                }
+            }
+            let msg = if batch.len() == 1 {
+                Msg::FastReply(Box::new(batch.pop().expect("one")))
+            } else {
+                Msg::FastReplies(batch)
+            };
+            ctx.send(to, msg);
+        }
+        drop(rest);
+        self.replies_out = out; // keep the allocation
     }
 
     /// A follower's sync-point as last reported (at least the latest cut: every replica

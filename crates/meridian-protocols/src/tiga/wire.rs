@@ -160,6 +160,10 @@ pub enum Msg {
     /// Coordinator → every replica of every involved shard (§3.1).
     Submit(Box<TxnBody>),
     FastReply(Box<FastReply>),
+    /// Several fast replies from one server to one coordinator: what one batch of the
+    /// server's events produced for it (a single one goes as [`Msg::FastReply`]). Each
+    /// carries its own g-view.
+    FastReplies(Vec<FastReply>),
     /// Follower → coordinator: the entry is consistent with the leader's log (§3.7).
     SlowReply {
         txn: TxnId,
