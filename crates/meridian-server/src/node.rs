@@ -10,7 +10,7 @@
 //!   or response that follows them, so no message leaves ahead of the state it depends on.
 //! * **Messages to self** go through a local queue (never the inbox, which the loop itself
 //!   drains and which may be full), with no delay, as in the simulator.
-//! * **Batches.** After each wake-up's events (at most [`INBOX_BATCH_MAX`] from the inbox,
+//! * **Batches.** After each wake-up's events (at most `INBOX_BATCH_MAX` from the inbox,
 //!   or a timer) and the messages to self they caused, the node's `on_batch_end` runs
 //!   once, before the loop waits again: a protocol can send one message for the batch.
 
