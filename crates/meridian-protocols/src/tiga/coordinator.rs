@@ -8,7 +8,7 @@ mod session;
 use super::headroom::{Estimator, Planned};
 use super::options::{Options, SlowReplies};
 use super::view::{self, View};
-use super::wire::{FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+use super::wire::{send_grouped, FastReply, Msg, Record, ShardResult, Timer, TxnBody};
 use super::{super_quorum, TigaNode};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
@@ -99,6 +99,8 @@ pub struct Coordinator {
     pull_early_until_ns: Vec<u64>,
     /// Open interactive transactions (decomposition), by the id `Begin` answered.
     sessions: FxHashMap<TxnId, Session>,
+    /// Submissions (to, transaction), sent at the end of the batch of events.
+    submits_out: Vec<(NodeId, TxnBody)>,
 }
 
 impl Coordinator {
@@ -126,6 +128,7 @@ impl Coordinator {
             inflight: FxHashMap::default(),
             pull_early_until_ns: vec![0; cluster_shards],
             sessions: FxHashMap::default(),
+            submits_out: Vec::new(),
         }
     }
 
@@ -192,6 +195,18 @@ impl Coordinator {
         self.estimator
             .plan(&self.cluster, shards, &leaders, &self.opts)
             .headroom_ns
+    }
+
+    /// The end of a batch of events: each server gets one message with every transaction
+    /// the batch submitted to it.
+    pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        send_grouped(
+            ctx,
+            &mut self.submits_out,
+            super::server::SUBMITS_BATCH_MAX,
+            |body| Msg::Submit(Box::new(body)),
+            Msg::Submits,
+        );
     }
 
     /// A fast reply (§3.4): counted toward its shard's super quorum if of this view.
@@ -277,7 +292,7 @@ impl Coordinator {
                         expired.push(txn);
                     } else if now.saturating_sub(inf.last_sent_ns) >= self.opts.retry_ns {
                         inf.last_sent_ns = now;
-                        submit(ctx, &self.cluster, &inf.body);
+                        submit(&mut self.submits_out, &self.cluster, &inf.body);
                     }
                 }
                 expired.sort_unstable();
@@ -383,7 +398,7 @@ impl Coordinator {
             ts: Timestamp::new(t, self.id.0),
             ..body
         };
-        submit(ctx, &self.cluster, &body);
+        submit(&mut self.submits_out, &self.cluster, &body);
         self.inflight.insert(
             id,
             Inflight {
@@ -430,7 +445,7 @@ impl Coordinator {
                 .iter_mut()
                 .for_each(|r| *r = ShardReplies::default());
             inf.last_sent_ns = now;
-            submit(ctx, &self.cluster, &inf.body);
+            submit(&mut self.submits_out, &self.cluster, &inf.body);
         }
     }
 
@@ -538,9 +553,11 @@ impl Coordinator {
 }
 
 /// Multicasts the transaction to every replica of every involved shard (§3.1).
-fn submit(ctx: &mut Ctx<'_, TigaNode>, cluster: &Cluster, body: &TxnBody) {
-    let msg = Msg::Submit(Box::new(body.clone()));
+/// Queues `body` for every replica of every involved shard (§3.1); the batch's end sends it.
+fn submit(out: &mut Vec<(NodeId, TxnBody)>, cluster: &Cluster, body: &TxnBody) {
     for &s in &body.shards {
-        ctx.multicast(cluster.replicas(s).iter().copied(), &msg);
+        for &r in cluster.replicas(s) {
+            out.push((r, body.clone()));
+        }
     }
 }

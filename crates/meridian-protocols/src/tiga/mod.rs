@@ -584,8 +584,10 @@ impl Node for TigaNode {
     }
 
     fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let TigaNode::Server(s) = self {
-            s.on_batch_end(ctx);
+        match self {
+            TigaNode::Server(s) => s.on_batch_end(ctx),
+            TigaNode::Coordinator(c) => c.on_batch_end(ctx),
+            TigaNode::ViewManager(_) => {}
         }
     }
 

@@ -12,7 +12,7 @@ pub use truncate::{RESTORED, TRUNCATED};
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};
 use super::view::{Status, View};
-use super::wire::{FastReply, Msg, Notice, Record, ShardResult, Timer, TxnBody};
+use super::wire::{send_grouped, FastReply, Msg, Notice, Record, ShardResult, Timer, TxnBody};
 use super::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
@@ -33,6 +33,8 @@ const LOG_SYNC_BATCH_MAX: u64 = 512;
 const NOTES_BATCH_MAX: usize = 512;
 /// Most replies in one [`Msg::FastReplies`].
 pub(crate) const FAST_REPLIES_BATCH_MAX: usize = 512;
+/// Most transactions in one [`Msg::Submits`] (a longer one is dropped as malformed).
+pub(crate) const SUBMITS_BATCH_MAX: usize = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -396,6 +398,11 @@ impl Server {
         }
         match msg {
             Msg::Submit(body) => self.on_submit(ctx, *body),
+            Msg::Submits(bodies) if bodies.len() <= SUBMITS_BATCH_MAX => {
+                for body in bodies {
+                    self.on_submit(ctx, body);
+                }
+            }
             Msg::Notify {
                 txn,
                 shard,
@@ -586,37 +593,33 @@ impl Server {
         if self.notices.is_empty() {
             return;
         }
-        let mut notices = std::mem::take(&mut self.notices);
-        let g_view = self.view.g_view;
-        notices.retain(|&(_, view, _)| view == g_view);
-        if self.status != Status::Normal {
-            notices.clear();
-        }
-        notices.sort_by_key(|&(to, _, _)| to); // stable: each leader's notes stay in order
-        for group in notices.chunk_by(|a, b| a.0 == b.0) {
-            let to = group[0].0;
-            for chunk in group.chunks(NOTES_BATCH_MAX) {
-                let msg = match chunk {
-                    [(_, _, n)] => Msg::Notify {
-                        txn: n.txn,
-                        shard: self.shard,
-                        ts: n.ts,
-                        sealed: n.sealed,
-                        echo: n.echo,
-                        abort: n.abort,
-                        g_view,
-                    },
-                    _ => Msg::Notes {
-                        shard: self.shard,
-                        notes: chunk.iter().map(|&(_, _, n)| n).collect(),
-                        g_view,
-                    },
-                };
-                ctx.send(to, msg);
-            }
-        }
-        notices.clear();
-        self.notices = notices; // keep the allocation
+        let (shard, g_view) = (self.shard, self.view.g_view);
+        let normal = self.status == Status::Normal;
+        let mut out: Vec<(NodeId, Notice)> = self
+            .notices
+            .drain(..)
+            .filter(|&(_, view, _)| normal && view == g_view)
+            .map(|(to, _, n)| (to, n))
+            .collect();
+        send_grouped(
+            ctx,
+            &mut out,
+            NOTES_BATCH_MAX,
+            |n| Msg::Notify {
+                txn: n.txn,
+                shard,
+                ts: n.ts,
+                sealed: n.sealed,
+                echo: n.echo,
+                abort: n.abort,
+                g_view,
+            },
+            |notes| Msg::Notes {
+                shard,
+                notes,
+                g_view,
+            },
+        );
     }
 
     // ---- the queue (§3.3, Algorithm 2 lines 7–32) ----------------------------------------
@@ -957,29 +960,13 @@ impl Server {
 
     /// Sends the batch's fast replies, one message per coordinator.
     fn flush_fast_replies(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        if self.replies_out.is_empty() {
-            return;
-        }
-        let mut out = std::mem::take(&mut self.replies_out);
-        out.sort_by_key(|(to, _)| *to); // stable: each coordinator's replies stay in order
-        let mut rest = out.drain(..).peekable();
-        while let Some((to, first)) = rest.next() {
-            let mut batch = vec![first];
-            while batch.len() < FAST_REPLIES_BATCH_MAX {
-                match rest.next_if(|(next, _)| *next == to) {
-                    Some((_, reply)) => batch.push(reply),
-                    None => break,
-                }
-            }
-            let msg = if batch.len() == 1 {
-                Msg::FastReply(Box::new(batch.pop().expect("one")))
-            } else {
-                Msg::FastReplies(batch)
-            };
-            ctx.send(to, msg);
-        }
-        drop(rest);
-        self.replies_out = out; // keep the allocation
+        send_grouped(
+            ctx,
+            &mut self.replies_out,
+            FAST_REPLIES_BATCH_MAX,
+            |reply| Msg::FastReply(Box::new(reply)),
+            Msg::FastReplies,
+        );
     }
 
     /// A follower's sync-point as last reported (at least the latest cut: every replica

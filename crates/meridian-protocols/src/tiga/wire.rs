@@ -2,9 +2,11 @@
 
 use super::server::Footprint;
 use super::view::{Status, View};
+use super::TigaNode;
 use crate::raft_group::{RaftMsg, RaftRecord};
+use meridian_core::node::Ctx;
 use meridian_core::txn::{AbortReason, Op, Operand, Piece, PieceBody, PieceResult};
-use meridian_core::{ShardId, Timestamp, TxnId};
+use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
 use meridian_store::{Hash160, LogSnapshot, StoreCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -159,6 +161,9 @@ pub enum Msg {
     },
     /// Coordinator → every replica of every involved shard (§3.1).
     Submit(Box<TxnBody>),
+    /// Several transactions from one coordinator to one server: what one batch of the
+    /// coordinator's events submitted (a single one goes as [`Msg::Submit`]).
+    Submits(Vec<TxnBody>),
     FastReply(Box<FastReply>),
     /// Several fast replies from one server to one coordinator: what one batch of the
     /// server's events produced for it (a single one goes as [`Msg::FastReply`]). Each
@@ -341,4 +346,35 @@ pub enum Record {
     ServerStarted,
     /// A view manager replica's Raft state.
     Raft(RaftRecord),
+}
+
+/// Sends `out`'s items, one message per destination and run of at most `max` items (in the
+/// order queued per destination): `one` builds the message of a single item, `many` of
+/// several. Empties `out`, keeping its allocation. This is how a node batches what one
+/// batch of its events produced (`on_batch_end`).
+pub(crate) fn send_grouped<T>(
+    ctx: &mut Ctx<'_, TigaNode>,
+    out: &mut Vec<(NodeId, T)>,
+    max: usize,
+    one: impl Fn(T) -> Msg,
+    many: impl Fn(Vec<T>) -> Msg,
+) {
+    assert!(max >= 1);
+    out.sort_by_key(|(to, _)| *to); // stable: each destination's items stay in order
+    let mut rest = out.drain(..).peekable();
+    while let Some((to, first)) = rest.next() {
+        let mut batch = vec![first];
+        while batch.len() < max {
+            match rest.next_if(|(next, _)| *next == to) {
+                Some((_, item)) => batch.push(item),
+                None => break,
+            }
+        }
+        let msg = if batch.len() == 1 {
+            one(batch.pop().expect("one item"))
+        } else {
+            many(batch)
+        };
+        ctx.send(to, msg);
+    }
 }
