@@ -412,17 +412,18 @@ impl Server {
                 abort,
                 ..
             } if self.is_leader => {
-                let note = Note { ts, sealed, abort };
-                self.on_notify(ctx, from, txn, (shard, note), echo)
+                let notice = Notice {
+                    txn,
+                    ts,
+                    sealed,
+                    echo,
+                    abort,
+                };
+                self.on_notify(ctx, from, shard, notice)
             }
             Msg::Notes { shard, notes, .. } if self.is_leader && notes.len() <= NOTES_BATCH_MAX => {
-                for n in notes {
-                    let note = Note {
-                        ts: n.ts,
-                        sealed: n.sealed,
-                        abort: n.abort,
-                    };
-                    self.on_notify(ctx, from, n.txn, (shard, note), n.echo);
+                for notice in notes {
+                    self.on_notify(ctx, from, shard, notice);
                 }
             }
             Msg::LogSync {
@@ -722,11 +723,17 @@ impl Server {
         &mut self,
         ctx: &mut Ctx<'_, TigaNode>,
         from: NodeId,
-        txn: TxnId,
-        (shard, note): (ShardId, Note),
-        echo: bool,
+        shard: ShardId,
+        notice: Notice,
     ) {
-        let ts = note.ts;
+        let Notice {
+            txn,
+            ts,
+            sealed,
+            echo,
+            abort,
+        } = notice;
+        let note = Note { ts, sealed, abort };
         if self.trunc.truncated(txn).is_some() {
             // Cut below every shard's floor: released and synced on every involved shard,
             // so no leader still waits for this note (module doc, "Log truncation"); its
@@ -890,8 +897,9 @@ impl Server {
 
     /// Multicasts the release-stream entries released since the last flush, at most
     /// [`LOG_SYNC_BATCH_MAX`] per message. Called once per batch of events (`on_batch_end`):
-    /// one message for every transaction the batch released, instead of one each — the followers' fast replies do not wait for it, only slow replies and the
-    /// commit-point do, and those only until the end of the current event.
+    /// one message for every transaction the batch released, instead of one each. The
+    /// followers' fast replies do not wait for it; slow replies and the commit-point do,
+    /// and only until the end of the batch.
     fn flush_log_sync(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         if !self.is_leader || self.status != Status::Normal {
             return;

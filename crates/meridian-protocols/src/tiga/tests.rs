@@ -279,6 +279,30 @@ fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts()
     assert_eq!(v.value.as_deref(), Some(&b"123"[..]));
 }
 
+/// One batch of events, one message per destination: two transactions submitted together
+/// (`Submits`) and released by one wake-up reach their coordinator as one `FastReplies`,
+/// not two `FastReply` messages.
+#[test]
+fn a_batch_of_releases_answers_each_coordinator_with_one_message() {
+    let s = setup("");
+    let follower = s.cluster.replicas(ShardId(0))[1];
+    let mut h = Harness::new(&s, follower);
+    let a = body(1, 100, 0, &[0], "x");
+    let b = body(2, 110, 0, &[0], "y");
+    let submits = Msg::Submits(vec![a.clone(), b.clone()]);
+    assert!(sent(&h.deliver(10, COORD, submits)).is_empty());
+    let out = sent(&h.wake(200));
+    assert_eq!(out.len(), 1, "{out:?}");
+    match &out[0] {
+        (to, Msg::FastReplies(replies)) => {
+            assert_eq!(*to, COORD);
+            let ids: Vec<TxnId> = replies.iter().map(|r| r.txn).collect();
+            assert_eq!(ids, vec![a.id, b.id]);
+        }
+        other => panic!("expected one FastReplies, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_leader_updates_the_timestamp_of_a_late_arrival() {
     let s = setup("approach=detective");
