@@ -185,8 +185,6 @@ fn detective_swarm_with_crashes_and_partitions_is_strict_serializable() {
     swarm(true, Faults::All, 12);
 }
 
-/// Runs a scripted failure for 12 s of load; returns the transactions committed that were
-/// invoked after `after_s`, having checked the whole history strict serializable.
 /// List-append under the scripted faults `spec`, huygens clocks.
 fn scripted(seed: u64, detective: bool, config: &str, spec: &str, seconds: u64) -> SimReport {
     simulate(
@@ -203,6 +201,8 @@ fn scripted(seed: u64, detective: bool, config: &str, spec: &str, seconds: u64) 
     )
 }
 
+/// Runs a scripted failure for 12 s of load; returns the transactions committed that were
+/// invoked after `after_s`, having checked the whole history strict serializable.
 fn committed_after(detective: bool, spec: &str, after_s: u64) -> usize {
     let report = scripted(3, detective, "", spec, 12);
     let verdict = check(&report.history, Model::StrictSerializable);

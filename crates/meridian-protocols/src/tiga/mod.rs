@@ -279,7 +279,7 @@
 //!   GC floor to C (rMap/wMap of the dropped entries are gone; an arrival at or below C
 //!   conflicts with the checkpoint as with the floor). Truncated ids are kept
 //!   `commit_timeout_ms + retry_ms + recovery_ms` longer: a late retransmission of one is
-//!   ignored, a late notification answered with its timestamp.
+//!   ignored, and so is a late notification (every leader has released it).
 //!
 //!   *Why the floor bound.* Shard s's floor F_s is below its queue and below every stream
 //!   entry some follower has not synced. A transaction agreed at a ≤ min_s F_s was

@@ -522,7 +522,7 @@ impl Server {
             }
             return;
         }
-        if self.trunc.truncated(body.id).is_some() {
+        if self.trunc.is_truncated(body.id) {
             // A late retransmission of a truncated transaction: its coordinator is done.
             return;
         }
@@ -734,7 +734,7 @@ impl Server {
             abort,
         } = notice;
         let note = Note { ts, sealed, abort };
-        if self.trunc.truncated(txn).is_some() {
+        if self.trunc.is_truncated(txn) {
             // Cut below every shard's floor: released and synced on every involved shard,
             // so no leader still waits for this note (module doc, "Log truncation"); its
             // vote is gone with the entry, so nothing is said rather than a guess.

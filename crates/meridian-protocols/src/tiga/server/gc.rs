@@ -35,10 +35,7 @@ impl Server {
     /// or the GC floor if the arrival is at or below it.
     pub(super) fn arrival_floor(&self, e: &Entry) -> Option<Timestamp> {
         let conflict = self.maps.conflict_floor(&e.reads, &e.writes, e.body.ts);
-        if e.body.ts <= self.gc.floor {
-            return Some(conflict.map_or(self.gc.floor, |c| c.max(self.gc.floor)));
-        }
-        conflict
+        floor_or_conflict(conflict, e.body.ts, self.gc.floor)
     }
 
     /// Periodic GC (NORMAL status only): slims old transactions, raises the floor and
@@ -122,6 +119,19 @@ impl Server {
             .map(just_below)
             .fold(self.gc.leader_floor, Timestamp::min)
     }
+}
+
+/// What an arrival at `ts` must clear: its `conflict`, and `floor` too if it is at or
+/// below it (what was collected or truncated there counts as conflicting).
+pub(super) fn floor_or_conflict(
+    conflict: Option<Timestamp>,
+    ts: Timestamp,
+    floor: Timestamp,
+) -> Option<Timestamp> {
+    if ts <= floor {
+        return Some(conflict.map_or(floor, |c| c.max(floor)));
+    }
+    conflict
 }
 
 /// The largest timestamp below `ts`.

@@ -11,7 +11,7 @@ use crate::tiga::wire::{Checkpoint, Msg};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::{ShardId, Timestamp, TxnId};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 
 /// Run-wide counter: log entries truncated behind a checkpoint (summed over servers).
@@ -105,10 +105,10 @@ pub(crate) struct TruncState {
     pub(crate) announced: (u64, Timestamp),
     /// Leader: the other shards' leaders' GC floors in this view.
     peer_floors: FxHashMap<ShardId, Timestamp>,
-    /// Recently truncated transactions, by truncation time: a late retransmission of one
-    /// is ignored, a late notification answered.
+    /// Recently truncated transactions, by truncation time: a late retransmission or
+    /// notification of one is ignored.
     recent: VecDeque<(u64, TxnId)>,
-    recent_ts: FxHashMap<TxnId, Timestamp>,
+    recent_ids: FxHashSet<TxnId>,
     /// Cuts taken (for tests and measurements).
     pub(crate) cuts: u64,
 }
@@ -123,14 +123,14 @@ impl TruncState {
         self.peer_floors.clear();
     }
 
-    /// The timestamp `id` was truncated at, if it was truncated recently.
-    pub(crate) fn truncated(&self, id: TxnId) -> Option<Timestamp> {
-        self.recent_ts.get(&id).copied()
+    /// Whether `id` was truncated recently.
+    pub(crate) fn is_truncated(&self, id: TxnId) -> bool {
+        self.recent_ids.contains(&id)
     }
 
-    fn remember(&mut self, now_ns: u64, id: TxnId, ts: Timestamp) {
+    fn remember(&mut self, now_ns: u64, id: TxnId) {
         self.recent.push_back((now_ns, id));
-        self.recent_ts.insert(id, ts);
+        self.recent_ids.insert(id);
     }
 
     fn expire(&mut self, now_ns: u64, keep_ns: u64) {
@@ -139,7 +139,7 @@ impl TruncState {
                 break;
             }
             self.recent.pop_front();
-            self.recent_ts.remove(&id);
+            self.recent_ids.remove(&id);
         }
     }
 }
@@ -191,14 +191,12 @@ impl Server {
         if self.is_leader {
             self.announce_floor(ctx);
             if let Some((pos, ts)) = self.choose_cut() {
-                ctx.count(TRUNCATED, pos - self.trunc.pos);
-                self.cut(now, pos, ts);
+                self.cut(ctx, pos, ts);
             }
         } else {
             let (pos, ts) = self.trunc.announced;
             if pos > self.trunc.pos && self.executed_upto >= pos {
-                ctx.count(TRUNCATED, pos - self.trunc.pos);
-                self.cut(now, pos, ts);
+                self.cut(ctx, pos, ts);
             }
         }
     }
@@ -208,15 +206,22 @@ impl Server {
     fn choose_cut(&self) -> Option<(u64, Timestamp)> {
         let bound = self.global_floor()?;
         let base = self.stream.base();
-        let ts: Vec<Timestamp> = self.stream.iter().map(|&(_, ts)| ts).collect();
-        let mut suffix_min = vec![Timestamp::MAX; ts.len() + 1];
+        // Only slimmed entries may be cut; the rest matter only through their minimum.
+        let slimmed = self.gc.slimmed.clamp(base, self.stream.end());
+        let ts: Vec<Timestamp> = self
+            .stream
+            .iter()
+            .take((slimmed - base) as usize)
+            .map(|&(_, t)| t)
+            .collect();
+        let tail_min = self.stream.from(slimmed).map(|&(_, t)| t).min();
+        let mut suffix_min = vec![tail_min.unwrap_or(Timestamp::MAX); ts.len() + 1];
         for i in (0..ts.len()).rev() {
             suffix_min[i] = suffix_min[i + 1].min(ts[i]);
         }
-        let limit = self.gc.slimmed.saturating_sub(base) as usize;
         let mut max = self.trunc.ts;
         let mut best = None;
-        for (i, &t) in ts.iter().enumerate().take(limit) {
+        for (i, &t) in ts.iter().enumerate() {
             max = max.max(t);
             if max > bound {
                 break;
@@ -231,11 +236,13 @@ impl Server {
     /// Truncates positions below `pos`, whose entries are at or below `ts` (and every
     /// later one above): their bodies, state and stream positions, and the log's entries
     /// below them.
-    fn cut(&mut self, now_ns: u64, pos: u64, ts: Timestamp) {
+    fn cut(&mut self, ctx: &mut Ctx<'_, TigaNode>, pos: u64, ts: Timestamp) {
         assert!(
             pos > self.trunc.pos && ts > self.trunc.ts,
             "cuts only advance"
         );
+        ctx.count(TRUNCATED, pos - self.trunc.pos);
+        let now_ns = ctx.now_ns();
         let list = if self.is_leader {
             &mut self.stream
         } else {
@@ -245,7 +252,7 @@ impl Server {
             assert!(at <= ts, "a cut's entries are at or below its timestamp");
             self.txns.remove(&id);
             self.slow_wanted.remove(&id);
-            self.trunc.remember(now_ns, id, at);
+            self.trunc.remember(now_ns, id);
         }
         // The other list is empty (a server fills the one of the role it was installed
         // in): keep both starting at the cut, where a report's list starts.

@@ -319,11 +319,7 @@ impl Server {
         for b in entries.iter_mut() {
             let (reads, writes) = keys_on(b, self.shard);
             let conflict = a_maps.conflict_floor(&reads, &writes, b.ts);
-            let conflict = match b.ts <= base {
-                true => Some(conflict.map_or(base, |c| c.max(base))),
-                false => conflict,
-            };
-            if let Some(floor) = conflict {
+            if let Some(floor) = super::gc::floor_or_conflict(conflict, b.ts, base) {
                 raised_ns = raised_ns.max(floor.time_ns) + 1;
                 b.ts = Timestamp {
                     time_ns: raised_ns,
