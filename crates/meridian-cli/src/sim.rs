@@ -9,9 +9,8 @@ use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::ClockProfile;
 use meridian_core::{Protocol, ProtocolConfig, Topology};
-use meridian_sim::{FaultKinds, FaultPlan, SimOptions, SimReport};
+use meridian_sim::{FaultPlan, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
-use rand::SeedableRng;
 use serde::Serialize;
 use std::io::Write;
 use std::process::ExitCode;
@@ -220,12 +219,7 @@ fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, Strin
     )?;
     let mut options = plan.options.clone();
     options.faults = match plan.args.faults.as_str() {
-        "random" => FaultPlan::random(
-            &setup.cluster,
-            options.duration_ns,
-            &mut rand_chacha::ChaCha8Rng::seed_from_u64(options.seed ^ 0xFA017),
-            FaultKinds::ALL,
-        ),
+        "random" => FaultPlan::random_for_seed(&setup.cluster, options.duration_ns, options.seed),
         spec => FaultPlan::parse(spec, &setup.cluster).map_err(|e| format!("--faults: {e}"))?,
     };
     let mut workload =

@@ -114,12 +114,7 @@ fn simulate(seed: u64, r: &Run) -> SimReport {
             plan
         }
         Faults::Scripted(spec) => FaultPlan::parse(spec, cluster).unwrap(),
-        Faults::Cli => FaultPlan::random(
-            cluster,
-            options.duration_ns,
-            &mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xFA017),
-            FaultKinds::ALL,
-        ),
+        Faults::Cli => FaultPlan::random_for_seed(cluster, options.duration_ns, seed),
     };
     let opts = WorkloadOptions::parse(r.workload_opts.iter().copied()).unwrap();
     let mut workload = meridian_workload::build(r.workload, &setup.cluster, &opts).unwrap();

@@ -9,9 +9,8 @@ use meridian_check::{check, Model};
 use meridian_core::time::NS_PER_S;
 use meridian_core::{Procedures, ProtocolConfig, Topology};
 use meridian_protocols::two_pl::TwoPlTwoPc;
-use meridian_sim::{run, setup, FaultKinds, FaultPlan, SimOptions, SimReport};
+use meridian_sim::{run, setup, FaultPlan, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
-use rand::SeedableRng;
 
 fn simulate(seed: u64, config: &str, faults: bool) -> SimReport {
     let setup = setup::<TwoPlTwoPc>(
@@ -26,13 +25,7 @@ fn simulate(seed: u64, config: &str, faults: bool) -> SimReport {
         ..SimOptions::default()
     };
     if faults {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xFA017);
-        options.faults = FaultPlan::random(
-            &setup.cluster,
-            options.duration_ns,
-            &mut rng,
-            FaultKinds::ALL,
-        );
+        options.faults = FaultPlan::random_for_seed(&setup.cluster, options.duration_ns, seed);
     }
     let mut workload =
         meridian_workload::build("list-append", &setup.cluster, &WorkloadOptions::default())

@@ -179,6 +179,16 @@ impl FaultPlan {
     }
 }
 
+impl FaultPlan {
+    /// The plan `--faults random` runs for a run seeded `seed`: every kind of fault, from
+    /// a stream of its own (so `meridian sim --seed S --faults random` and a test that
+    /// names seed S replay the same faults).
+    pub fn random_for_seed(cluster: &Cluster, duration_ns: u64, seed: u64) -> FaultPlan {
+        let mut rng = <ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed ^ 0xFA017);
+        FaultPlan::random(cluster, duration_ns, &mut rng, FaultKinds::ALL)
+    }
+}
+
 /// How long a restarted replica is given to rejoin before another replica of its shard may
 /// crash (see [`FaultPlan::random`]): a failure timeout, a view change and a state transfer
 /// across the WAN fit well within it.
