@@ -407,7 +407,7 @@ pub use coordinator::Coordinator;
 pub use headroom::{Estimator, Plan, Planned};
 pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
 pub use queue::{conflicts, KeyMaps, PriorityQueue};
-pub use server::{Server, State, RESTORED, TRUNCATED};
+pub use server::{Server, State, REJOINS_RESTORED, RESTORED, TRUNCATED};
 pub use view::{Status, View, ViewManager, VIEW_MANAGER};
 pub use wire::{Checkpoint, FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};
 

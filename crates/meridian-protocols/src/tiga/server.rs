@@ -7,7 +7,7 @@ mod gc;
 mod truncate;
 mod view_change;
 
-pub use truncate::{RESTORED, TRUNCATED};
+pub use truncate::{REJOINS_RESTORED, RESTORED, TRUNCATED};
 
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};

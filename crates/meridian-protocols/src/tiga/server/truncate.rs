@@ -18,6 +18,8 @@ use std::collections::VecDeque;
 pub const TRUNCATED: &str = "tiga.truncated_entries";
 /// Run-wide counter: states installed from a non-empty checkpoint (view change, rejoin).
 pub const RESTORED: &str = "tiga.checkpoint_restores";
+/// Run-wide counter: the subset of [`RESTORED`] that were rejoins (state transfers).
+pub const REJOINS_RESTORED: &str = "tiga.rejoin_checkpoint_restores";
 
 /// Positions of a release stream (leader) or synced prefix (follower) from `base` on; the
 /// entries before `base` are truncated.

@@ -509,11 +509,15 @@ impl Server {
         as_leader: bool,
     ) {
         self.reset_state(base);
+        let rejoin = hashes.is_some();
         if let Some(snapshot) = hashes {
             self.log = OrderedLog::from_snapshot(snapshot).expect("a leader's log snapshot");
         }
         if base.pos > 0 {
             ctx.count(super::truncate::RESTORED, 1);
+            if rejoin {
+                ctx.count(super::truncate::REJOINS_RESTORED, 1);
+            }
         }
         let now = ctx.now_ns();
         for body in log {
