@@ -115,25 +115,42 @@ impl Piece {
 
     /// Keys whose current value the piece reads (read-modify-writes included).
     pub fn read_keys(&self) -> Vec<Key> {
-        match &self.body {
-            PieceBody::Ops(ops) => ops
-                .iter()
-                .filter(|o| o.reads())
-                .map(|o| o.key().clone())
-                .collect(),
-            PieceBody::Procedure(call) => call.read_keys.clone(),
-        }
+        let mut keys = Vec::new();
+        self.for_each_key(|k, write| {
+            if !write {
+                keys.push(k.clone())
+            }
+        });
+        keys
     }
 
     /// Keys the piece may write.
     pub fn write_keys(&self) -> Vec<Key> {
+        let mut keys = Vec::new();
+        self.for_each_key(|k, write| {
+            if write {
+                keys.push(k.clone())
+            }
+        });
+        keys
+    }
+
+    /// Calls `f(key, false)` for every key of [`Piece::read_keys`], then `f(key, true)`
+    /// for every key of [`Piece::write_keys`], in order, without collecting them.
+    pub fn for_each_key(&self, mut f: impl FnMut(&Key, bool)) {
         match &self.body {
-            PieceBody::Ops(ops) => ops
-                .iter()
-                .filter(|o| o.writes())
-                .map(|o| o.key().clone())
-                .collect(),
-            PieceBody::Procedure(call) => call.write_keys.clone(),
+            PieceBody::Ops(ops) => {
+                ops.iter()
+                    .filter(|o| o.reads())
+                    .for_each(|o| f(o.key(), false));
+                ops.iter()
+                    .filter(|o| o.writes())
+                    .for_each(|o| f(o.key(), true));
+            }
+            PieceBody::Procedure(call) => {
+                call.read_keys.iter().for_each(|k| f(k, false));
+                call.write_keys.iter().for_each(|k| f(k, true));
+            }
         }
     }
 

@@ -6,7 +6,6 @@ use meridian_core::txn::Key;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
-use std::ops::Bound;
 
 /// Per-key largest read and write timestamps.
 #[derive(Debug, Default)]
@@ -91,16 +90,52 @@ pub fn conflicts(a_reads: &[Key], a_writes: &[Key], b_reads: &[Key], b_writes: &
 /// A queued transaction's place: priority-queue order.
 type Slot = (Timestamp, TxnId);
 
-/// The queued transactions touching one key, by order, split by access.
+/// The queued transactions touching one key, in queue order, each with how it accesses
+/// the key. A sorted vector: a key rarely has more than a few queued transactions, and
+/// one vector allocates once where a set per access kind allocated a tree node each.
 #[derive(Debug, Default)]
-struct KeyQueue {
-    readers: BTreeSet<Slot>,
-    writers: BTreeSet<Slot>,
+struct KeyQueue(Vec<(Slot, Access)>);
+
+/// How a queued transaction accesses one key.
+#[derive(Clone, Copy, Debug, Default)]
+struct Access {
+    read: bool,
+    write: bool,
 }
 
 impl KeyQueue {
+    /// Adds `slot`'s read (or write) of the key.
+    fn add(&mut self, slot: Slot, write: bool) {
+        let i = match self.0.binary_search_by(|(s, _)| s.cmp(&slot)) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (slot, Access::default()));
+                i
+            }
+        };
+        let access = &mut self.0[i].1;
+        access.read |= !write;
+        access.write |= write;
+    }
+
+    /// Takes `slot` out; how it accessed the key, if it was here.
+    fn take(&mut self, slot: Slot) -> Option<Access> {
+        let i = self.0.binary_search_by(|(s, _)| s.cmp(&slot)).ok()?;
+        Some(self.0.remove(i).1)
+    }
+
+    /// The entries queued ahead of `slot`.
+    fn ahead_of(&self, slot: Slot) -> &[(Slot, Access)] {
+        &self.0[..self.0.partition_point(|(s, _)| *s < slot)]
+    }
+
+    /// The entries queued behind `slot`.
+    fn behind(&self, slot: Slot) -> &[(Slot, Access)] {
+        &self.0[self.0.partition_point(|(s, _)| *s <= slot)..]
+    }
+
     fn is_empty(&self) -> bool {
-        self.readers.is_empty() && self.writers.is_empty()
+        self.0.is_empty()
     }
 }
 
@@ -129,16 +164,14 @@ impl PriorityQueue {
         }
         for (keys, write) in [(reads, false), (writes, true)] {
             for k in keys {
-                if !self.by_key.contains_key(k) {
-                    self.by_key.insert(k.clone(), KeyQueue::default());
+                match self.by_key.get_mut(k) {
+                    Some(q) => q.add(slot, write),
+                    None => {
+                        let mut q = KeyQueue::default();
+                        q.add(slot, write);
+                        self.by_key.insert(k.clone(), q);
+                    }
                 }
-                let q = self.by_key.get_mut(k).expect("just ensured");
-                let set = if write {
-                    &mut q.writers
-                } else {
-                    &mut q.readers
-                };
-                set.insert(slot);
             }
         }
         self.candidates.insert(slot);
@@ -153,20 +186,17 @@ impl PriorityQueue {
         }
         self.candidates.remove(&slot);
         let mut wake = Vec::new();
-        for (keys, write) in [(reads, false), (writes, true)] {
-            for k in keys {
-                let Some(q) = self.by_key.get_mut(k) else {
-                    continue;
-                };
-                if write {
-                    q.writers.remove(&slot);
-                } else {
-                    q.readers.remove(&slot);
-                }
-                successors(q, slot, write, &mut wake);
-                if q.is_empty() {
-                    self.by_key.remove(k);
-                }
+        // A key both read and written is taken (and its successors woken) once.
+        for k in reads.iter().chain(writes) {
+            let Some(q) = self.by_key.get_mut(k) else {
+                continue;
+            };
+            let Some(access) = q.take(slot) else {
+                continue;
+            };
+            successors(q, slot, access.write, &mut wake);
+            if q.is_empty() {
+                self.by_key.remove(k);
             }
         }
         self.candidates.extend(wake);
@@ -176,13 +206,15 @@ impl PriorityQueue {
     /// it (writes it reads, or reads or writes what it writes).
     pub fn blocked(&self, ts: Timestamp, id: TxnId, reads: &[Key], writes: &[Key]) -> bool {
         let slot = (ts, id);
-        let ahead = |set: &BTreeSet<Slot>| set.first().is_some_and(|&s| s < slot);
         let on = |k: &Key| self.by_key.get(k);
         writes
             .iter()
             .filter_map(on)
-            .any(|q| ahead(&q.readers) || ahead(&q.writers))
-            || reads.iter().filter_map(on).any(|q| ahead(&q.writers))
+            .any(|q| !q.ahead_of(slot).is_empty())
+            || reads
+                .iter()
+                .filter_map(on)
+                .any(|q| q.ahead_of(slot).iter().any(|(_, a)| a.write))
     }
 
     /// Removes and returns, in queue order, the candidates whose timestamp has passed
@@ -243,14 +275,13 @@ fn first_after(now_ns: u64) -> Slot {
 /// the key iff `write`) may have been the reason to block: a writer blocked every reader up
 /// to the next writer and that writer; a reader blocked only the next writer.
 fn successors(q: &KeyQueue, slot: Slot, write: bool, out: &mut Vec<Slot>) {
-    let next_writer = q
-        .writers
-        .range((Bound::Excluded(slot), Bound::Unbounded))
-        .next()
-        .copied();
-    if write {
-        let upto = next_writer.map_or(Bound::Unbounded, Bound::Excluded);
-        out.extend(q.readers.range((Bound::Excluded(slot), upto)));
+    for &(behind, access) in q.behind(slot) {
+        if access.write {
+            out.push(behind);
+            return;
+        }
+        if write {
+            out.push(behind);
+        }
     }
-    out.extend(next_writer);
 }

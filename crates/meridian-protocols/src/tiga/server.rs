@@ -90,8 +90,13 @@ pub(crate) fn keys_on(body: &TxnBody, shard: ShardId) -> (Vec<Key>, Vec<Key>) {
     let mut reads = Vec::new();
     let mut writes = Vec::new();
     for (_, p) in body.pieces_on(shard) {
-        reads.extend(p.read_keys());
-        writes.extend(p.write_keys());
+        p.for_each_key(|key, write| {
+            if write {
+                writes.push(key.clone());
+            } else {
+                reads.push(key.clone());
+            }
+        });
     }
     for v in [&mut reads, &mut writes] {
         v.sort_unstable();
@@ -1270,6 +1275,17 @@ fn sorted_union<'k>(a: &'k [Key], b: &'k [Key]) -> impl Iterator<Item = &'k Key>
     })
 }
 
+/// The results of `shard`'s pieces so far as `execute_piece`'s inputs (indexed by piece).
+/// Empty (no allocation) for a shard's first piece, the common case.
+fn earlier_results(done: &[(u16, PieceResult)]) -> Vec<Option<&PieceResult>> {
+    let width = done.iter().map(|(i, _)| usize::from(*i) + 1).max();
+    let mut inputs = vec![None; width.unwrap_or(0)];
+    for (i, r) in done {
+        inputs[usize::from(*i)] = Some(r);
+    }
+    inputs
+}
+
 /// Executes `shard`'s pieces at `ts` on the store (pending versions); an aborted piece
 /// revokes what the transaction wrote.
 pub(crate) fn execute(
@@ -1284,18 +1300,9 @@ pub(crate) fn execute(
         let mut access = store
             .access(id, ts)
             .map_err(|e| AbortReason::Invalid(format!("store: {e}")))?;
-        let width = body
-            .pieces
-            .iter()
-            .map(|(i, _)| usize::from(*i) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut done: Vec<Option<PieceResult>> = vec![None; width];
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(1);
         for (i, piece) in body.pieces_on(shard) {
-            let inputs: Vec<Option<&PieceResult>> = done.iter().map(Option::as_ref).collect();
-            let r = execute_piece(piece, &inputs, procedures, &mut access)?;
-            done[usize::from(*i)] = Some(r.clone());
+            let r = execute_piece(piece, &earlier_results(&out), procedures, &mut access)?;
             out.push((*i, r));
         }
         access
