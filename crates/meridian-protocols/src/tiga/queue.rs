@@ -7,26 +7,35 @@ use meridian_core::{NodeId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 
-/// Per-key largest read and write timestamps.
+/// Per-key largest read and write timestamps, in one map (one lookup per key serves
+/// both).
 #[derive(Debug, Default)]
-pub struct KeyMaps {
-    r: FxHashMap<Key, Timestamp>,
-    w: FxHashMap<Key, Timestamp>,
+pub struct KeyMaps(FxHashMap<Key, Recorded>);
+
+/// rMap's and wMap's entries for one key.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recorded {
+    read: Option<Timestamp>,
+    write: Option<Timestamp>,
 }
 
 impl KeyMaps {
     /// Algorithm 2 lines 15–16 (keeping the maximum: a follower may learn a larger
     /// timestamp from log sync after its own release).
     pub fn record(&mut self, reads: &[Key], writes: &[Key], ts: Timestamp) {
-        for (map, keys) in [(&mut self.r, reads), (&mut self.w, writes)] {
+        let raise = |slot: &mut Option<Timestamp>| *slot = Some(slot.map_or(ts, |t| t.max(ts)));
+        for (keys, write) in [(reads, false), (writes, true)] {
             for k in keys {
                 // No key clone (an atomic refcount shared across nodes) when present.
-                match map.get_mut(k) {
-                    Some(slot) => *slot = (*slot).max(ts),
-                    None => {
-                        map.insert(k.clone(), ts);
-                    }
-                }
+                let entry = match self.0.get_mut(k) {
+                    Some(entry) => entry,
+                    None => self.0.entry(k.clone()).or_default(),
+                };
+                raise(if write {
+                    &mut entry.write
+                } else {
+                    &mut entry.read
+                });
             }
         }
     }
@@ -39,45 +48,39 @@ impl KeyMaps {
         writes: &[Key],
         ts: Timestamp,
     ) -> Option<Timestamp> {
-        let mut worst: Option<Timestamp> = None;
-        let mut see = |t: Option<&Timestamp>| {
-            if let Some(&t) = t {
-                worst = Some(worst.map_or(t, |w| w.max(t)));
-            }
-        };
-        for k in writes {
-            see(self.r.get(k));
-            see(self.w.get(k));
-        }
-        for k in reads {
-            see(self.w.get(k));
-        }
-        worst.filter(|&w| w >= ts)
+        let on = |k: &Key| self.0.get(k).copied().unwrap_or_default();
+        let written = writes.iter().map(on).flat_map(|e| [e.read, e.write]);
+        let read = reads.iter().map(on).map(|e| e.write);
+        written.chain(read).flatten().max().filter(|&w| w >= ts)
     }
 
     /// Forgets every timestamp at or below `floor` (GC: an arrival at or below the floor
     /// is treated as conflicting anyway, so those entries decide nothing).
     pub fn prune(&mut self, floor: Timestamp) {
-        self.r.retain(|_, ts| *ts > floor);
-        self.w.retain(|_, ts| *ts > floor);
+        self.0.retain(|_, e| {
+            e.read = e.read.filter(|&t| t > floor);
+            e.write = e.write.filter(|&t| t > floor);
+            e.read.is_some() || e.write.is_some()
+        });
     }
 
-    /// Keys recorded (read or written).
+    /// Timestamps recorded (a key read and written counts twice).
     pub fn len(&self) -> usize {
-        self.r.len() + self.w.len()
+        let count = |e: &Recorded| usize::from(e.read.is_some()) + usize::from(e.write.is_some());
+        self.0.values().map(count).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.r.is_empty() && self.w.is_empty()
+        self.0.is_empty()
     }
 
     /// Whether a transaction with these keys conflicts with anything recorded
     /// (read-write or write-write).
     pub fn blocks(&self, reads: &[Key], writes: &[Key]) -> bool {
-        writes
-            .iter()
-            .any(|k| self.r.contains_key(k) || self.w.contains_key(k))
-            || reads.iter().any(|k| self.w.contains_key(k))
+        writes.iter().any(|k| self.0.contains_key(k))
+            || reads
+                .iter()
+                .any(|k| self.0.get(k).is_some_and(|e| e.write.is_some()))
     }
 }
 
