@@ -294,6 +294,19 @@ pub struct GcReport {
     pub keys: usize,
 }
 
+/// Makes room for one more element, growing a short vector by exactly one: most keys
+/// keep one or two versions and most transactions write a few keys per shard, where the
+/// default growth (straight to four) would mostly hold empty slots (a store of a million
+/// keys per replica spent most of its memory on them). Longer vectors grow as usual.
+fn reserve_small<T>(v: &mut Vec<T>) {
+    const SMALL: usize = 4;
+    if v.len() < SMALL {
+        v.reserve_exact(1);
+    } else {
+        v.reserve(1);
+    }
+}
+
 impl MvStore {
     pub fn new() -> MvStore {
         MvStore::default()
@@ -410,8 +423,11 @@ impl MvStore {
                 }
                 let mut version = Version::pending(ts, txn, value);
                 version.status = status;
+                reserve_small(&mut kv.versions);
                 kv.versions.insert(i, version);
-                self.by_txn.entry(txn).or_default().push((key.clone(), ts));
+                let written = self.by_txn.entry(txn).or_default();
+                reserve_small(written);
+                written.push((key.clone(), ts));
                 self.version_count += 1;
                 if status == VersionStatus::Pending {
                     self.pending_count += 1;
