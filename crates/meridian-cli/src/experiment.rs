@@ -412,6 +412,7 @@ where
         },
         options: LoadOptions {
             duration,
+            warmup: Duration::ZERO,
             rate_per_s,
             max_outstanding: max_outstanding as usize,
             record_history: false,

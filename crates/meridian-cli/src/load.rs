@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// How long the load runs (e.g. `30s`, `10m`).
     #[arg(long, default_value = "10s")]
     duration: String,
+    /// Run this long first without counting it (e.g. `10s`): the totals and the rate then
+    /// cover only the `--duration` after it, the steady state; live lines show both.
+    #[arg(long, default_value = "0s")]
+    warmup: String,
     /// Transactions per second over all coordinators, or `max` (as fast as the cap allows).
     #[arg(long, default_value = "max")]
     rate: String,
@@ -121,6 +125,9 @@ fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
             parse_duration_ns(&args.duration).map_err(|e| format!("--duration: {e}"))?,
         )
     };
+    let warmup = Duration::from_nanos(
+        parse_duration_ns(&args.warmup).map_err(|e| format!("--warmup: {e}"))?,
+    );
     let rate_per_s = match args.rate.as_str() {
         "max" => None,
         text => match text.parse::<f64>() {
@@ -155,6 +162,7 @@ fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
     };
     let options = LoadOptions {
         duration,
+        warmup,
         rate_per_s,
         max_outstanding: args.max_outstanding,
         record_history: args.history.is_some() || model.is_some(),
@@ -187,6 +195,7 @@ pub fn demo(demo: DemoArgs) -> ExitCode {
         workload: "microbench".into(),
         workload_opts: demo.workload_opts,
         duration: demo.duration.unwrap_or_default(),
+        warmup: "0s".into(),
         rate: demo.rate,
         max_outstanding: 64,
         timeout: "5s".into(),
@@ -248,6 +257,7 @@ where
             workload: run.workload,
             workload_opts: String::new(),
             duration: String::new(),
+            warmup: String::new(),
             rate: String::new(),
             max_outstanding: run.options.max_outstanding,
             timeout: String::new(),
@@ -407,6 +417,8 @@ struct BenchJson {
     workload: String,
     wan_scale: f64,
     remote: bool,
+    /// Seconds run before the measurement (not in any figure below).
+    warmup_s: f64,
     elapsed_s: f64,
     committed: u64,
     committed_per_s: f64,
@@ -438,6 +450,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
         workload: plan.args.workload.clone(),
         wan_scale: plan.args.cluster.wan_scale,
         remote: plan.args.remote,
+        warmup_s: plan.options.warmup.as_secs_f64(),
         elapsed_s,
         committed: stats.committed(),
         committed_per_s: stats.committed() as f64 / elapsed_s.max(1e-9),
@@ -490,7 +503,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
 
 fn print_table(j: &BenchJson) {
     println!(
-        "{} on {} ({}; WAN scale {}{}): {:.1} s, {} committed ({:.0}/s), {} aborted, {} unknown",
+        "{} on {} ({}; WAN scale {}{}): {:.1} s{}, {} committed ({:.0}/s), {} aborted, {} unknown",
         j.protocol,
         j.topology,
         j.workload,
@@ -501,6 +514,11 @@ fn print_table(j: &BenchJson) {
             ", in-process"
         },
         j.elapsed_s,
+        if j.warmup_s > 0.0 {
+            format!(" after {:.1} s of warm-up", j.warmup_s)
+        } else {
+            String::new()
+        },
         j.committed,
         j.committed_per_s,
         j.aborted,

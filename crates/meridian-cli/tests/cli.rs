@@ -547,3 +547,47 @@ kind = "cdf"
         stderr(&refused)
     );
 }
+
+/// `--warmup`: the transactions started during the warm-up are in the history but not in
+/// the totals, and the rate is over the measured stretch only.
+#[test]
+fn bench_leaves_the_warmup_out_of_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let out = meridian(&[
+        "bench",
+        "--topology",
+        "local",
+        "--protocol",
+        "2pl-2pc",
+        "--wan-scale",
+        "0",
+        "--rate",
+        "200",
+        "--warmup",
+        "1s",
+        "--duration",
+        "1s",
+        "--report",
+        "json",
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["warmup_s"].as_f64(), Some(1.0), "{report}");
+    let elapsed = report["elapsed_s"].as_f64().unwrap();
+    assert!(
+        (0.9..1.6).contains(&elapsed),
+        "measured stretch only: {report}"
+    );
+    let committed = report["committed"].as_u64().unwrap();
+    let text = std::fs::read_to_string(&history).unwrap();
+    let ok = text
+        .lines()
+        .filter(|l| l.contains(r#""type":"ok""#))
+        .count() as u64;
+    // 200 txn/s: ≈ 200 measured, ≈ 400 in the history.
+    assert!((120..=280).contains(&committed), "{report}");
+    assert!(ok >= committed + 120, "history {ok} vs counted {committed}");
+}

@@ -36,7 +36,13 @@ pub struct Target {
 /// How the load runs.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
+    /// How long the load runs after the warm-up.
     pub duration: Duration,
+    /// A first stretch whose transactions (by start time) count only in the live
+    /// intervals and the history, not in the totals: a steady-state measurement leaves out
+    /// the start, when stores, logs and queues are still filling and nothing is old enough
+    /// to be collected yet.
+    pub warmup: Duration,
     /// Total arrivals per second over all coordinators; None: as fast as the cap allows.
     pub rate_per_s: Option<f64>,
     pub max_outstanding: usize,
@@ -119,13 +125,16 @@ struct Shared {
     interval: Mutex<LoadStats>,
     history: Mutex<Vec<Entry>>,
     start: Instant,
+    /// Transactions started before this much time has passed are not in `total`.
+    warmup: Duration,
     record_history: bool,
 }
 
 /// A running load; [`Load::interval`] takes the figures since the last call.
 pub struct Load {
     shared: Arc<Shared>,
-    /// Ends when every driver has; yields the load's duration (start to last answer).
+    /// Ends when every driver has; yields the load's duration (end of the warm-up to the
+    /// last answer).
     done: tokio::task::JoinHandle<Duration>,
 }
 
@@ -165,12 +174,13 @@ impl Load {
             interval: Mutex::new(empty),
             history: Mutex::new(Vec::new()),
             start: Instant::now(),
+            warmup: options.warmup,
             record_history: options.record_history,
         });
         let per_target_interval = options.rate_per_s.map(|rate| {
             Duration::from_secs_f64(targets.len() as f64 / rate.max(f64::MIN_POSITIVE))
         });
-        let deadline = Instant::now() + options.duration;
+        let deadline = Instant::now() + options.warmup + options.duration;
         let mut drivers = tokio::task::JoinSet::new();
         for (index, target) in targets.into_iter().enumerate() {
             let region = unique
@@ -188,10 +198,10 @@ impl Load {
             };
             drivers.spawn(driver.run(deadline, stop.clone()));
         }
-        let start = shared.start;
+        let (start, warmup) = (shared.start, options.warmup);
         let done = tokio::spawn(async move {
             while drivers.join_next().await.is_some() {}
-            start.elapsed()
+            start.elapsed().saturating_sub(warmup)
         });
         Load { shared, done }
     }
@@ -211,10 +221,10 @@ impl Load {
 
     /// Waits for the end and returns the totals and the history.
     pub async fn finish(self) -> LoadReport {
-        let elapsed = self
-            .done
-            .await
-            .unwrap_or_else(|_| self.shared.start.elapsed());
+        let elapsed = self.done.await.unwrap_or_else(|_| {
+            let shared = &self.shared;
+            shared.start.elapsed().saturating_sub(shared.warmup)
+        });
         let stats = self.shared.total.lock().expect("stats lock").clone();
         let mut history = std::mem::take(&mut *self.shared.history.lock().expect("history lock"));
         history.sort_by_key(|e| e.invoke_ns);
@@ -317,9 +327,12 @@ async fn run_one(shared: &Shared, target: &Target, region: usize, process: u32, 
     let complete = shared.start.elapsed();
     let latency = complete - invoke;
     let bound_ms = outcome.is_committed().then(|| (target.bound_ms)(&shards));
-    for stats in [&shared.total, &shared.interval] {
-        let mut stats = stats.lock().expect("stats lock");
-        record(&mut stats, region, &outcome, latency, bound_ms);
+    let measured = invoke >= shared.warmup;
+    for (stats, counts) in [(&shared.total, measured), (&shared.interval, true)] {
+        if counts {
+            let mut stats = stats.lock().expect("stats lock");
+            record(&mut stats, region, &outcome, latency, bound_ms);
+        }
     }
     if shared.record_history {
         let kind = match &outcome {
