@@ -6,7 +6,6 @@
 //! to that shard; keys stay honest byte strings and every path routes them the same way.
 
 use crate::ids::ShardId;
-use crate::small_bytes::SmallBytes as Bytes;
 use crate::txn::Key;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +51,7 @@ impl Partitioner {
             self.shards
         );
         if self.shard_of(name.as_bytes()) == shard {
-            return Bytes::copy_from_slice(name.as_bytes());
+            return Key::copy_from_slice(name.as_bytes());
         }
         // Candidates are `name~0`, `name~1`, …: hash the common prefix once. Each salt hits
         // the shard with probability 1/shards; 64 * shards tries fail with probability below
@@ -67,7 +66,7 @@ impl Partitioner {
             let hash = fnv1a_continue(prefix_hash, salt_text);
             if (hash % u64::from(self.shards)) as u32 == shard.0 {
                 candidate.extend_from_slice(salt_text);
-                return Bytes::from(candidate);
+                return Key::from(candidate);
             }
         }
         unreachable!("no salt of `{name}` hashes to {shard}");

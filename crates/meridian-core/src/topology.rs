@@ -868,6 +868,14 @@ impl Cluster {
         &self.shards[shard.index()]
     }
 
+    /// The shard `node` is a replica of; None for a coordinator or a service.
+    pub fn shard_of_node(&self, node: NodeId) -> Option<ShardId> {
+        match self.node(node).role {
+            NodeRole::Replica { shard, .. } => Some(shard),
+            _ => None,
+        }
+    }
+
     /// The initial leader of `shard`.
     pub fn initial_leader(&self, shard: ShardId) -> NodeId {
         self.shards[shard.index()][self.topology.shards[shard.index()].leader.index()]

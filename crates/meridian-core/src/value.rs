@@ -5,14 +5,14 @@
 //! a missing value counts as 0), and a **list** of integers is the concatenation of such
 //! encodings, so `append` is a byte-wise concatenation and never needs to decode.
 
-use crate::small_bytes::SmallBytes as Bytes;
+use crate::txn::Value;
 
 /// Width of one encoded integer.
 pub const INT_BYTES: usize = 8;
 
 /// Encodes an integer value.
-pub fn encode_int(value: i64) -> Bytes {
-    Bytes::copy_from_slice(&value.to_le_bytes())
+pub fn encode_int(value: i64) -> Value {
+    Value::copy_from_slice(&value.to_le_bytes())
 }
 
 /// Decodes an integer value; `None` if the bytes are not exactly one integer.
@@ -35,21 +35,21 @@ pub fn decode_list(bytes: &[u8]) -> Option<Vec<i64>> {
 }
 
 /// Encodes a list of integers.
-pub fn encode_list(values: &[i64]) -> Bytes {
+pub fn encode_list(values: &[i64]) -> Value {
     let mut out = Vec::with_capacity(values.len() * INT_BYTES);
     for v in values {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    Bytes::from(out)
+    Value::from(out)
 }
 
 /// `old ++ suffix`, the result of `append`.
-pub fn concat(old: Option<&Bytes>, suffix: &[u8]) -> Bytes {
+pub fn concat(old: Option<&Value>, suffix: &[u8]) -> Value {
     let old = old.map(|b| b.as_ref()).unwrap_or(&[]);
     let mut out = Vec::with_capacity(old.len() + suffix.len());
     out.extend_from_slice(old);
     out.extend_from_slice(suffix);
-    Bytes::from(out)
+    Value::from(out)
 }
 
 #[cfg(test)]

@@ -130,6 +130,13 @@ struct Shared {
     record_history: bool,
 }
 
+impl Shared {
+    /// The time since the warm-up ended.
+    fn measured_elapsed(&self) -> Duration {
+        self.start.elapsed().saturating_sub(self.warmup)
+    }
+}
+
 /// A running load; [`Load::interval`] takes the figures since the last call.
 pub struct Load {
     shared: Arc<Shared>,
@@ -198,10 +205,10 @@ impl Load {
             };
             drivers.spawn(driver.run(deadline, stop.clone()));
         }
-        let (start, warmup) = (shared.start, options.warmup);
+        let measured = shared.clone();
         let done = tokio::spawn(async move {
             while drivers.join_next().await.is_some() {}
-            start.elapsed().saturating_sub(warmup)
+            measured.measured_elapsed()
         });
         Load { shared, done }
     }
@@ -221,10 +228,10 @@ impl Load {
 
     /// Waits for the end and returns the totals and the history.
     pub async fn finish(self) -> LoadReport {
-        let elapsed = self.done.await.unwrap_or_else(|_| {
-            let shared = &self.shared;
-            shared.start.elapsed().saturating_sub(shared.warmup)
-        });
+        let elapsed = self
+            .done
+            .await
+            .unwrap_or_else(|_| self.shared.measured_elapsed());
         let stats = self.shared.total.lock().expect("stats lock").clone();
         let mut history = std::mem::take(&mut *self.shared.history.lock().expect("history lock"));
         history.sort_by_key(|e| e.invoke_ns);

@@ -20,7 +20,7 @@
 
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::NodeRole;
-use meridian_core::{Cluster, NodeId, ShardId};
+use meridian_core::{Cluster, NodeId};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -131,7 +131,7 @@ impl FaultPlan {
             match *menu.choose(rng).expect("non-empty") {
                 0 => {
                     let node = crash_target(cluster, &nodes, rng);
-                    let shard = shard_of_replica(cluster, node);
+                    let shard = cluster.shard_of_node(node);
                     if let Some(at) = shard.and_then(|s| restarted[s.index()]) {
                         if t < at + REJOIN_ALLOWANCE_NS {
                             t = at + REJOIN_ALLOWANCE_NS;
@@ -177,9 +177,7 @@ impl FaultPlan {
         faults.sort_by_key(|(at, _)| *at);
         FaultPlan { faults }
     }
-}
 
-impl FaultPlan {
     /// The plan `--faults random` runs for a run seeded `seed`: every kind of fault, from
     /// a stream of its own (so `meridian sim --seed S --faults random` and a test that
     /// names seed S replay the same faults).
@@ -193,13 +191,6 @@ impl FaultPlan {
 /// crash (see [`FaultPlan::random`]): a failure timeout, a view change and a state transfer
 /// across the WAN fit well within it.
 pub const REJOIN_ALLOWANCE_NS: u64 = 3 * NS_PER_S;
-
-/// The shard `node` is a replica of, if any.
-fn shard_of_replica(cluster: &Cluster, node: NodeId) -> Option<ShardId> {
-    (0..cluster.shard_count())
-        .map(ShardId)
-        .find(|&s| cluster.replicas(s).contains(&node))
-}
 
 fn crash_target(cluster: &Cluster, nodes: &[NodeId], rng: &mut ChaCha8Rng) -> NodeId {
     let shards = cluster.shard_count();
@@ -374,7 +365,7 @@ mod tests {
             for &(at, ref fault) in &p.faults {
                 match fault {
                     Fault::Crash(n) => {
-                        if let Some(s) = shard_of_replica(&c, *n) {
+                        if let Some(s) = c.shard_of_node(*n) {
                             if let Some(r) = restarted[s.index()] {
                                 assert!(at >= r + REJOIN_ALLOWANCE_NS, "seed {seed}: {n} at {at}");
                                 shifted_any |= at == r + REJOIN_ALLOWANCE_NS;
@@ -382,7 +373,7 @@ mod tests {
                         }
                     }
                     Fault::Restart(n) => {
-                        if let Some(s) = shard_of_replica(&c, *n) {
+                        if let Some(s) = c.shard_of_node(*n) {
                             restarted[s.index()] = Some(at);
                         }
                     }

@@ -229,7 +229,6 @@ impl<E> OrderedLog<E> {
         }
     }
 
-    /// Index of the first entry whose order key is `>= order`.
     /// The first index whose entry is not before `order`. Inserts and lookups are nearly
     /// always close to the end (timestamps grow), so it gallops back from the end, and a
     /// long log costs a few cache misses, not a binary search's worth.

@@ -7,7 +7,6 @@
 
 use super::counters;
 use super::options::Options;
-use super::replicated;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
@@ -909,13 +908,16 @@ impl Coordinator {
 
     /// The node that serves `partition` now.
     fn route(&self, partition: NodeId) -> NodeId {
-        replicated::shard_of(&self.cluster, partition)
+        self.cluster
+            .shard_of_node(partition)
             .map_or(partition, |s| self.leaders[s.index()])
     }
 
     /// The partition id (its shard's initial leader) of a replica; other nodes are themselves.
     fn partition_of(&self, node: NodeId) -> NodeId {
-        replicated::shard_of(&self.cluster, node).map_or(node, |s| self.cluster.initial_leader(s))
+        self.cluster
+            .shard_of_node(node)
+            .map_or(node, |s| self.cluster.initial_leader(s))
     }
 
     /// The partitions whose answer the session's current step waits for.
@@ -934,7 +936,7 @@ impl Coordinator {
 
     /// Replicated mode: believe the next replica of `partition`'s shard leads it.
     fn rotate(&mut self, partition: NodeId) {
-        let Some(shard) = replicated::shard_of(&self.cluster, partition) else {
+        let Some(shard) = self.cluster.shard_of_node(partition) else {
             return;
         };
         if !self.opts.replicated {
@@ -958,7 +960,7 @@ impl Coordinator {
         txn: TxnId,
         leader: Option<NodeId>,
     ) {
-        let Some(shard) = replicated::shard_of(&self.cluster, partition) else {
+        let Some(shard) = self.cluster.shard_of_node(partition) else {
             return;
         };
         let Some(leader) = leader.filter(|l| self.cluster.replicas(shard).contains(l)) else {

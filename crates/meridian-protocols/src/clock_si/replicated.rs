@@ -24,7 +24,7 @@ use super::wire::{Cx, Msg, Record, Timer};
 use crate::raft_group::{RaftGroup, RaftTiming};
 use meridian_core::node::Effect;
 use meridian_core::txn::Key;
-use meridian_core::{Cluster, NodeId, NodeRole, ShardId, TxnId};
+use meridian_core::{Cluster, NodeId, ShardId, TxnId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -459,13 +459,5 @@ impl Member {
     /// Committed server records held since the last checkpoint.
     pub(crate) fn committed_records(&self) -> usize {
         self.log.len()
-    }
-}
-
-/// The shard a replica node serves, if it is one.
-pub(crate) fn shard_of(cluster: &Cluster, node: NodeId) -> Option<ShardId> {
-    match cluster.node(node).role {
-        NodeRole::Replica { shard, .. } => Some(shard),
-        _ => None,
     }
 }

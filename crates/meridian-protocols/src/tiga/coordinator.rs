@@ -8,7 +8,10 @@ mod session;
 use super::headroom::{Estimator, Planned};
 use super::options::{Options, SlowReplies};
 use super::view::{self, View};
-use super::wire::{send_grouped, FastReply, Msg, Record, ShardResult, Timer, TxnBody};
+use super::wire::{
+    send_grouped, FastReply, Msg, Record, ShardResult, Timer, TxnBody, FAST_REPLIES_BATCH_MAX,
+    SUBMITS_BATCH_MAX,
+};
 use super::{super_quorum, TigaNode};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
@@ -203,7 +206,7 @@ impl Coordinator {
         send_grouped(
             ctx,
             &mut self.submits_out,
-            super::server::SUBMITS_BATCH_MAX,
+            SUBMITS_BATCH_MAX,
             |body| Msg::Submit(Box::new(body)),
             Msg::Submits,
         );
@@ -249,7 +252,7 @@ impl Coordinator {
             Msg::NewView(view) => self.on_new_view(ctx, view),
             Msg::FastReply(reply) => self.on_fast_reply(ctx, *reply),
             // A longer batch is malformed: dropped.
-            Msg::FastReplies(replies) if replies.len() <= super::server::FAST_REPLIES_BATCH_MAX => {
+            Msg::FastReplies(replies) if replies.len() <= FAST_REPLIES_BATCH_MAX => {
                 for reply in replies {
                     self.on_fast_reply(ctx, reply);
                 }
@@ -552,7 +555,6 @@ impl Coordinator {
     }
 }
 
-/// Multicasts the transaction to every replica of every involved shard (§3.1).
 /// Queues `body` for every replica of every involved shard (§3.1); the batch's end sends it.
 fn submit(out: &mut Vec<(NodeId, TxnBody)>, cluster: &Cluster, body: &TxnBody) {
     for &s in &body.shards {

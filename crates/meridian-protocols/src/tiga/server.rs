@@ -12,7 +12,10 @@ pub use truncate::{REJOINS_RESTORED, RESTORED, TRUNCATED};
 use super::options::{Options, SlowReplies};
 use super::queue::{KeyMaps, PriorityQueue};
 use super::view::{Status, View};
-use super::wire::{send_grouped, FastReply, Msg, Notice, Record, ShardResult, Timer, TxnBody};
+use super::wire::{
+    send_grouped, FastReply, Msg, Notice, Record, ShardResult, Timer, TxnBody,
+    FAST_REPLIES_BATCH_MAX, NOTES_BATCH_MAX, SUBMITS_BATCH_MAX,
+};
 use super::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
@@ -29,12 +32,6 @@ const SLOW_WANTED_MAX: usize = 1 << 16;
 /// Most release-stream entries one `LogSync` carries (a flush or a resend to a lagging
 /// follower sends several messages beyond that).
 const LOG_SYNC_BATCH_MAX: u64 = 512;
-/// Most notifications in one [`Msg::Notes`] (a longer one is dropped as malformed).
-const NOTES_BATCH_MAX: usize = 512;
-/// Most replies in one [`Msg::FastReplies`].
-pub(crate) const FAST_REPLIES_BATCH_MAX: usize = 512;
-/// Most transactions in one [`Msg::Submits`] (a longer one is dropped as malformed).
-pub(crate) const SUBMITS_BATCH_MAX: usize = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -14,6 +14,11 @@ fn key(s: &str) -> SmallBytes {
     SmallBytes::copy_from_slice(s.as_bytes())
 }
 
+/// A harness around shard 0's second replica (a follower in the initial view).
+fn follower_of_shard_0(s: &Setup) -> Harness {
+    Harness::new(s, s.cluster.replicas(ShardId(0))[1])
+}
+
 fn setup(config: &str) -> Setup {
     let cluster = Cluster::new(Topology::load("gcp-tiga").unwrap(), &[]).unwrap();
     Setup {
@@ -205,8 +210,7 @@ fn log_sync(bodies: &[&TxnBody], (late, at): (TxnId, u64), leader: NodeId) -> Ms
 #[test]
 fn pushed_slow_replies_answer_every_synced_entry() {
     let s = setup("slow_replies=push");
-    let follower = s.cluster.replicas(ShardId(0))[1];
-    let mut h = Harness::new(&s, follower);
+    let mut h = follower_of_shard_0(&s);
     let (a, b) = (body(1, 100, 0, &[0], "x"), body(2, 200, 0, &[0], "y"));
     let late = body(3, 150, 0, &[0], "x");
     for (at, t) in [(10, &a), (20, &b), (30, &late)] {
@@ -220,8 +224,7 @@ fn pushed_slow_replies_answer_every_synced_entry() {
 #[test]
 fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts() {
     let s = setup("");
-    let follower = s.cluster.replicas(ShardId(0))[1];
-    let mut h = Harness::new(&s, follower);
+    let mut h = follower_of_shard_0(&s);
     // Two conflicting transactions arrive out of order; a third, unrelated one in between.
     let a = body(1, 100, 0, &[0], "x");
     let b = body(2, 200, 0, &[0], "x");
@@ -285,8 +288,7 @@ fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts()
 #[test]
 fn a_batch_of_releases_answers_each_coordinator_with_one_message() {
     let s = setup("");
-    let follower = s.cluster.replicas(ShardId(0))[1];
-    let mut h = Harness::new(&s, follower);
+    let mut h = follower_of_shard_0(&s);
     let a = body(1, 100, 0, &[0], "x");
     let b = body(2, 110, 0, &[0], "y");
     let submits = Msg::Submits(vec![a.clone(), b.clone()]);
@@ -423,7 +425,7 @@ fn preventive_leaders_reply_only_after_agreement() {
 fn leader_and_follower_fast_replies_carry_equal_hashes() {
     let s = setup("approach=detective");
     let mut leader = Harness::new(&s, s.cluster.initial_leader(ShardId(0)));
-    let mut follower = Harness::new(&s, s.cluster.replicas(ShardId(0))[1]);
+    let mut follower = follower_of_shard_0(&s);
     let mut hashes = Vec::new();
     for (i, h) in [&mut leader, &mut follower].into_iter().enumerate() {
         let mut replies = Vec::new();

@@ -348,6 +348,13 @@ pub enum Record {
     Raft(RaftRecord),
 }
 
+/// Most transactions in one [`Msg::Submits`], notifications in one [`Msg::Notes`] and
+/// replies in one [`Msg::FastReplies`]: [`send_grouped`] splits longer runs, and a
+/// receiver drops a longer batch as malformed.
+pub(crate) const SUBMITS_BATCH_MAX: usize = 512;
+pub(crate) const NOTES_BATCH_MAX: usize = 512;
+pub(crate) const FAST_REPLIES_BATCH_MAX: usize = 512;
+
 /// Sends `out`'s items, one message per destination and run of at most `max` items (in the
 /// order queued per destination): `one` builds the message of a single item, `many` of
 /// several. Empties `out`, keeping its allocation. This is how a node batches what one
