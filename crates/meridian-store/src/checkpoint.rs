@@ -78,7 +78,7 @@ impl MvStore {
                 return bad(format!("version of {key:?} has read ts below its ts"));
             }
             let kv = KeyVersions {
-                versions: vec![v.clone()],
+                versions: smallvec::smallvec![v.clone()],
                 floor_read_ts: Timestamp::ZERO,
             };
             keys.insert(key.clone(), kv);

@@ -7,6 +7,7 @@ use meridian_core::SmallBytes;
 use meridian_core::{Key, NodeId, Timestamp, TxnId, Value};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::cmp::max;
 
 /// Whether a version's writer has committed.
@@ -94,7 +95,9 @@ pub enum StoreError {
 /// the implicit "absent" version below the first one.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyVersions {
-    pub(crate) versions: Vec<Version>,
+    /// Inline for one version, the common case (a key written once, or collected back to
+    /// its latest version), so materializing a key allocates nothing beyond its map slot.
+    pub(crate) versions: SmallVec<[Version; 1]>,
     /// The largest tracked read that found no version (read the key as absent).
     pub(crate) floor_read_ts: Timestamp,
 }
@@ -275,7 +278,7 @@ impl KeyVersions {
 pub struct MvStore {
     pub(crate) keys: FxHashMap<Key, KeyVersions>,
     /// Every version (pending or committed) by writer: `(key, version ts)`.
-    pub(crate) by_txn: FxHashMap<TxnId, Vec<(Key, Timestamp)>>,
+    pub(crate) by_txn: FxHashMap<TxnId, Written>,
     /// Keys that changed since the last `gc` (or that `gc` could not finish with), each with
     /// a watermark below which `gc` cannot shrink it (a lower bound, see
     /// [`KeyVersions::gc_ready_at`]): `gc` passes over the others without looking them up.
@@ -284,6 +287,10 @@ pub struct MvStore {
     version_count: usize,
     pending_count: usize,
 }
+
+/// A writer's versions as `(key, version ts)`: inline for one, the common case (a
+/// transaction writes a key or two per shard).
+pub(crate) type Written = SmallVec<[(Key, Timestamp); 1]>;
 
 /// What [`MvStore::gc`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -298,7 +305,7 @@ pub struct GcReport {
 /// keep one or two versions and most transactions write a few keys per shard, where the
 /// default growth (straight to four) would mostly hold empty slots (a store of a million
 /// keys per replica spent most of its memory on them). Longer vectors grow as usual.
-fn reserve_small<T>(v: &mut Vec<T>) {
+fn reserve_small<A: smallvec::Array>(v: &mut SmallVec<A>) {
     const SMALL: usize = 4;
     if v.len() < SMALL {
         v.reserve_exact(1);
@@ -790,7 +797,7 @@ impl MvStore {
                 assert!(indexed, "version {key:?}@{} not indexed", v.ts);
             }
         }
-        let indexed: usize = self.by_txn.values().map(Vec::len).sum();
+        let indexed: usize = self.by_txn.values().map(SmallVec::len).sum();
         assert_eq!(indexed, versions, "index and versions disagree");
         assert!(self.by_txn.values().all(|l| !l.is_empty()));
         assert_eq!(self.version_count, versions);
@@ -843,12 +850,7 @@ fn mark_candidate(candidates: &mut FxHashMap<Key, Timestamp>, key: Key, ready_at
         .or_insert(ready_at);
 }
 
-fn unindex(
-    by_txn: &mut FxHashMap<TxnId, Vec<(Key, Timestamp)>>,
-    writer: TxnId,
-    key: &Key,
-    ts: Timestamp,
-) {
+fn unindex(by_txn: &mut FxHashMap<TxnId, Written>, writer: TxnId, key: &Key, ts: Timestamp) {
     let list = by_txn.get_mut(&writer).expect("index: writer exists");
     let at = list
         .iter()
