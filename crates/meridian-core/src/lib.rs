@@ -29,6 +29,6 @@ pub use small_bytes::SmallBytes;
 pub use time::Timestamp;
 pub use topology::{ClockProfile, Cluster, NodeRole, Topology, TopologyError};
 pub use txn::{
-    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Op, Operand, Outcome, Piece,
-    PieceBody, PieceResult, Procedures, Step, Txn, Value,
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KeyList, Op, Operand, Outcome,
+    Piece, PieceBody, PieceResult, Procedures, Step, Txn, Value,
 };

@@ -25,6 +25,9 @@ use std::sync::Arc;
 
 /// A key: an arbitrary byte string (inline when short, see [`SmallBytes`]).
 pub type Key = SmallBytes;
+/// A short list of keys (a transaction's read or write set on one shard, a log entry's
+/// footprint): inline up to two, the common case, so building one allocates nothing.
+pub type KeyList = smallvec::SmallVec<[Key; 2]>;
 /// A value: an arbitrary byte string (see [`crate::value`] for the integer and list shapes).
 pub type Value = SmallBytes;
 

@@ -2,7 +2,7 @@
 //! and the per-key hash table of Appendix D.
 
 use crate::hash::{entry_hash, key_state_hash, Hash160};
-use meridian_core::{Key, Timestamp, TxnId};
+use meridian_core::{Key, KeyList, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -20,23 +20,23 @@ pub trait LogPayload {
     /// The entry's read ∪ write set on this shard, or nothing for a read-only entry
     /// (Appendix D leaves read-only transactions out of the hash). Duplicates are allowed.
     /// Must be a pure function of the payload: the log calls it once per insertion.
-    fn hash_keys(&self) -> Vec<Key>;
+    fn hash_keys(&self) -> KeyList;
 }
 
 /// A payload without keys: only the whole-log hash is maintained.
 impl LogPayload for () {
-    fn hash_keys(&self) -> Vec<Key> {
-        Vec::new()
+    fn hash_keys(&self) -> KeyList {
+        KeyList::new()
     }
 }
 
 /// The per-key footprint of Appendix D for a transaction with these read and write sets:
 /// the sorted, deduplicated union, or nothing if the transaction writes nothing.
-pub fn footprint(read_keys: &[Key], write_keys: &[Key]) -> Vec<Key> {
+pub fn footprint(read_keys: &[Key], write_keys: &[Key]) -> KeyList {
     if write_keys.is_empty() {
-        return Vec::new();
+        return KeyList::new();
     }
-    let mut keys: Vec<Key> = read_keys.iter().chain(write_keys).cloned().collect();
+    let mut keys: KeyList = read_keys.iter().chain(write_keys).cloned().collect();
     keys.sort_unstable();
     keys.dedup();
     keys
@@ -48,7 +48,7 @@ pub struct LogEntry<E> {
     pub txn: TxnId,
     pub ts: Timestamp,
     pub payload: E,
-    keys: Box<[Key]>,
+    keys: KeyList,
     hash: Hash160,
 }
 
@@ -190,7 +190,7 @@ impl<E: LogPayload> OrderedLog<E> {
             txn,
             ts,
             payload,
-            keys: keys.into_boxed_slice(),
+            keys,
             hash: entry_hash(txn, ts),
         };
         self.by_txn.insert(txn, ts);

@@ -1,7 +1,7 @@
 //! Edge cases of `OrderedLog`: order, positions, truncation, hashes, snapshots.
 
 use meridian_core::SmallBytes;
-use meridian_core::{Key, NodeId, Timestamp, TxnId};
+use meridian_core::{Key, KeyList, NodeId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogError, LogPayload, LogSnapshot, OrderedLog,
 };
@@ -24,7 +24,7 @@ struct Rw {
     writes: Vec<Key>,
 }
 impl LogPayload for Rw {
-    fn hash_keys(&self) -> Vec<Key> {
+    fn hash_keys(&self) -> KeyList {
         footprint(&self.reads, &self.writes)
     }
 }

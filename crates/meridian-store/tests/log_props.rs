@@ -6,7 +6,7 @@
 //! * logs with different entry sets have different hashes.
 
 use meridian_core::SmallBytes;
-use meridian_core::{Key, NodeId, Timestamp, TxnId};
+use meridian_core::{Key, KeyList, NodeId, Timestamp, TxnId};
 use meridian_store::{entry_hash, Hash160, LogError, LogPayload, OrderedLog};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Keys(Vec<Key>);
 impl LogPayload for Keys {
-    fn hash_keys(&self) -> Vec<Key> {
-        self.0.clone()
+    fn hash_keys(&self) -> KeyList {
+        self.0.iter().cloned().collect()
     }
 }
 

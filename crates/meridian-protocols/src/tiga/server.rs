@@ -18,7 +18,7 @@ use super::wire::{
 };
 use super::TigaNode;
 use meridian_core::node::Ctx;
-use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures};
+use meridian_core::txn::{execute_piece, AbortReason, Key, KeyList, PieceResult, Procedures};
 use meridian_core::{Cluster, NodeId, NodeRole, ShardId, TimerId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
@@ -35,10 +35,10 @@ const LOG_SYNC_BATCH_MAX: u64 = 512;
 
 /// A log entry's payload: the keys of Appendix D's per-key hash.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Footprint(pub Vec<Key>);
+pub struct Footprint(pub KeyList);
 
 impl LogPayload for Footprint {
-    fn hash_keys(&self) -> Vec<Key> {
+    fn hash_keys(&self) -> KeyList {
         self.0.clone()
     }
 }
@@ -62,8 +62,8 @@ pub enum State {
 #[derive(Debug)]
 struct Entry {
     body: TxnBody,
-    reads: Vec<Key>,
-    writes: Vec<Key>,
+    reads: KeyList,
+    writes: KeyList,
     state: State,
     /// Leader: the current execution's results, if executed.
     result: Option<ShardResult>,
@@ -83,9 +83,9 @@ struct Entry {
 }
 
 /// The keys `shard`'s pieces of `body` read and write, sorted and deduplicated.
-pub(crate) fn keys_on(body: &TxnBody, shard: ShardId) -> (Vec<Key>, Vec<Key>) {
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
+pub(crate) fn keys_on(body: &TxnBody, shard: ShardId) -> (KeyList, KeyList) {
+    let mut reads = KeyList::new();
+    let mut writes = KeyList::new();
     for (_, p) in body.pieces_on(shard) {
         p.for_each_key(|key, write| {
             if write {

@@ -5,7 +5,7 @@
 use super::{Entry, Server};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
-use meridian_core::Timestamp;
+use meridian_core::{KeyList, Timestamp};
 
 /// GC progress; reset with the log (a view change or a state transfer replaces both).
 #[derive(Debug, Default)]
@@ -84,8 +84,8 @@ impl Server {
             }
             e.last_fast = None;
             e.result = None;
-            e.reads = Vec::new();
-            e.writes = Vec::new();
+            e.reads = KeyList::new();
+            e.writes = KeyList::new();
             self.gc.slimmed += 1;
         }
     }
