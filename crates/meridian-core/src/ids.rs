@@ -33,6 +33,10 @@ id_type!(
     /// A shard (partition of the key space), `0..shards`.
     ShardId(u32), "shard"
 );
+/// A transaction's shards: inline up to four (a cross-shard transaction rarely spans
+/// more), so a message carrying them clones without allocating.
+pub type ShardList = smallvec::SmallVec<[ShardId; 4]>;
+
 id_type!(
     /// A replica's position inside its shard, `0..replicas` (Tiga's *replica-id*).
     ReplicaId(u32), "replica"

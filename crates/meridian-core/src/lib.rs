@@ -22,7 +22,7 @@ pub mod topology;
 pub mod txn;
 pub mod value;
 
-pub use ids::{ClientId, NodeId, RegionId, ReplicaId, RequestId, ShardId, TxnId};
+pub use ids::{ClientId, NodeId, RegionId, ReplicaId, RequestId, ShardId, ShardList, TxnId};
 pub use node::{Context, Effect, Node, NodeRng, Protocol, ProtocolConfig, TimerId};
 pub use partition::Partitioner;
 pub use small_bytes::SmallBytes;

@@ -17,7 +17,7 @@ use meridian_core::node::Ctx;
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome, PieceResult, Txn,
 };
-use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, Timestamp, TxnId};
+use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, ShardList, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use session::Session;
 use std::collections::BTreeMap;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 struct ShardReplies {
     /// The leader's fast reply with the largest timestamp (a leader's timestamp only grows).
-    leader: Option<FastReply>,
+    leader: Option<Arc<FastReply>>,
     /// Fast replies by replica index: (timestamp, hash).
     fast: BTreeMap<u32, (Timestamp, meridian_store::Hash160)>,
     /// Slow replies by replica index: timestamp.
@@ -213,7 +213,7 @@ impl Coordinator {
     }
 
     /// A fast reply (§3.4): counted toward its shard's super quorum if of this view.
-    fn on_fast_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, reply: FastReply) {
+    fn on_fast_reply(&mut self, ctx: &mut Ctx<'_, TigaNode>, reply: Arc<FastReply>) {
         if !self.in_view(ctx, reply.g_view) {
             return;
         }
@@ -250,7 +250,7 @@ impl Coordinator {
                 self.opts.probe_window,
             ),
             Msg::NewView(view) => self.on_new_view(ctx, view),
-            Msg::FastReply(reply) => self.on_fast_reply(ctx, *reply),
+            Msg::FastReply(reply) => self.on_fast_reply(ctx, reply),
             // A longer batch is malformed: dropped.
             Msg::FastReplies(replies) if replies.len() <= FAST_REPLIES_BATCH_MAX => {
                 for reply in replies {
@@ -360,7 +360,7 @@ impl Coordinator {
         txn: Txn,
         purpose: Purpose,
     ) {
-        let shards = txn.shards();
+        let shards = ShardList::from_vec(txn.shards());
         let id = self.next_id();
         let now = ctx.now_ns();
         let leaders = self.view.leaders(&self.cluster);

@@ -5,6 +5,7 @@
 use meridian_core::txn::Key;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 /// Per-key largest read and write timestamps, in one map (one lookup per key serves
@@ -94,10 +95,10 @@ pub fn conflicts(a_reads: &[Key], a_writes: &[Key], b_reads: &[Key], b_writes: &
 type Slot = (Timestamp, TxnId);
 
 /// The queued transactions touching one key, in queue order, each with how it accesses
-/// the key. A sorted vector: a key rarely has more than a few queued transactions, and
-/// one vector allocates once where a set per access kind allocated a tree node each.
+/// the key. A sorted vector, inline for one entry: a key rarely has more than a few
+/// queued transactions, most often one, which then allocates nothing.
 #[derive(Debug, Default)]
-struct KeyQueue(Vec<(Slot, Access)>);
+struct KeyQueue(SmallVec<[(Slot, Access); 1]>);
 
 /// How a queued transaction accesses one key.
 #[derive(Clone, Copy, Debug, Default)]

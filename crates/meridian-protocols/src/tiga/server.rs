@@ -72,7 +72,7 @@ struct Entry {
     own_abort: bool,
     executions: u32,
     /// Boxed: most entries hold none (slimmed by GC), and the entry stays small.
-    last_fast: Option<Box<FastReply>>,
+    last_fast: Option<Arc<FastReply>>,
     notified_ns: u64,
     /// When this server first got it (local clock): a leader acts as recovery coordinator
     /// for multi-shard transactions stuck since long ago.
@@ -201,7 +201,7 @@ pub struct Server {
     /// Notifications to other leaders (to, g-view, notice), sent at the end of the batch.
     notices: Vec<(NodeId, u64, Notice)>,
     /// Fast replies to coordinators, sent at the end of the batch.
-    replies_out: Vec<(NodeId, FastReply)>,
+    replies_out: Vec<(NodeId, Arc<FastReply>)>,
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
@@ -687,7 +687,7 @@ impl Server {
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a follower releases a transaction once");
         e.state = State::Released;
-        let reply = FastReply {
+        let reply = Arc::new(FastReply {
             txn: id,
             shard: self.shard,
             replica: self.replica,
@@ -696,8 +696,8 @@ impl Server {
             result: None,
             g_view: self.view.g_view,
             reexecuted: false,
-        };
-        e.last_fast = Some(Box::new(reply.clone()));
+        });
+        e.last_fast = Some(reply.clone());
         self.replies_out.push((id.coordinator, reply));
     }
 
@@ -954,7 +954,7 @@ impl Server {
     fn send_fast_reply(&mut self, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
-        let reply = FastReply {
+        let reply = Arc::new(FastReply {
             txn: id,
             shard: self.shard,
             replica: self.replica,
@@ -963,8 +963,8 @@ impl Server {
             result: Some(e.result.clone().expect("executed when sealed")),
             g_view: self.view.g_view,
             reexecuted: e.executions > 1,
-        };
-        e.last_fast = Some(Box::new(reply.clone()));
+        });
+        e.last_fast = Some(reply.clone());
         self.replies_out.push((id.coordinator, reply));
     }
 
@@ -974,7 +974,7 @@ impl Server {
             ctx,
             &mut self.replies_out,
             FAST_REPLIES_BATCH_MAX,
-            |reply| Msg::FastReply(Box::new(reply)),
+            Msg::FastReply,
             Msg::FastReplies,
         );
     }

@@ -6,7 +6,7 @@ use meridian_core::node::{Ctx, Setup};
 use meridian_core::node::{Effect, NodeEffect};
 use meridian_core::txn::{ClientResponse, Op, Operand, Outcome, Piece};
 use meridian_core::SmallBytes;
-use meridian_core::{Context, NodeRng, Procedures, Timestamp, Topology, TxnId};
+use meridian_core::{Context, NodeRng, Procedures, ShardList, Timestamp, Topology, TxnId};
 use rand::SeedableRng;
 use std::sync::Arc;
 
@@ -99,7 +99,7 @@ fn fast_replies(effects: &[NodeEffect<TigaNode>]) -> Vec<FastReply> {
     sent(effects)
         .into_iter()
         .filter_map(|(_, m)| match m {
-            Msg::FastReply(r) => Some(*r),
+            Msg::FastReply(r) => Some(FastReply::clone(&r)),
             _ => None,
         })
         .collect()
@@ -757,7 +757,7 @@ fn increment(seq: u64, t: u64, k: &str) -> TxnBody {
     TxnBody {
         id: TxnId::new(COORD, 0, seq),
         ts: Timestamp::new(t, COORD.0),
-        shards: vec![ShardId(0)],
+        shards: ShardList::from_slice(&[ShardId(0)]),
         pieces: Arc::new(vec![(
             0,
             Piece::ops(

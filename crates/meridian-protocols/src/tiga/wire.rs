@@ -6,7 +6,7 @@ use super::TigaNode;
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{AbortReason, Op, Operand, Piece, PieceBody, PieceResult};
-use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
+use meridian_core::{NodeId, ShardId, ShardList, Timestamp, TxnId};
 use meridian_store::{Hash160, LogSnapshot, StoreCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub struct TxnBody {
     pub id: TxnId,
     pub ts: Timestamp,
-    pub shards: Vec<ShardId>,
+    pub shards: ShardList,
     pub pieces: Arc<Vec<(u16, Piece)>>,
     /// Decided aborted: some involved shard's pieces aborted at the agreed timestamp, so
     /// no shard keeps its writes (a server sets it when the decision is known; it travels
@@ -151,24 +151,22 @@ pub struct Notice {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Msg {
     /// Coordinator → server OWD probe, stamped with the coordinator's local clock.
-    Probe {
-        sent_ns: u64,
-    },
+    Probe { sent_ns: u64 },
     /// Server → coordinator: the probe's stamp and the server's local clock at receipt.
-    ProbeReply {
-        sent_ns: u64,
-        server_ns: u64,
-    },
+    ProbeReply { sent_ns: u64, server_ns: u64 },
     /// Coordinator → every replica of every involved shard (§3.1).
     Submit(Box<TxnBody>),
     /// Several transactions from one coordinator to one server: what one batch of the
     /// coordinator's events submitted (a single one goes as [`Msg::Submit`]).
     Submits(Vec<TxnBody>),
-    FastReply(Box<FastReply>),
+    /// Shared (an `Arc`): the server keeps the reply it sent to repeat it on a
+    /// retransmission, and the coordinator keeps the leader's, so in process one reply is
+    /// built once and never deep-copied; on the wire it is the plain struct.
+    FastReply(Arc<FastReply>),
     /// Several fast replies from one server to one coordinator: what one batch of the
     /// server's events produced for it (a single one goes as [`Msg::FastReply`]). Each
     /// carries its own g-view.
-    FastReplies(Vec<FastReply>),
+    FastReplies(Vec<Arc<FastReply>>),
     /// Follower → coordinator: the entry is consistent with the leader's log (§3.7).
     SlowReply {
         txn: TxnId,
@@ -179,10 +177,7 @@ pub enum Msg {
     },
     /// Coordinator → follower (Appendix E, `slow_replies=pull`): send a slow reply for each
     /// of `txns` once it is synced (now if it already is).
-    SlowInquiry {
-        shard: ShardId,
-        txns: Vec<TxnId>,
-    },
+    SlowInquiry { shard: ShardId, txns: Vec<TxnId> },
     /// Leader → leaders: the timestamp this leader holds for `txn` (§3.5/§3.6), and
     /// whether it is sealed at it (at the head of the queue, recorded in rMap/wMap and, in
     /// the detective approach, executed). Unsealed notes are early lower bounds.
@@ -237,10 +232,7 @@ pub enum Msg {
         g_view: u64,
     },
     /// Follower → leader: the body of an entry this follower never received (§3.7 (2)).
-    Fetch {
-        txn: TxnId,
-        g_view: u64,
-    },
+    Fetch { txn: TxnId, g_view: u64 },
     /// Leader → follower: the fetched body.
     FetchReply(Box<TxnBody>),
 
@@ -248,10 +240,7 @@ pub enum Msg {
     /// View manager replica ↔ replica.
     Raft(RaftMsg),
     /// Server → view manager, every `heartbeat_ms`.
-    Heartbeat {
-        g_view: u64,
-        status: Status,
-    },
+    Heartbeat { g_view: u64, status: Status },
     /// Anyone → a view manager replica: which view is installed?
     ViewInquiry,
     /// View manager → servers and coordinators (Algorithm 4 `view-change-req`), and the
@@ -281,9 +270,7 @@ pub enum Msg {
         log: Vec<TxnBody>,
     },
     /// Rejoining server → its leader (Algorithm 6 `state-transfer-req`).
-    StateTransferReq {
-        g_view: u64,
-    },
+    StateTransferReq { g_view: u64 },
     /// Leader → rejoining server: the release stream, the commit-point, and the entries the
     /// leader holds but has not released yet (which it may have answered fast).
     StateTransfer {
@@ -370,6 +357,10 @@ pub(crate) fn send_grouped<T>(
     out.sort_by_key(|(to, _)| *to); // stable: each destination's items stay in order
     let mut rest = out.drain(..).peekable();
     while let Some((to, first)) = rest.next() {
+        if rest.peek().is_none_or(|(next, _)| *next != to) {
+            ctx.send(to, one(first)); // no batch vector for a lone item, the common case
+            continue;
+        }
         let mut batch = vec![first];
         while batch.len() < max {
             match rest.next_if(|(next, _)| *next == to) {

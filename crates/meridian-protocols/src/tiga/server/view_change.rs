@@ -14,6 +14,7 @@ use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
 use meridian_store::{footprint, LogSnapshot, MvStore, OrderedLog};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Progress of the view change (or rejoin) this server is in.
 #[derive(Debug, Default)]
@@ -546,7 +547,7 @@ impl Server {
                 } else {
                     self.store.commit(id);
                 }
-                e.last_fast = Some(Box::new(FastReply {
+                e.last_fast = Some(Arc::new(FastReply {
                     txn: id,
                     shard: self.shard,
                     replica: self.replica,
