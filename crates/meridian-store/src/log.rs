@@ -19,7 +19,8 @@ pub type LogPos = u64;
 pub trait LogPayload {
     /// The entry's read ∪ write set on this shard, or nothing for a read-only entry
     /// (Appendix D leaves read-only transactions out of the hash). Duplicates are allowed.
-    /// Must be a pure function of the payload: the log calls it once per insertion.
+    /// Must be a pure function of the payload: the log calls it on insertion and again on
+    /// removal (it does not keep a copy of the keys beside the payload).
     fn hash_keys(&self) -> KeyList;
 }
 
@@ -48,7 +49,6 @@ pub struct LogEntry<E> {
     pub txn: TxnId,
     pub ts: Timestamp,
     pub payload: E,
-    keys: KeyList,
     hash: Hash160,
 }
 
@@ -58,13 +58,18 @@ impl<E> LogEntry<E> {
         self.hash
     }
 
-    /// The keys (sorted, deduplicated) captured from the payload at insertion.
-    pub fn hash_keys(&self) -> &[Key] {
-        &self.keys
-    }
-
     fn order(&self) -> (Timestamp, TxnId) {
         (self.ts, self.txn)
+    }
+}
+
+impl<E: LogPayload> LogEntry<E> {
+    /// The payload's keys, sorted and deduplicated.
+    pub fn hash_keys(&self) -> KeyList {
+        let mut keys = self.payload.hash_keys();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 }
 
@@ -183,23 +188,19 @@ impl<E: LogPayload> OrderedLog<E> {
     }
 
     fn make_entry(&mut self, txn: TxnId, ts: Timestamp, payload: E) -> LogEntry<E> {
-        let mut keys = payload.hash_keys();
-        keys.sort_unstable();
-        keys.dedup();
         let entry = LogEntry {
             txn,
             ts,
             payload,
-            keys,
             hash: entry_hash(txn, ts),
         };
         self.by_txn.insert(txn, ts);
-        self.toggle(&entry.keys, entry.hash);
+        self.toggle(&entry.hash_keys(), entry.hash);
         entry
     }
 }
 
-impl<E> OrderedLog<E> {
+impl<E: LogPayload> OrderedLog<E> {
     fn check_above_floor(&self, txn: TxnId, ts: Timestamp) -> Result<(), LogError> {
         match self.floor {
             Some(floor) if (ts, txn) <= floor => Err(LogError::BelowTruncated {
@@ -274,7 +275,7 @@ impl<E> OrderedLog<E> {
         let index = self.index_of(txn)?;
         let entry = self.entries.remove(index).expect("index_of found it");
         self.by_txn.remove(&txn);
-        self.toggle(&entry.keys, entry.hash);
+        self.toggle(&entry.hash_keys(), entry.hash);
         Some((self.base + index as LogPos, entry))
     }
 
@@ -286,7 +287,7 @@ impl<E> OrderedLog<E> {
         self.check_above_floor(txn, ts)?;
         let mut entry = self.entries.remove(index).expect("index_of found it");
         let new_hash = entry_hash(txn, ts);
-        self.toggle(&entry.keys, entry.hash ^ new_hash);
+        self.toggle(&entry.hash_keys(), entry.hash ^ new_hash);
         entry.ts = ts;
         entry.hash = new_hash;
         self.by_txn.insert(txn, ts);
@@ -298,21 +299,25 @@ impl<E> OrderedLog<E> {
     /// Drops the entries before position `upto` (they are checkpointed: Tiga's
     /// commit-point, §4) and returns them. The hashes do not change: they keep covering the
     /// whole log. Nothing may later be placed at or below the last dropped entry.
-    pub fn truncate_prefix(&mut self, upto: LogPos) -> Result<Vec<LogEntry<E>>, LogError> {
+    /// The entries are drained in place: a caller that drops the iterator drops them
+    /// without copying them out.
+    pub fn truncate_prefix(
+        &mut self,
+        upto: LogPos,
+    ) -> Result<std::collections::vec_deque::Drain<'_, LogEntry<E>>, LogError> {
         if upto < self.base || upto > self.end_pos() {
             return Err(self.out_of_range(upto));
         }
         let count = (upto - self.base) as usize;
-        let dropped: Vec<LogEntry<E>> = self.entries.drain(..count).collect();
-        for entry in &dropped {
+        for entry in self.entries.range(..count) {
             self.by_txn.remove(&entry.txn);
             self.prefix_hash ^= entry.hash;
         }
-        if let Some(last) = dropped.last() {
+        if let Some(last) = count.checked_sub(1).map(|i| &self.entries[i]) {
             self.floor = Some(last.order());
         }
         self.base = upto;
-        Ok(dropped)
+        Ok(self.entries.drain(..count))
     }
 
     fn out_of_range(&self, pos: LogPos) -> LogError {
@@ -453,7 +458,7 @@ impl<E> OrderedLog<E> {
 
     /// [`OrderedLog::keys_hash`] over `txn`'s captured keys.
     pub fn txn_keys_hash(&self, txn: TxnId) -> Option<Hash160> {
-        self.get(txn).map(|e| self.keys_hash(e.keys.iter()))
+        self.get(txn).map(|e| self.keys_hash(e.hash_keys().iter()))
     }
 
     /// Number of keys with a non-zero per-key hash (memory accounting).
@@ -476,7 +481,7 @@ impl<E> OrderedLog<E> {
         let mut table = self.key_hashes.clone();
         for e in self.entries.range(split..) {
             hash ^= e.hash;
-            for key in e.keys.iter() {
+            for key in e.hash_keys().iter() {
                 *table.entry(key.clone()).or_default() ^= e.hash;
             }
         }
@@ -492,7 +497,7 @@ impl<E> OrderedLog<E> {
         let mut table: FxHashMap<Key, Hash160> = self.hashes_before(0).1.into_iter().collect();
         for e in &self.entries {
             let h = entry_hash(e.txn, e.ts);
-            for key in e.keys.iter() {
+            for key in e.hash_keys().iter() {
                 *table.entry(key.clone()).or_default() ^= h;
             }
         }
