@@ -308,8 +308,13 @@ impl Driver {
 
 async fn run_one(shared: &Shared, target: &Target, region: usize, process: u32, plan: TxnPlan) {
     let invoke = shared.start.elapsed();
-    let (request, shards) = match &plan {
-        TxnPlan::OneShot(txn) => (ClientRequest::OneShot(txn.clone()), txn.shards()),
+    // The plan is kept (a copy of the transaction) only for the history.
+    let kept = shared.record_history.then(|| plan.clone());
+    let (request, shards) = match plan {
+        TxnPlan::OneShot(txn) => {
+            let shards = txn.shards();
+            (ClientRequest::OneShot(txn), shards)
+        }
         TxnPlan::Interactive(_) => {
             tracing::error!("the runtime load generator runs one-shot plans only; use the workload's one-shot mode");
             return;
@@ -341,7 +346,7 @@ async fn run_one(shared: &Shared, target: &Target, region: usize, process: u32, 
             record(&mut stats, region, &outcome, latency, bound_ms);
         }
     }
-    if shared.record_history {
+    if let Some(plan) = kept {
         let kind = match &outcome {
             Outcome::Committed { .. } => EntryType::Ok,
             Outcome::Aborted { .. } => EntryType::Fail,

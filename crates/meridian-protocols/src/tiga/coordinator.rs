@@ -20,6 +20,7 @@ use meridian_core::txn::{
 use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, ShardList, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use session::Session;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,9 +30,41 @@ struct ShardReplies {
     /// The leader's fast reply with the largest timestamp (a leader's timestamp only grows).
     leader: Option<Arc<FastReply>>,
     /// Fast replies by replica index: (timestamp, hash).
-    fast: BTreeMap<u32, (Timestamp, meridian_store::Hash160)>,
+    fast: ByReplica<(Timestamp, meridian_store::Hash160)>,
     /// Slow replies by replica index: timestamp.
-    slow: BTreeMap<u32, Timestamp>,
+    slow: ByReplica<Timestamp>,
+}
+
+/// One value per replica index of a shard, the latest kept: a short vector, inline for
+/// three replicas (a tree map allocated a node per shard per transaction).
+#[derive(Debug)]
+struct ByReplica<V>(SmallVec<[(u32, V); 3]>);
+
+impl<V> Default for ByReplica<V> {
+    fn default() -> Self {
+        ByReplica(SmallVec::new())
+    }
+}
+
+impl<V> ByReplica<V> {
+    fn insert(&mut self, replica: u32, value: V) {
+        match self.0.iter_mut().find(|(r, _)| *r == replica) {
+            Some((_, slot)) => *slot = value,
+            None => self.0.push((replica, value)),
+        }
+    }
+
+    fn get(&self, replica: u32) -> Option<&V> {
+        self.0.iter().find(|(r, _)| *r == replica).map(|(_, v)| v)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
 }
 
 /// Whom a transaction's outcome goes to.
@@ -164,7 +197,7 @@ impl Coordinator {
                 }
                 let replicas = self.cluster.replicas(shard);
                 for (r, &node) in replicas.iter().enumerate() {
-                    let answered = inf.replies[i].slow.contains_key(&(r as u32));
+                    let answered = inf.replies[i].slow.get(r as u32).is_some();
                     if node != leaders[shard.index()] && !answered {
                         wanted.entry((node, shard)).or_default().push(txn);
                     }
@@ -469,11 +502,11 @@ impl Coordinator {
             let n = self.cluster.replicas(shard).len() as u32;
             let (mut fast_q, mut slow_q, mut pure_fast) = (0, 0, 0);
             for r in 0..n {
-                let matches_fast = replies.fast.get(&r) == Some(&(leader.ts, leader.hash));
+                let matches_fast = replies.fast.get(r) == Some(&(leader.ts, leader.hash));
                 if matches_fast {
                     pure_fast += 1;
                 }
-                if replies.slow.get(&r) == Some(&leader.ts) {
+                if replies.slow.get(r) == Some(&leader.ts) {
                     slow_q += 1;
                     fast_q += 1;
                 } else if matches_fast {
