@@ -5,6 +5,7 @@ use crate::hash::{entry_hash, key_state_hash, Hash160};
 use meridian_core::{Key, KeyList, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
 
@@ -21,13 +22,14 @@ pub trait LogPayload {
     /// (Appendix D leaves read-only transactions out of the hash). Duplicates are allowed.
     /// Must be a pure function of the payload: the log calls it on insertion and again on
     /// removal (it does not keep a copy of the keys beside the payload).
-    fn hash_keys(&self) -> KeyList;
+    /// Borrowed when the payload holds them (the log then copies nothing).
+    fn hash_keys(&self) -> Cow<'_, [Key]>;
 }
 
 /// A payload without keys: only the whole-log hash is maintained.
 impl LogPayload for () {
-    fn hash_keys(&self) -> KeyList {
-        KeyList::new()
+    fn hash_keys(&self) -> Cow<'_, [Key]> {
+        Cow::Borrowed(&[])
     }
 }
 
@@ -64,12 +66,17 @@ impl<E> LogEntry<E> {
 }
 
 impl<E: LogPayload> LogEntry<E> {
-    /// The payload's keys, sorted and deduplicated.
-    pub fn hash_keys(&self) -> KeyList {
-        let mut keys = self.payload.hash_keys();
+    /// The payload's keys, sorted and deduplicated (borrowed if the payload's already
+    /// are, as [`footprint`]'s).
+    pub fn hash_keys(&self) -> Cow<'_, [Key]> {
+        let keys = self.payload.hash_keys();
+        if keys.windows(2).all(|w| w[0] < w[1]) {
+            return keys;
+        }
+        let mut keys = keys.into_owned();
         keys.sort_unstable();
         keys.dedup();
-        keys
+        Cow::Owned(keys)
     }
 }
 

@@ -6,16 +6,17 @@
 //! * logs with different entry sets have different hashes.
 
 use meridian_core::SmallBytes;
-use meridian_core::{Key, KeyList, NodeId, Timestamp, TxnId};
+use meridian_core::{Key, NodeId, Timestamp, TxnId};
 use meridian_store::{entry_hash, Hash160, LogError, LogPayload, OrderedLog};
 use proptest::prelude::*;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Keys(Vec<Key>);
 impl LogPayload for Keys {
-    fn hash_keys(&self) -> KeyList {
-        self.0.iter().cloned().collect()
+    fn hash_keys(&self) -> Cow<'_, [Key]> {
+        Cow::Borrowed(&self.0)
     }
 }
 

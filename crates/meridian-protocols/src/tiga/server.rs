@@ -24,6 +24,7 @@ use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -38,8 +39,8 @@ const LOG_SYNC_BATCH_MAX: u64 = 512;
 pub struct Footprint(pub KeyList);
 
 impl LogPayload for Footprint {
-    fn hash_keys(&self) -> KeyList {
-        self.0.clone()
+    fn hash_keys(&self) -> Cow<'_, [Key]> {
+        Cow::Borrowed(&self.0)
     }
 }
 
@@ -882,6 +883,7 @@ impl Server {
         self.sealed.remove(&id);
         e.state = State::Released;
         e.released_ns = ctx.now_ns();
+        let released_ns = e.released_ns;
         e.body.aborted = aborted;
         e.body.decided = true;
         mark_decided(&mut self.marks, e);
@@ -893,7 +895,7 @@ impl Server {
         self.log
             .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
             .expect("a leader releases a transaction once");
-        self.stream.push((id, ts));
+        self.stream.push((id, ts), released_ns);
         self.advance_commit_point();
     }
 
@@ -1032,7 +1034,7 @@ impl Server {
             self.maps.record(&e.reads, &e.writes, ts);
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
-            self.synced.push((id, ts));
+            self.synced.push((id, ts), e.released_ns);
             if self.opts.slow_replies == SlowReplies::Push || self.slow_wanted.remove(&id) {
                 self.send_slow(ctx, id, ts);
             }

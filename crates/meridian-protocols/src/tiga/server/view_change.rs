@@ -559,10 +559,10 @@ impl Server {
                 }));
                 e.result = Some(result);
                 e.state = State::Released;
-                self.stream.push((id, ts));
+                self.stream.push((id, ts), e.released_ns);
             } else {
                 e.state = State::Synced;
-                self.synced.push((id, ts));
+                self.synced.push((id, ts), e.released_ns);
             }
             if self.log.ts_of(id) != Some(ts) {
                 self.log
