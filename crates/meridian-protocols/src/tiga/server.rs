@@ -24,6 +24,7 @@ use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -683,9 +684,10 @@ impl Server {
         let ts = e.body.ts;
         self.pq.remove(ts, id, &e.reads, &e.writes);
         self.maps.record(&e.reads, &e.writes, ts);
-        let hash = reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts);
+        let own = entry_hash(id, ts);
+        let hash = reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, own);
         self.log
-            .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+            .insert_hashed(id, ts, Footprint(footprint(&e.reads, &e.writes)), own)
             .expect("a follower releases a transaction once");
         e.state = State::Released;
         let reply = Arc::new(FastReply {
@@ -715,7 +717,7 @@ impl Server {
         e.state = State::Sealed;
         self.execute_sealed(id);
         if !self.preventive {
-            self.send_fast_reply(id);
+            let _ = self.send_fast_reply(id);
         }
         self.note_own(ctx, id, true);
         self.sealed.insert(id);
@@ -870,9 +872,7 @@ impl Server {
     /// carries the decision). The decision enters later fast-reply hashes through its
     /// decision mark only if it matters ([`TxnBody::decision_matters`]).
     fn leader_release(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
-        if self.preventive {
-            self.send_fast_reply(id);
-        }
+        let own = self.preventive.then(|| self.send_fast_reply(id));
         // Agreement is over: the notes matter no more (a late notification is answered
         // from the log).
         let notes = self.notes.remove(&id).unwrap_or_default();
@@ -892,8 +892,9 @@ impl Server {
         } else {
             self.store.commit(id);
         }
+        let own = own.unwrap_or_else(|| entry_hash(id, ts));
         self.log
-            .insert(id, ts, Footprint(footprint(&e.reads, &e.writes)))
+            .insert_hashed(id, ts, Footprint(footprint(&e.reads, &e.writes)), own)
             .expect("a leader releases a transaction once");
         self.stream.push((id, ts), released_ns);
         self.advance_commit_point();
@@ -953,21 +954,24 @@ impl Server {
         e.result = Some(result);
     }
 
-    fn send_fast_reply(&mut self, id: TxnId) {
+    /// Returns the entry's hash at its timestamp (for the log insertion that follows).
+    fn send_fast_reply(&mut self, id: TxnId) -> Hash160 {
         let e = self.txns.get_mut(&id).expect("present");
         let ts = e.body.ts;
+        let own = entry_hash(id, ts);
         let reply = Arc::new(FastReply {
             txn: id,
             shard: self.shard,
             replica: self.replica,
             ts,
-            hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts),
+            hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, own),
             result: Some(e.result.clone().expect("executed when sealed")),
             g_view: self.view.g_view,
             reexecuted: e.executions > 1,
         });
         e.last_fast = Some(reply.clone());
         self.replies_out.push((id.coordinator, reply));
+        own
     }
 
     /// Sends the batch's fast replies, one message per coordinator.
@@ -989,7 +993,7 @@ impl Server {
     }
 
     fn advance_commit_point(&mut self) {
-        let mut points: Vec<u64> = self
+        let mut points: SmallVec<[u64; 8]> = self
             .followers
             .iter()
             .map(|&f| self.follower_synced(f))
@@ -1227,7 +1231,7 @@ fn mark_decided(marks: &mut FxHashMap<Key, Hash160>, e: &Entry) {
 }
 
 /// Appendix D: the per-key hash over the transaction's keys, with the transaction's own
-/// entry at `ts` included, so a leader that executes before appending and a follower that
+/// entry (`own_hash`, its `entry_hash` at its timestamp) included, so a leader that executes before appending and a follower that
 /// appends on release compute the same value. Every caller replies before the entry goes
 /// into the log, so its own entry is added here (checked in debug builds: the lookup cost
 /// a cache miss per reply).
@@ -1236,13 +1240,12 @@ pub(crate) fn reply_hash(
     reads: &[Key],
     writes: &[Key],
     id: TxnId,
-    ts: Timestamp,
+    own_hash: Hash160,
 ) -> Hash160 {
     // The transaction's own entry counts on every key of its footprint, which is all of
     // its keys when it writes and none when it is read-only (`footprint`).
     debug_assert_eq!(log.ts_of(id), None, "replies precede the log entry");
     let own_counts = !writes.is_empty();
-    let own_hash = entry_hash(id, ts);
     sorted_union(reads, writes).fold(Hash160::ZERO, |acc, key| {
         let mut h = log.key_hash(key) ^ marks.get(key).copied().unwrap_or(Hash160::ZERO);
         if own_counts {

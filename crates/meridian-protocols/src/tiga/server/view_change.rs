@@ -11,7 +11,7 @@ use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::AbortReason;
 use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
-use meridian_store::{footprint, LogSnapshot, MvStore, OrderedLog};
+use meridian_store::{entry_hash, footprint, LogSnapshot, MvStore, OrderedLog};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -552,7 +552,13 @@ impl Server {
                     shard: self.shard,
                     replica: self.replica,
                     ts,
-                    hash: reply_hash((&self.log, &self.marks), &e.reads, &e.writes, id, ts),
+                    hash: reply_hash(
+                        (&self.log, &self.marks),
+                        &e.reads,
+                        &e.writes,
+                        id,
+                        entry_hash(id, ts),
+                    ),
                     result: Some(result.clone()),
                     g_view: self.view.g_view,
                     reexecuted: false,
