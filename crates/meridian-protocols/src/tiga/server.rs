@@ -883,7 +883,6 @@ impl Server {
         self.sealed.remove(&id);
         e.state = State::Released;
         e.released_ns = ctx.now_ns();
-        let released_ns = e.released_ns;
         e.body.aborted = aborted;
         e.body.decided = true;
         mark_decided(&mut self.marks, e);
@@ -896,7 +895,7 @@ impl Server {
         self.log
             .insert_hashed(id, ts, Footprint(footprint(&e.reads, &e.writes)), own)
             .expect("a leader releases a transaction once");
-        self.stream.push((id, ts), released_ns);
+        self.stream.push((id, ts));
         self.advance_commit_point();
     }
 
@@ -1038,7 +1037,7 @@ impl Server {
             self.maps.record(&e.reads, &e.writes, ts);
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
-            self.synced.push((id, ts), e.released_ns);
+            self.synced.push((id, ts));
             if self.opts.slow_replies == SlowReplies::Push || self.slow_wanted.remove(&id) {
                 self.send_slow(ctx, id, ts);
             }

@@ -47,10 +47,7 @@ impl Server {
         }
         self.gc.ticks = 0;
         let now = ctx.now_ns();
-        // Slimming is decided first (a cut takes only slimmed entries) and done last, on
-        // what the cut left: most slimmed entries go with the cut, unvisited.
-        let slim_from = self.gc.slimmed;
-        self.gc.slimmed = self.slim_bound(now);
+        self.slim(now);
         let floor = if self.is_leader {
             let floor = self.leader_floor(now);
             self.gc.leader_floor = self.gc.leader_floor.max(floor);
@@ -63,46 +60,33 @@ impl Server {
             self.maps.prune(floor);
         }
         self.truncate(ctx);
-        self.slim(slim_from);
         // Never above the latest cut: its checkpoint is read from the store on demand.
         self.store.gc(self.gc.floor.min(self.trunc.ts));
     }
 
-    /// The end of the slimmed positions: every transaction released (leader) or synced and
-    /// executed (follower) at least `commit_timeout_ms + retry_ms` ago may drop its fast
-    /// reply, execution result and key lists: its coordinator has given up retransmitting
-    /// by then, and the view change and state transfer recompute keys from the body, which
-    /// stays.
-    fn slim_bound(&self, now_ns: u64) -> u64 {
+    /// Drops the fast reply, the execution result and the key lists of every transaction
+    /// released (leader) or synced and executed (follower) at least `gc_lag` ago: its
+    /// coordinator has given up retransmitting by then (`commit_timeout_ms`), and the view
+    /// change and state transfer recompute keys from the body, which stays.
+    fn slim(&mut self, now_ns: u64) {
         let lag = self.opts.commit_timeout_ns + self.opts.retry_ns;
         let (list, upto) = if self.is_leader {
             (&self.stream, self.stream.end())
         } else {
             (&self.synced, self.executed_upto)
         };
-        let from = self.gc.slimmed.max(list.base());
-        let Some(released_by_ns) = now_ns.checked_sub(lag) else {
-            return from;
-        };
-        list.released_after(from, released_by_ns)
-            .min(upto)
-            .max(from)
-    }
-
-    /// Slims the entries from `from` to the slimmed bound that are still kept.
-    fn slim(&mut self, from: u64) {
-        let list = if self.is_leader {
-            &self.stream
-        } else {
-            &self.synced
-        };
-        for pos in from.max(list.base())..self.gc.slimmed {
-            let (id, _) = list.get(pos);
+        self.gc.slimmed = self.gc.slimmed.max(list.base());
+        while self.gc.slimmed < upto {
+            let (id, _) = list.get(self.gc.slimmed);
             let e = self.txns.get_mut(&id).expect("listed entries are known");
+            if e.released_ns.saturating_add(lag) > now_ns {
+                break;
+            }
             e.last_fast = None;
             e.result = None;
             e.reads = KeyList::new();
             e.writes = KeyList::new();
+            self.gc.slimmed += 1;
         }
     }
 

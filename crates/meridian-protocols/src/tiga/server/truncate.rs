@@ -22,21 +22,18 @@ pub const RESTORED: &str = "tiga.checkpoint_restores";
 pub const REJOINS_RESTORED: &str = "tiga.rejoin_checkpoint_restores";
 
 /// Positions of a release stream (leader) or synced prefix (follower) from `base` on; the
-/// entries before `base` are truncated. Each position also keeps when its entry was
-/// released (leader) or synced (follower), so GC finds what is old enough to slim without
-/// looking every entry up.
+/// entries before `base` are truncated.
 #[derive(Debug, Default)]
 pub(crate) struct PosList {
     base: u64,
     items: VecDeque<(TxnId, Timestamp)>,
-    released_ns: VecDeque<u64>,
 }
 
 impl PosList {
     pub(crate) fn starting_at(base: u64) -> PosList {
         PosList {
             base,
-            ..PosList::default()
+            items: VecDeque::new(),
         }
     }
 
@@ -53,18 +50,8 @@ impl PosList {
         self.items.is_empty()
     }
 
-    pub(crate) fn push(&mut self, entry: (TxnId, Timestamp), released_ns: u64) {
+    pub(crate) fn push(&mut self, entry: (TxnId, Timestamp)) {
         self.items.push_back(entry);
-        self.released_ns.push_back(released_ns);
-    }
-
-    /// The first position from `pos` on (clamped to the base) released after
-    /// `released_by_ns`, or the end.
-    pub(crate) fn released_after(&self, pos: u64, released_by_ns: u64) -> u64 {
-        let skip = pos.saturating_sub(self.base) as usize;
-        let old = self.released_ns.range(skip.min(self.released_ns.len())..);
-        let count = old.take_while(|&&at| at <= released_by_ns).count();
-        self.base + (skip + count) as u64
     }
 
     /// The entry at `pos`, which must not be truncated.
@@ -104,7 +91,6 @@ impl PosList {
         );
         let count = (pos - self.base) as usize;
         self.base = pos;
-        self.released_ns.drain(..count);
         self.items.drain(..count).collect()
     }
 }

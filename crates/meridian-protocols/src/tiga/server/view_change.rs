@@ -565,10 +565,10 @@ impl Server {
                 }));
                 e.result = Some(result);
                 e.state = State::Released;
-                self.stream.push((id, ts), e.released_ns);
+                self.stream.push((id, ts));
             } else {
                 e.state = State::Synced;
-                self.synced.push((id, ts), e.released_ns);
+                self.synced.push((id, ts));
             }
             if self.log.ts_of(id) != Some(ts) {
                 self.log
