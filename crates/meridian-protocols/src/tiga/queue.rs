@@ -6,7 +6,7 @@ use meridian_core::txn::Key;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 
 /// Per-key largest read and write timestamps, in one map (one lookup per key serves
 /// both).
@@ -154,9 +154,69 @@ impl KeyQueue {
 /// conflicting transaction ahead of it (so the scan would not release it either).
 #[derive(Debug, Default)]
 pub struct PriorityQueue {
-    order: BTreeSet<Slot>,
+    order: SortedSlots,
     by_key: FxHashMap<Key, KeyQueue>,
-    candidates: BTreeSet<Slot>,
+    candidates: SortedSlots,
+}
+
+/// A set of slots kept as a sorted deque: the queue holds a few hundred transactions,
+/// arrivals land near the back (timestamps grow) and releases leave near the front, so a
+/// binary search over contiguous memory and a short shift beat a tree's node hops.
+#[derive(Debug, Default)]
+struct SortedSlots(VecDeque<Slot>);
+
+impl SortedSlots {
+    /// Adds `slot`; false if it was there.
+    fn insert(&mut self, slot: Slot) -> bool {
+        match self.0.binary_search(&slot) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, slot);
+                true
+            }
+        }
+    }
+
+    /// Removes `slot`; false if it was not there.
+    fn remove(&mut self, slot: &Slot) -> bool {
+        match self.0.binary_search(slot) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn first(&self) -> Option<&Slot> {
+        self.0.front()
+    }
+
+    fn pop_first(&mut self) -> Option<Slot> {
+        self.0.pop_front()
+    }
+
+    /// The slots from `from` on, in order.
+    fn from(&self, from: &Slot) -> impl Iterator<Item = &Slot> + '_ {
+        let start = self.0.partition_point(|s| s < from);
+        self.0.range(start..)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 impl PriorityQueue {
@@ -203,7 +263,9 @@ impl PriorityQueue {
                 self.by_key.remove(k);
             }
         }
-        self.candidates.extend(wake);
+        for slot in wake {
+            self.candidates.insert(slot);
+        }
     }
 
     /// Algorithm 1's test: whether a transaction queued ahead of `(ts, id)` conflicts with
@@ -226,19 +288,15 @@ impl PriorityQueue {
     pub fn take_expired_candidates(&mut self, now_ns: u64) -> Vec<(Timestamp, TxnId)> {
         let bound = first_after(now_ns);
         let mut expired = Vec::new();
-        while let Some(slot) = self.candidates.pop_first() {
-            if slot >= bound {
-                self.candidates.insert(slot);
-                break;
-            }
-            expired.push(slot);
+        while self.candidates.first().is_some_and(|&slot| slot < bound) {
+            expired.push(self.candidates.pop_first().expect("a first slot"));
         }
         expired
     }
 
     /// Every queued transaction whose timestamp is after `now_ns`, in order.
     pub fn after(&self, now_ns: u64) -> impl Iterator<Item = &(Timestamp, TxnId)> + '_ {
-        self.order.range(first_after(now_ns)..)
+        self.order.from(&first_after(now_ns))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &(Timestamp, TxnId)> + '_ {
