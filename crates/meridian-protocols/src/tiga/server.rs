@@ -1014,6 +1014,10 @@ impl Server {
                 }
                 break;
             };
+            // Released fast at the leader's timestamp: rMap/wMap hold it already (they keep
+            // maxima, and what pruning dropped is at or below the floor, where an entry
+            // decides nothing), so the second recording is skipped.
+            let recorded = e.state == State::Released && e.body.ts == ts;
             match e.state {
                 State::Released => {
                     if self.log.ts_of(id).is_some_and(|l| l != ts) {
@@ -1034,7 +1038,9 @@ impl Server {
             mark_decided(&mut self.marks, e);
             e.state = State::Synced;
             e.released_ns = ctx.now_ns();
-            self.maps.record(&e.reads, &e.writes, ts);
+            if !recorded {
+                self.maps.record(&e.reads, &e.writes, ts);
+            }
             self.sync_buffer.remove(&self.sync_point);
             self.sync_point += 1;
             self.synced.push((id, ts));
