@@ -290,6 +290,8 @@ pub struct MvStore {
     pub(crate) watermark: Timestamp,
     version_count: usize,
     pending_count: usize,
+    /// Committed versions whose writer's index [`MvStore::commit_final`] dropped.
+    forgotten: usize,
 }
 
 /// A writer's versions as `(key, version ts)`: inline for one, the common case (a
@@ -476,6 +478,19 @@ impl MvStore {
             }
         }
         *pending_count -= committed;
+        committed
+    }
+
+    /// [`MvStore::commit`], and forgets `txn`'s index: for a protocol that never takes a
+    /// commit back (Tiga), so `by_txn` holds only writers with something pending, a small
+    /// table that stays in cache, and gc does not unindex what it drops. `txn`'s versions
+    /// are then no longer listed by [`MvStore::written_by`] nor removed by
+    /// [`MvStore::revoke_all`].
+    pub fn commit_final(&mut self, txn: TxnId) -> usize {
+        let committed = self.commit(txn);
+        if let Some(list) = self.by_txn.remove(&txn) {
+            self.forgotten += list.len();
+        }
         committed
     }
 
@@ -741,6 +756,7 @@ impl MvStore {
             by_txn,
             gc_candidates,
             version_count,
+            forgotten,
             ..
         } = self;
         let mut report = GcReport::default();
@@ -767,7 +783,7 @@ impl MvStore {
             report.versions += dropped.len();
             *version_count -= dropped.len();
             for (ts, writer) in dropped.drain(..) {
-                unindex(by_txn, writer, key, ts);
+                unindex((by_txn, forgotten), writer, key, ts);
             }
             keep
         });
@@ -798,11 +814,30 @@ impl MvStore {
                     .by_txn
                     .get(&v.writer)
                     .is_some_and(|l| l.iter().any(|(k, t)| k == key && *t == v.ts));
-                assert!(indexed, "version {key:?}@{} not indexed", v.ts);
+                // Only commit_final forgets an index, and only of committed versions.
+                assert!(
+                    indexed || v.is_committed(),
+                    "pending version {key:?}@{} not indexed",
+                    v.ts
+                );
+            }
+        }
+        for (writer, list) in &self.by_txn {
+            for (key, ts) in list {
+                let found = self.keys.get(key).and_then(|kv| kv.find(*ts).ok());
+                let v = found.map(|i| &self.keys[key].versions[i]);
+                assert!(
+                    v.is_some_and(|v| v.writer == *writer),
+                    "index names {key:?}@{ts} of {writer}, which is not there"
+                );
             }
         }
         let indexed: usize = self.by_txn.values().map(SmallVec::len).sum();
-        assert_eq!(indexed, versions, "index and versions disagree");
+        assert_eq!(
+            indexed + self.forgotten,
+            versions,
+            "index and versions disagree"
+        );
         assert!(self.by_txn.values().all(|l| !l.is_empty()));
         assert_eq!(self.version_count, versions);
         assert_eq!(self.pending_count, pending);
@@ -854,15 +889,29 @@ fn mark_candidate(candidates: &mut FxHashMap<Key, Timestamp>, key: Key, ready_at
         .or_insert(ready_at);
 }
 
-fn unindex(by_txn: &mut FxHashMap<TxnId, Written>, writer: TxnId, key: &Key, ts: Timestamp) {
-    let list = by_txn.get_mut(&writer).expect("index: writer exists");
+/// Drops a collected committed version from its writer's index, or from the count of
+/// versions whose index `commit_final` forgot.
+fn unindex(
+    (by_txn, forgotten): (&mut FxHashMap<TxnId, Written>, &mut usize),
+    writer: TxnId,
+    key: &Key,
+    ts: Timestamp,
+) {
+    let list = by_txn.get_mut(&writer);
     let at = list
-        .iter()
-        .position(|(k, t)| *t == ts && k == key)
-        .expect("index: entry exists");
-    list.swap_remove(at);
-    if list.is_empty() {
-        by_txn.remove(&writer);
+        .as_ref()
+        .and_then(|l| l.iter().position(|(k, t)| *t == ts && k == key));
+    match (list, at) {
+        (Some(list), Some(at)) => {
+            list.swap_remove(at);
+            if list.is_empty() {
+                by_txn.remove(&writer);
+            }
+        }
+        _ => {
+            assert!(*forgotten > 0, "index: {key:?}@{ts} of {writer} is nowhere");
+            *forgotten -= 1;
+        }
     }
 }
 

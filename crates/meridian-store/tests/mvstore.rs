@@ -529,3 +529,37 @@ fn versions_expose_everything() {
     assert_eq!(all.len(), 3);
     assert!(all.windows(2).all(|w| w[0].ts < w[1].ts));
 }
+
+#[test]
+fn commit_final_forgets_the_index_and_gc_still_collects() {
+    let mut store = MvStore::new();
+    store.write(k("x"), t(10), txn(1), v("a")).unwrap();
+    store.write(k("y"), t(10), txn(1), v("b")).unwrap();
+    assert_eq!(store.commit_final(txn(1)), 2);
+    assert_eq!(store.txn_count(), 0, "the writer's index is gone");
+    assert_eq!(store.written_by(txn(1)).count(), 0);
+    assert_eq!(
+        store.revoke_all(txn(1)),
+        0,
+        "a final commit is not taken back"
+    );
+    assert_eq!(value_at(&store, "x", 10), v("a"));
+    store.check_invariants();
+
+    // A later version of x makes the forgotten one collectable; gc drops it without an
+    // index entry, and the accounting stays exact.
+    store.write(k("x"), t(20), txn(2), v("c")).unwrap();
+    assert_eq!(store.commit_final(txn(2)), 1);
+    assert_eq!(store.version_count(), 3);
+    let report = store.gc(t(25));
+    assert_eq!(report.versions, 1);
+    assert_eq!(store.versions(b"x").len(), 1);
+    assert_eq!(value_at(&store, "x", 30), v("c"));
+    store.check_invariants();
+
+    // A pending version is still indexed (and revocable) next to forgotten ones.
+    store.write(k("y"), t(30), txn(3), v("d")).unwrap();
+    assert_eq!(store.revoke(txn(3)), 1);
+    assert_eq!(value_at(&store, "y", 35), v("b"));
+    store.check_invariants();
+}

@@ -889,7 +889,7 @@ impl Server {
         if aborted {
             self.store.revoke(id);
         } else {
-            self.store.commit(id);
+            self.store.commit_final(id);
         }
         let own = own.unwrap_or_else(|| entry_hash(id, ts));
         self.log
@@ -1096,7 +1096,7 @@ impl Server {
                 continue;
             }
             let _ = execute(&mut self.store, &self.procedures, &e.body, self.shard, ts);
-            self.store.commit(id);
+            self.store.commit_final(id);
         }
     }
 

@@ -545,7 +545,7 @@ impl Server {
                     // even if its own pieces ran fine.
                     result = result.and(Err(AbortReason::Failure));
                 } else {
-                    self.store.commit(id);
+                    self.store.commit_final(id);
                 }
                 e.last_fast = Some(Arc::new(FastReply {
                     txn: id,
