@@ -14,7 +14,7 @@
 //! [`execute_piece`] is the one definition of what a piece does to a store; every protocol
 //! calls it, so two protocols cannot disagree about `add` or `append`.
 
-use crate::ids::{ShardId, TxnId};
+use crate::ids::{ShardId, ShardList, TxnId};
 use crate::small_bytes::SmallBytes;
 use crate::time::Timestamp;
 use crate::value;
@@ -207,8 +207,8 @@ pub enum TxnError {
 
 impl Txn {
     /// The shards the transaction touches, sorted and deduplicated.
-    pub fn shards(&self) -> Vec<ShardId> {
-        let mut shards: Vec<ShardId> = self.pieces.iter().map(|p| p.shard).collect();
+    pub fn shards(&self) -> ShardList {
+        let mut shards: ShardList = self.pieces.iter().map(|p| p.shard).collect();
         shards.sort_unstable();
         shards.dedup();
         shards

@@ -1042,7 +1042,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
 fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
     let mut shards = match plan {
-        TxnPlan::OneShot(txn) => txn.shards(),
+        TxnPlan::OneShot(txn) => txn.shards().into_vec(),
         TxnPlan::Interactive(ops) => ops
             .iter()
             .map(|op| cluster.partitioner.shard_of(op.key()))

@@ -21,8 +21,8 @@ pub trait LogPayload {
     /// The entry's read ∪ write set on this shard, or nothing for a read-only entry
     /// (Appendix D leaves read-only transactions out of the hash). Duplicates are allowed.
     /// Must be a pure function of the payload: the log calls it on insertion and again on
-    /// removal (it does not keep a copy of the keys beside the payload).
-    /// Borrowed when the payload holds them (the log then copies nothing).
+    /// removal (it keeps no copy of the keys beside the payload). Borrowed when the
+    /// payload holds them, so the log copies nothing.
     fn hash_keys(&self) -> Cow<'_, [Key]>;
 }
 

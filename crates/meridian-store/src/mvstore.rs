@@ -281,7 +281,8 @@ impl KeyVersions {
 #[derive(Clone, Debug, Default)]
 pub struct MvStore {
     pub(crate) keys: FxHashMap<Key, KeyVersions>,
-    /// Every version (pending or committed) by writer: `(key, version ts)`.
+    /// Every version by writer, `(key, version ts)`, except the committed ones whose
+    /// writer [`MvStore::commit_final`] forgot (counted in `forgotten`).
     pub(crate) by_txn: FxHashMap<TxnId, Written>,
     /// Keys that changed since the last `gc` (or that `gc` could not finish with), each with
     /// a watermark below which `gc` cannot shrink it (a lower bound, see

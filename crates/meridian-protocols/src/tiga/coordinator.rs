@@ -17,7 +17,7 @@ use meridian_core::node::Ctx;
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome, PieceResult, Txn,
 };
-use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, ShardList, Timestamp, TxnId};
+use meridian_core::{Cluster, Key, NodeId, RequestId, ShardId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use session::Session;
 use smallvec::SmallVec;
@@ -393,7 +393,7 @@ impl Coordinator {
         txn: Txn,
         purpose: Purpose,
     ) {
-        let shards = ShardList::from_vec(txn.shards());
+        let shards = txn.shards();
         let id = self.next_id();
         let now = ctx.now_ns();
         let leaders = self.view.leaders(&self.cluster);

@@ -73,7 +73,7 @@ struct Entry {
     /// `result`, to answer late notifications).
     own_abort: bool,
     executions: u32,
-    /// Boxed: most entries hold none (slimmed by GC), and the entry stays small.
+    /// Shared with the reply sent (and, for a leader, the coordinator's copy); GC drops it.
     last_fast: Option<Arc<FastReply>>,
     notified_ns: u64,
     /// When this server first got it (local clock): a leader acts as recovery coordinator
@@ -1236,10 +1236,10 @@ fn mark_decided(marks: &mut FxHashMap<Key, Hash160>, e: &Entry) {
 }
 
 /// Appendix D: the per-key hash over the transaction's keys, with the transaction's own
-/// entry (`own_hash`, its `entry_hash` at its timestamp) included, so a leader that executes before appending and a follower that
-/// appends on release compute the same value. Every caller replies before the entry goes
-/// into the log, so its own entry is added here (checked in debug builds: the lookup cost
-/// a cache miss per reply).
+/// entry (`own_hash`, its `entry_hash` at its timestamp) included, so a leader that
+/// executes before appending and a follower that appends on release compute the same
+/// value. Every caller replies before the entry goes into the log, so its own entry is
+/// added here (checked in debug builds: the lookup cost a cache miss per reply).
 pub(crate) fn reply_hash(
     (log, marks): (&OrderedLog<Footprint>, &FxHashMap<Key, Hash160>),
     reads: &[Key],
