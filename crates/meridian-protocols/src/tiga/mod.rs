@@ -107,7 +107,12 @@
 //!   orders conflicting entries by agreed timestamp. Sync-point and commit-point are
 //!   positions in that stream; a follower applies it strictly in order (buffering gaps,
 //!   fetching bodies it never received from the leader), re-timestamping or inserting its
-//!   own entries to match. Without view changes a leader's log eventually contains every
+//!   own entries to match. Before applying a sync, a follower releases whatever its clock
+//!   already allows: a real timer may fire its wake-up after the leader's sync of the same
+//!   entry arrives (the tokio driver's timers tick in milliseconds), and the entry would
+//!   then be synced without a fast reply, leaving its coordinator on the slow path (in the
+//!   runtime at WAN scale 0 this was ~20 % of commits; the simulator's exact timers never
+//!   lose that race). Without view changes a leader's log eventually contains every
 //!   transaction (coordinators retransmit), so the "remove" case of §3.7 (1) only arises
 //!   with §4's log reconstruction and is not exercised yet.
 //! * **Coordination-free mode** (§6, `coordination=free`): a leader releases T only once its

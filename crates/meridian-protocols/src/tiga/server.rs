@@ -439,6 +439,10 @@ impl Server {
                 cut,
                 ..
             } if !self.is_leader && from == self.leader => {
+                // Release fast first what the clock already allows: a wake-up that a real
+                // timer delivers late must not lose the race against the leader's sync,
+                // which would leave the coordinator without this replica's fast reply.
+                self.process(ctx);
                 self.gc.leader_floor = self.gc.leader_floor.max(gc_floor);
                 self.trunc.announced = self.trunc.announced.max(cut);
                 for (i, (id, ts)) in entries.into_iter().enumerate() {

@@ -221,6 +221,33 @@ fn pushed_slow_replies_answer_every_synced_entry() {
     assert_eq!(slow_replies(&effects), vec![a.id, b.id, late.id]);
 }
 
+/// A real timer can deliver a follower's wake-up after the leader's log sync of the same
+/// transaction. The follower still answers fast first (the clock allowed the release), so
+/// its coordinator is not left without this replica's fast reply and on the slow path.
+#[test]
+fn a_log_sync_overtaking_a_late_wake_up_still_gets_the_fast_reply() {
+    let s = setup("");
+    let mut h = follower_of_shard_0(&s);
+    let a = body(1, 100, 0, &[0], "x");
+    assert!(fast_replies(&h.deliver(10, COORD, Msg::Submit(Box::new(a.clone())))).is_empty());
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let mut sync = log_sync(&[], (a.id, 100), leader);
+    if let Msg::LogSync { entries, .. } = &mut sync {
+        entries[0].1 = a.ts;
+    }
+    // The wake-up for 100 has not fired; the sync arrives at 101.
+    let effects = h.deliver(101, leader, sync);
+    let r = fast_replies(&effects);
+    assert_eq!(
+        r.len(),
+        1,
+        "the fast reply is sent before the entry is synced"
+    );
+    assert_eq!((r[0].txn, r[0].ts), (a.id, a.ts));
+    assert_eq!(h.server().state_of(a.id), Some((State::Synced, a.ts)));
+    h.server().log().check_invariants();
+}
+
 #[test]
 fn the_queue_holds_until_the_clock_passes_the_timestamp_and_respects_conflicts() {
     let s = setup("");
