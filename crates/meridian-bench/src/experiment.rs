@@ -24,6 +24,7 @@
 //! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
+//! warmup = "10s"             # runtime target: load run before `duration` is measured (default 0)
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -144,7 +145,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 15] = [
+const PARAMS: [&str; 16] = [
     "protocol",
     "topology",
     "workload",
@@ -160,6 +161,7 @@ const PARAMS: [&str; 15] = [
     "faults",
     "timeline_bucket",
     "wan_scale",
+    "warmup",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -454,6 +456,10 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
         wan_scale: match number::<f64>("wan_scale", &get("wan_scale", "1"))? {
             w if w.is_finite() && w >= 0.0 => w,
             w => return Err(format!("`wan_scale`: {w} is not a number ≥ 0")),
+        },
+        warmup_ms: match params.get("warmup").map(|v| v.trim()) {
+            None | Some("0" | "0s" | "0ms") => 0,
+            Some(v) => duration_ms("warmup", v)?,
         },
     })
 }
@@ -1056,6 +1062,12 @@ kind = "cdf"
         assert_eq!(target.runs[0].workload_opts["zipf"], "0.5");
         assert_eq!(target.runs[0].duration_ms, 2000);
         assert_eq!(target.runs[0].service_time_us, 0);
+        assert_eq!(target.runs[0].warmup_ms, 0, "no warm-up unless asked");
+        let warm = parse("name = \"w\"\n[base]\nwarmup = \"1.5s\"").unwrap();
+        assert_eq!(
+            points(&warm, &Overrides::default()).unwrap()[0].1.warmup_ms,
+            1500
+        );
         let timed = parse("name = \"t\"\n[base]\nservice_time = \"0.02ms\"").unwrap();
         assert_eq!(
             points(&timed, &Overrides::default()).unwrap()[0]
@@ -1265,6 +1277,7 @@ y = "throughput_tps"
             ),
             ("name = \"x\"\n[[extra]]\nrat = 1", "unknown parameter `rat`"),
             ("name = \"x\"\n[base]\nwan_scale = -1", "`wan_scale`"),
+            ("name = \"x\"\n[base]\nwarmup = \"-3s\"", "`warmup`"),
             ("name = \"x\"\ncolour = 1", "colour"),
         ] {
             let e = parse(bad).unwrap_err();

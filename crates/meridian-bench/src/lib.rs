@@ -57,6 +57,10 @@ pub struct Point {
     pub timeline_bucket_ms: u64,
     /// Runtime target: multiplies the topology's one-way delays (1: the real WAN).
     pub wan_scale: f64,
+    /// Runtime target: how long the load runs before `duration_ms` is measured (the
+    /// estimators, queues and GC reach their steady state), ms.
+    #[serde(default)]
+    pub warmup_ms: u64,
 }
 
 /// What a target measured in one region of coordinators during one run.

@@ -230,6 +230,11 @@ fn simulate<P: Protocol>(
     point: &Point,
     progress: &mut dyn FnMut(f64),
 ) -> Result<RunOutput, String> {
+    if point.warmup_ms > 0 {
+        // Virtual time has no cold caches or JIT-like warm-up; its estimators converge
+        // within the first round trips, which `duration` already covers.
+        return Err("the simulator target takes no `warmup` (runtime only)".into());
+    }
     let mut topology = Topology::load(&point.topology).map_err(|e| e.to_string())?;
     if let Some(name) = &point.clock {
         let profile =
@@ -412,7 +417,7 @@ where
         },
         options: LoadOptions {
             duration,
-            warmup: Duration::ZERO,
+            warmup: Duration::from_millis(point.warmup_ms),
             rate_per_s,
             max_outstanding: max_outstanding as usize,
             record_history: false,

@@ -511,6 +511,7 @@ load = "open"
 rate = 100
 outstanding = 16
 duration = "1s"
+warmup = "750ms"
 timeline_bucket = "250ms"
 workload_opts = { keys_per_shard = "1000" }
 [sweep]
@@ -520,7 +521,10 @@ name = "cdf"
 kind = "cdf"
 "#,
     );
+    let started = std::time::Instant::now();
     let out = run_experiment_ok(file.path(), dir.path());
+    // The warm-up runs before the measured second (a lower bound: it cannot be faster).
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1750));
     assert!(stdout(&out).contains("on the runtime"), "{}", stdout(&out));
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
@@ -537,15 +541,19 @@ kind = "cdf"
         .as_array()
         .unwrap()
         .is_empty());
-    let faulty =
-        file_with("name = \"rt\"\ntarget = \"runtime\"\n[base]\nfaults = \"crash:coord0@1s\"\n");
-    let refused = run_experiment(faulty.path(), dir.path());
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        stderr(&refused).contains("simulator only"),
-        "{}",
-        stderr(&refused)
-    );
+    // Each target refuses the other's parameters.
+    for (text, needle) in [
+        (
+            "name = \"rt\"\ntarget = \"runtime\"\n[base]\nfaults = \"crash:coord0@1s\"\n",
+            "simulator only",
+        ),
+        ("name = \"s\"\n[base]\nwarmup = \"1s\"\n", "runtime only"),
+    ] {
+        let file = file_with(text);
+        let refused = run_experiment(file.path(), dir.path());
+        assert_eq!(refused.status.code(), Some(2));
+        assert!(stderr(&refused).contains(needle), "{}", stderr(&refused));
+    }
 }
 
 /// `--warmup`: the transactions started during the warm-up are in the history but not in
