@@ -360,6 +360,11 @@ fn text(v: &toml::Value) -> String {
 }
 
 fn duration_ms(key: &str, v: &str) -> Result<u64, String> {
+    parse_ms(key, v, false)
+}
+
+/// A duration such as `5s`, `500ms` or `20us` in ms; zero only where `zero_ok`.
+fn parse_ms(key: &str, v: &str, zero_ok: bool) -> Result<u64, String> {
     let v = v.trim();
     let (number, scale) = if let Some(n) = v.strip_suffix("us") {
         (n, 0.001)
@@ -371,7 +376,9 @@ fn duration_ms(key: &str, v: &str) -> Result<u64, String> {
         (v, 1000.0)
     };
     match number.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok((x * scale).round() as u64),
+        Ok(x) if x.is_finite() && (x > 0.0 || (zero_ok && x == 0.0)) => {
+            Ok((x * scale).round() as u64)
+        }
         _ => Err(format!(
             "`{key}`: `{v}` is not a duration such as `5s` or `500ms`"
         )),
@@ -457,9 +464,9 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
             w if w.is_finite() && w >= 0.0 => w,
             w => return Err(format!("`wan_scale`: {w} is not a number ≥ 0")),
         },
-        warmup_ms: match params.get("warmup").map(|v| v.trim()) {
-            None | Some("0" | "0s" | "0ms") => 0,
-            Some(v) => duration_ms("warmup", v)?,
+        warmup_ms: match params.get("warmup") {
+            None => 0,
+            Some(v) => parse_ms("warmup", v, true)?,
         },
     })
 }
@@ -1063,11 +1070,13 @@ kind = "cdf"
         assert_eq!(target.runs[0].duration_ms, 2000);
         assert_eq!(target.runs[0].service_time_us, 0);
         assert_eq!(target.runs[0].warmup_ms, 0, "no warm-up unless asked");
-        let warm = parse("name = \"w\"\n[base]\nwarmup = \"1.5s\"").unwrap();
-        assert_eq!(
-            points(&warm, &Overrides::default()).unwrap()[0].1.warmup_ms,
-            1500
-        );
+        for (text, ms) in [("1.5s", 1500), ("0s", 0)] {
+            let warm = parse(&format!("name = \"w\"\n[base]\nwarmup = \"{text}\"")).unwrap();
+            assert_eq!(
+                points(&warm, &Overrides::default()).unwrap()[0].1.warmup_ms,
+                ms
+            );
+        }
         let timed = parse("name = \"t\"\n[base]\nservice_time = \"0.02ms\"").unwrap();
         assert_eq!(
             points(&timed, &Overrides::default()).unwrap()[0]

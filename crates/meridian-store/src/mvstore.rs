@@ -825,8 +825,10 @@ impl MvStore {
         }
         for (writer, list) in &self.by_txn {
             for (key, ts) in list {
-                let found = self.keys.get(key).and_then(|kv| kv.find(*ts).ok());
-                let v = found.map(|i| &self.keys[key].versions[i]);
+                let v = self
+                    .keys
+                    .get(key)
+                    .and_then(|kv| kv.find(*ts).ok().map(|i| &kv.versions[i]));
                 assert!(
                     v.is_some_and(|v| v.writer == *writer),
                     "index names {key:?}@{ts} of {writer}, which is not there"
