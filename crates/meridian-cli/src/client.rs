@@ -87,7 +87,7 @@ fn plan(args: &ClientArgs) -> Result<Plan, String> {
     let topology = Topology::load(&args.topology).map_err(|e| e.to_string())?;
     // Coordinator addresses depend only on the layout of replicas and coordinators, which
     // protocol services (placed after them) do not change.
-    let cluster = Cluster::new(topology, &[]).map_err(|e| e.to_string())?;
+    let cluster = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
     let addresses = Addresses::from_topology(&cluster)?;
     let first = cluster.node_by_name(&args.coordinator).ok_or_else(|| {
         format!(

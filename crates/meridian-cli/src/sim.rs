@@ -219,7 +219,12 @@ fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, Strin
     )?;
     let mut options = plan.options.clone();
     options.faults = match plan.args.faults.as_str() {
-        "random" => FaultPlan::random_for_seed(&setup.cluster, options.duration_ns, options.seed),
+        "random" => FaultPlan::random_for_seed(
+            &setup.cluster,
+            &P::fault_model(&setup.cluster),
+            options.duration_ns,
+            options.seed,
+        ),
         spec => FaultPlan::parse(spec, &setup.cluster).map_err(|e| format!("--faults: {e}"))?,
     };
     let mut workload =

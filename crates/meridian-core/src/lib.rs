@@ -13,6 +13,7 @@
 //!
 //! Lower crates never import higher ones: `core` depends on nothing of Meridian's.
 
+pub mod fault_model;
 pub mod ids;
 pub mod node;
 pub mod partition;
@@ -22,12 +23,15 @@ pub mod topology;
 pub mod txn;
 pub mod value;
 
+pub use fault_model::{FailureGroup, FaultModel};
 pub use ids::{ClientId, NodeId, RegionId, ReplicaId, RequestId, ShardId, ShardList, TxnId};
 pub use node::{Context, Effect, Node, NodeRng, Protocol, ProtocolConfig, TimerId};
 pub use partition::Partitioner;
 pub use small_bytes::SmallBytes;
 pub use time::Timestamp;
-pub use topology::{ClockProfile, Cluster, NodeRole, Topology, TopologyError};
+pub use topology::{
+    ClockProfile, Cluster, Machine, MachineId, NodeRole, ReplicaKind, Topology, TopologyError,
+};
 pub use txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KeyList, Op, Operand, Outcome,
     Piece, PieceBody, PieceResult, Procedures, Step, Txn, Value,

@@ -16,8 +16,9 @@
 //! early or late relative to the clock reading (drift, steps), so a handler that waits for
 //! "local clock ≥ t" re-reads [`Context::now_ns`] when the timer fires and re-arms if needed.
 
+use crate::fault_model::FaultModel;
 use crate::ids::{NodeId, RegionId, RequestId, ShardId};
-use crate::topology::Cluster;
+use crate::topology::{Cluster, ReplicaKind};
 use crate::txn::{AbortReason, ClientRequest, ClientResponse, Outcome, Procedures};
 use rand_chacha::ChaCha8Rng;
 use serde::de::DeserializeOwned;
@@ -336,6 +337,38 @@ pub trait Protocol: 'static {
     /// The physical latency bound, in ms, for a transaction from `coordinator` touching
     /// `shards`: what the report's `bound_ms` and `p50_wrtt` are measured against.
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64;
+
+    /// The replica kinds the protocol runs (topology `kinds`); a topology with any other
+    /// is refused at setup ([`check_deployment`]) rather than silently mis-modelled.
+    const REPLICA_KINDS: &'static [ReplicaKind] = &[ReplicaKind::Voter];
+
+    /// Which machines may crash and how many at once (see [`FaultModel`]); `--faults
+    /// random` draws inside it.
+    fn fault_model(cluster: &Cluster) -> FaultModel {
+        FaultModel::minorities(cluster)
+    }
+}
+
+/// Refuses a cluster whose replica kinds protocol `P` does not run.
+pub fn check_deployment<P: Protocol>(cluster: &Cluster) -> Result<(), String> {
+    match cluster
+        .replica_kinds()
+        .into_iter()
+        .find(|k| !P::REPLICA_KINDS.contains(k))
+    {
+        Some(kind) => Err(format!(
+            "protocol {} does not run {} replicas (topology {}: `kinds`); it runs: {}",
+            P::NAME,
+            kind.name(),
+            cluster.topology.name,
+            P::REPLICA_KINDS
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

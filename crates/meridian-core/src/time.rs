@@ -1,7 +1,22 @@
 //! Time. Clock readings are plain `u64` nanoseconds (names end in `_ns`); a [`Timestamp`]
-//! is a clock reading plus a tie-breaker, ordered lexicographically, which is what most
-//! protocols order transactions by. Protocols with structured timestamps (DAST, K2) define
-//! their own types beside it.
+//! is a clock reading, a tie-breaker and a logical fraction, ordered lexicographically,
+//! which is what every protocol orders transactions by.
+//!
+//! **One timestamp shape for every protocol.** The papers' structured timestamps all fit
+//! `⟨time_ns, tiebreak, frac⟩`, so no protocol invents its own type and the store, the logs,
+//! the release queue and the checker's commit-timestamp fields take one type:
+//! - Tiga, Clock-SI, 2PL, Aurogon: `⟨clock reading, issuing node⟩`, `frac = 0`;
+//! - K2's `⟨ts, oracle id⟩`: `tiebreak` is the oracle id;
+//! - DAST's dclock `⟨time, nid, frac⟩` (DAST §3.2, Alg. 1): `frac` is the logical part a
+//!   node increases while it freezes `time`, so an IRT is ordered below a prepared CRT; it
+//!   is compared *after* the node id, as in the paper's `CreateTs` (`ret ← lastTs;
+//!   ret.frac++` must stay above `lastTs` and below the CRT's larger `time`);
+//! - an HLC `⟨wall, logical⟩` (MVTO-HLC): `tiebreak` is the logical counter.
+//!
+//! A separate field rather than bits borrowed from `tiebreak`: DAST's `frac` grows with every
+//! IRT a node coordinates while a CRT is pending (hundreds per 100 ms at load), so 16 bits
+//! would overflow; the struct stays 16 bytes (u64 + two u32) and `frac = 0` leaves every
+//! existing order unchanged.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -14,13 +29,18 @@ pub const NS_PER_US: u64 = 1_000;
 pub const NS_PER_S: u64 = 1_000_000_000;
 
 /// A protocol timestamp: `time_ns` from a (local) clock, `tiebreak` to make it unique
-/// (usually the issuing node's id). Ordered by `time_ns`, then `tiebreak`.
+/// (usually the issuing node's id), `frac` a logical part below the tie-breaker (DAST's
+/// dclock; zero elsewhere). Ordered by `time_ns`, then `tiebreak`, then `frac`.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 pub struct Timestamp {
     pub time_ns: u64,
     pub tiebreak: u32,
+    /// DAST's logical fraction (see the module doc); serde-defaulted so histories and logs
+    /// written before it existed still read.
+    #[serde(default)]
+    pub frac: u32,
 }
 
 impl Timestamp {
@@ -28,15 +48,31 @@ impl Timestamp {
     pub const ZERO: Timestamp = Timestamp {
         time_ns: 0,
         tiebreak: 0,
+        frac: 0,
     };
     /// The largest timestamp.
     pub const MAX: Timestamp = Timestamp {
         time_ns: u64::MAX,
         tiebreak: u32::MAX,
+        frac: u32::MAX,
     };
 
+    /// A timestamp with no logical fraction (every protocol but DAST).
     pub fn new(time_ns: u64, tiebreak: u32) -> Timestamp {
-        Timestamp { time_ns, tiebreak }
+        Timestamp {
+            time_ns,
+            tiebreak,
+            frac: 0,
+        }
+    }
+
+    /// DAST's dclock `⟨time, nid, frac⟩`.
+    pub fn with_frac(time_ns: u64, tiebreak: u32, frac: u32) -> Timestamp {
+        Timestamp {
+            time_ns,
+            tiebreak,
+            frac,
+        }
     }
 }
 
@@ -48,7 +84,11 @@ impl fmt::Display for Timestamp {
             self.time_ns / NS_PER_S,
             self.time_ns % NS_PER_S,
             self.tiebreak
-        )
+        )?;
+        if self.frac != 0 {
+            write!(f, ".{}", self.frac)?;
+        }
+        Ok(())
     }
 }
 
@@ -91,6 +131,20 @@ mod tests {
         assert!(Timestamp::new(5, 9) < Timestamp::new(6, 0));
         assert!(Timestamp::new(5, 1) < Timestamp::new(5, 2));
         assert!(Timestamp::ZERO < Timestamp::new(0, 1));
+    }
+
+    /// DAST's `CreateTs` fallback (Alg. 1 lines 7-8): `lastTs` with `frac + 1` sorts above
+    /// `lastTs` and below a prepared CRT at a later `time`, whatever the CRT's node id.
+    #[test]
+    fn a_dclock_fraction_orders_after_the_node_and_below_a_later_time() {
+        let last = Timestamp::with_frac(100, 7, 0);
+        let fallback = Timestamp::with_frac(100, 7, 1);
+        let crt = Timestamp::with_frac(101, 0, 0);
+        assert!(last < fallback && fallback < crt);
+        assert!(Timestamp::with_frac(100, 7, u32::MAX) < Timestamp::new(100, 8));
+        assert_eq!(Timestamp::new(3, 4), Timestamp::with_frac(3, 4, 0));
+        assert_eq!(Timestamp::with_frac(1, 2, 3).to_string(), "0.000000001#2.3");
+        assert!(Timestamp::MAX > Timestamp::with_frac(u64::MAX, u32::MAX, 7));
     }
 
     #[test]

@@ -30,6 +30,14 @@
 //! resync_ms = 1000.0
 //! error_bound_ms = 5.0               # optional: a guaranteed bound (TrueTime-style ε)
 //!
+//! [machines]                       # optional: machines per region; roles share them
+//! SC = 3                             # (see "Deployment" below)
+//!
+//! [[services]]                       # optional: where a protocol service runs
+//! name = "vm"                        # the protocol's service name
+//! regions = ["SC", "FI", "BR"]       # one member per entry…
+//! # per_region = 3                   # …or this many members in every region
+//!
 //! [runtime]
 //! host = "127.0.0.1"
 //! base_port = 7100                   # node i listens on base_port + i
@@ -39,6 +47,34 @@
 //! Node names (used by clock overrides, steps and fault schedules): `shard{S}/replica{R}`,
 //! `coord{I}`, and `{service}{I}` for protocol services. Every error names the field and,
 //! where the file has one, the line.
+//!
+//! # Deployment: roles, machines, replica kinds
+//!
+//! A *node* is one role — a replica of one shard, a coordinator, or a service member — with
+//! its own state machine and id. A *machine* hosts one or more nodes: by default every node
+//! has a machine of its own (Tiga's and Clock-SI's deployments), but DAST's edge nodes
+//! coordinate their own transactions, K2's data nodes coordinate, and Aurogon's servers are
+//! coordinator, primary and backup at once. Their papers measure exactly the hop a separate
+//! coordinator machine would add, so the topology can put several roles on one machine:
+//!
+//! - `[machines] R = M` gives region R `M` machines. R's replicas are dealt onto them
+//!   round-robin in layout order (shard by shard, replica by replica); two replicas of one
+//!   shard on one machine is an error. Five machines with five shards of
+//!   `replicas = ["DC", "DC"]` give every machine one primary and one backup (Aurogon §6.1).
+//! - `colocated = true` on a `[[coordinators]]` entry puts that region's coordinators on its
+//!   machines (the j-th on machine j mod M).
+//! - Services always get machines of their own. `[[services]]` places a service the
+//!   protocol runs (replacing its default placement); one it does not run is ignored, so
+//!   the protocols compared on one deployment can all run on its file.
+//!
+//! Drivers treat a machine as the unit of failure and of time: its nodes crash and restart
+//! together, read one clock, and talk to each other for free (no delay, no loss, never cut
+//! by a partition). The runtime hosts one machine per process.
+//!
+//! `kinds = ["voter", "voter", "read-replica"]` on a `[[shards]]` entry gives each replica a
+//! [`ReplicaKind`] (default: all voters): asynchronous read replicas (K2 §6) and backups
+//! (Aurogon's primary-backup, §4.5) sit beside the voting replicas; the initial leader must be
+//! a voter. A protocol states which kinds it runs ([`crate::Protocol::REPLICA_KINDS`]).
 
 use crate::ids::{NodeId, RegionId, ReplicaId, ShardId};
 use crate::partition::Partitioner;
@@ -125,11 +161,45 @@ pub struct ClockStep {
     pub step_ms: f64,
 }
 
+/// What a replica is for (see the module doc, "Deployment").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaKind {
+    /// A member of the shard's replication quorum (Raft voter, Tiga replica, primary).
+    Voter,
+    /// Applies the shard's updates asynchronously and serves reads (K2 §6); never votes.
+    ReadReplica,
+    /// Holds a copy the primary updates before it acknowledges (Aurogon §4.5, the paper's
+    /// R2PL/ROCC); promoted when the primary fails.
+    Backup,
+}
+
+impl ReplicaKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaKind::Voter => "voter",
+            ReplicaKind::ReadReplica => "read-replica",
+            ReplicaKind::Backup => "backup",
+        }
+    }
+}
+
 /// A shard's placement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardPlacement {
     pub replicas: Vec<RegionId>,
+    /// One per replica (all [`ReplicaKind::Voter`] unless the file says otherwise).
+    pub kinds: Vec<ReplicaKind>,
     pub leader: ReplicaId,
+}
+
+/// Where a protocol service's members run, as the topology file places them (overriding
+/// the protocol's default placement of that service).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServicePlacement {
+    pub name: String,
+    /// One entry per member.
+    pub regions: Vec<RegionId>,
 }
 
 /// Runtime addresses.
@@ -176,6 +246,12 @@ pub struct Topology {
     pub shards: Vec<ShardPlacement>,
     /// One entry per coordinator: its region.
     pub coordinators: Vec<RegionId>,
+    /// One entry per coordinator: whether it shares a machine of its region.
+    pub coordinators_colocated: Vec<bool>,
+    /// `machines[r]`: how many machines region r declares (None: a machine per node).
+    pub machines: Vec<Option<u32>>,
+    /// Service placements the file gives, in file order.
+    pub services: Vec<ServicePlacement>,
     pub default_clock: ClockProfile,
     clock_overrides: Vec<(NodeSelector, ClockProfile)>,
     clock_steps: Vec<(NodeSelector, f64, f64)>,
@@ -208,6 +284,20 @@ struct RawTopology {
     clocks: Option<RawClocks>,
     #[serde(default)]
     runtime: Option<RuntimeSpec>,
+    #[serde(default)]
+    machines: BTreeMap<String, Spanned<u32>>,
+    #[serde(default)]
+    services: Vec<RawService>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    name: Spanned<String>,
+    #[serde(default)]
+    regions: Vec<Spanned<String>>,
+    #[serde(default)]
+    per_region: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -226,6 +316,8 @@ struct RawShards {
     count: Spanned<u32>,
     replicas: Spanned<Vec<Spanned<String>>>,
     leader: Option<Spanned<String>>,
+    #[serde(default)]
+    kinds: Option<Spanned<Vec<ReplicaKind>>>,
 }
 
 fn one() -> Spanned<u32> {
@@ -238,6 +330,8 @@ struct RawCoordinators {
     region: Spanned<String>,
     #[serde(default = "one")]
     count: Spanned<u32>,
+    #[serde(default)]
+    colocated: bool,
 }
 
 #[derive(Deserialize)]
@@ -271,7 +365,7 @@ struct RawClockStep {
 }
 
 /// Bundled topologies, by name.
-pub const BUNDLED: [(&str, &str); 5] = [
+pub const BUNDLED: [(&str, &str); 6] = [
     (
         "gcp-tiga",
         include_str!("../../../topologies/gcp-tiga.toml"),
@@ -287,6 +381,10 @@ pub const BUNDLED: [(&str, &str); 5] = [
     (
         "edge-regions",
         include_str!("../../../topologies/edge-regions.toml"),
+    ),
+    (
+        "rdma-cluster",
+        include_str!("../../../topologies/rdma-cluster.toml"),
     ),
     ("local", include_str!("../../../topologies/local.toml")),
 ];
@@ -432,10 +530,36 @@ impl Topology {
         };
         let shards = Self::parse_shards(&p, &raw, &regions)?;
         let mut coordinators = Vec::new();
+        let mut coordinators_colocated = Vec::new();
         for c in raw.coordinators.get_ref() {
             let region = p.region(&regions, &c.region, "coordinators.region")?;
             coordinators.extend(std::iter::repeat_n(region, *c.count.get_ref() as usize));
+            coordinators_colocated.extend(std::iter::repeat_n(
+                c.colocated,
+                *c.count.get_ref() as usize,
+            ));
         }
+        let machines = Self::parse_machines(&p, &raw, &regions)?;
+        for (c, colocated) in raw
+            .coordinators
+            .get_ref()
+            .iter()
+            .zip(&coordinators_colocated)
+        {
+            let region = p.region(&regions, &c.region, "coordinators.region")?;
+            if *colocated && machines[region.index()].is_none() {
+                return Err(p.error(
+                    Some(c.region.span()),
+                    "coordinators.colocated",
+                    format!(
+                        "region `{}` declares no machines to colocate on (add `[machines] {} = N`)",
+                        c.region.get_ref(),
+                        c.region.get_ref()
+                    ),
+                ));
+            }
+        }
+        let services = Self::parse_services(&p, &raw, &regions)?;
         if coordinators.is_empty() {
             return Err(p.error(
                 Some(raw.coordinators.span()),
@@ -452,6 +576,9 @@ impl Topology {
             jitter_ms,
             shards,
             coordinators,
+            coordinators_colocated,
+            machines,
+            services,
             default_clock: ClockProfile::builtin("perfect").expect("builtin"),
             clock_overrides: Vec::new(),
             clock_steps: Vec::new(),
@@ -572,9 +699,11 @@ impl Topology {
                     "must be at least 1",
                 ));
             }
+            let kinds = Self::parse_kinds(p, spec, replicas.len(), leader)?;
             for _ in 0..*spec.count.get_ref() {
                 shards.push(ShardPlacement {
                     replicas: replicas.clone(),
+                    kinds: kinds.clone(),
                     leader,
                 });
             }
@@ -587,6 +716,96 @@ impl Topology {
             ));
         }
         Ok(shards)
+    }
+
+    /// A shard entry's replica kinds: one per replica, the leader a voter.
+    fn parse_kinds(
+        p: &Parser<'_>,
+        spec: &RawShards,
+        replicas: usize,
+        leader: ReplicaId,
+    ) -> Result<Vec<ReplicaKind>, TopologyError> {
+        let Some(kinds) = &spec.kinds else {
+            return Ok(vec![ReplicaKind::Voter; replicas]);
+        };
+        let error = |message: String| p.error(Some(kinds.span()), "shards.kinds", message);
+        if kinds.get_ref().len() != replicas {
+            return Err(error(format!(
+                "gives {} kinds for {replicas} replicas (one per replica)",
+                kinds.get_ref().len()
+            )));
+        }
+        if kinds.get_ref()[leader.index()] != ReplicaKind::Voter {
+            return Err(error(format!(
+                "the leader (replica {}) must be a voter",
+                leader.0
+            )));
+        }
+        Ok(kinds.get_ref().clone())
+    }
+
+    fn parse_machines(
+        p: &Parser<'_>,
+        raw: &RawTopology,
+        regions: &[String],
+    ) -> Result<Vec<Option<u32>>, TopologyError> {
+        let mut machines = vec![None; regions.len()];
+        for (name, count) in &raw.machines {
+            let region = p.region(
+                regions,
+                &Spanned::new(count.span(), name.clone()),
+                "machines",
+            )?;
+            if *count.get_ref() == 0 {
+                return Err(p.error(
+                    Some(count.span()),
+                    &format!("machines.{name}"),
+                    "must be at least 1",
+                ));
+            }
+            machines[region.index()] = Some(*count.get_ref());
+        }
+        Ok(machines)
+    }
+
+    fn parse_services(
+        p: &Parser<'_>,
+        raw: &RawTopology,
+        regions: &[String],
+    ) -> Result<Vec<ServicePlacement>, TopologyError> {
+        let mut services: Vec<ServicePlacement> = Vec::new();
+        for spec in &raw.services {
+            let name = spec.name.get_ref().clone();
+            let error = |message: String| p.error(Some(spec.name.span()), "services", message);
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                return Err(error(format!(
+                    "service name `{name}` must be letters, digits and dashes"
+                )));
+            }
+            if services.iter().any(|s| s.name == name) {
+                return Err(error(format!("service `{name}` is placed twice")));
+            }
+            let members = match (&spec.per_region, spec.regions.is_empty()) {
+                (Some(n), true) if *n.get_ref() > 0 => (0..regions.len())
+                    .flat_map(|r| std::iter::repeat_n(RegionId(r as u16), *n.get_ref() as usize))
+                    .collect(),
+                (None, false) => spec
+                    .regions
+                    .iter()
+                    .map(|r| p.region(regions, r, "services.regions"))
+                    .collect::<Result<Vec<_>, _>>()?,
+                _ => {
+                    return Err(error(format!(
+                        "service `{name}` needs exactly one of `regions` (non-empty) or `per_region` (at least 1)"
+                    )))
+                }
+            };
+            services.push(ServicePlacement {
+                name,
+                regions: members,
+            });
+        }
+        Ok(services)
     }
 
     fn profile(
@@ -710,6 +929,31 @@ pub enum NodeRole {
     Service { name: String, index: u32 },
 }
 
+/// A machine: the unit that hosts nodes, fails and keeps time (module doc, "Deployment").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MachineId(pub u32);
+
+impl MachineId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for MachineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "m{}", self.0)
+    }
+}
+
+/// One machine of a cluster and the nodes it hosts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Machine {
+    pub id: MachineId,
+    pub region: RegionId,
+    /// Its nodes, in id order; the first names the machine in fault schedules.
+    pub nodes: Vec<NodeId>,
+}
+
 /// One node of a cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
@@ -717,6 +961,7 @@ pub struct NodeInfo {
     pub name: String,
     pub role: NodeRole,
     pub region: RegionId,
+    pub machine: MachineId,
     pub clock: ClockProfile,
 }
 
@@ -729,29 +974,100 @@ pub struct Cluster {
     /// `shards[s][r]`: the node of replica `r` of shard `s`.
     pub shards: Vec<Vec<NodeId>>,
     pub coordinators: Vec<NodeId>,
+    /// The machines hosting the nodes, dense by [`MachineId`].
+    pub machines: Vec<Machine>,
     pub clock_steps: Vec<ClockStep>,
     pub partitioner: Partitioner,
 }
 
+/// Hands out machines while the nodes are laid out: a declared region's machines are
+/// created on first use, every other node gets a fresh one. Ids follow first use, so a
+/// topology without `[machines]` gives node i machine i.
+struct MachineDealer {
+    declared: Vec<Option<u32>>,
+    /// `region_machines[r][i]`: machine i of declared region r, once used.
+    region_machines: Vec<Vec<Option<MachineId>>>,
+    /// Replica slots dealt so far per region.
+    dealt: Vec<u32>,
+    machines: Vec<Machine>,
+}
+
+impl MachineDealer {
+    fn new(topology: &Topology) -> MachineDealer {
+        MachineDealer {
+            declared: topology.machines.clone(),
+            region_machines: topology
+                .machines
+                .iter()
+                .map(|m| vec![None; m.unwrap_or(0) as usize])
+                .collect(),
+            dealt: vec![0; topology.regions.len()],
+            machines: Vec::new(),
+        }
+    }
+
+    fn fresh(&mut self, region: RegionId) -> MachineId {
+        let id = MachineId(self.machines.len() as u32);
+        self.machines.push(Machine {
+            id,
+            region,
+            nodes: Vec::new(),
+        });
+        id
+    }
+
+    /// Machine `i` of declared region `region`.
+    fn declared_machine(&mut self, region: RegionId, i: u32) -> MachineId {
+        let count = self.declared[region.index()].expect("declared region");
+        let slot = (i % count) as usize;
+        match self.region_machines[region.index()][slot] {
+            Some(id) => id,
+            None => {
+                let id = self.fresh(region);
+                self.region_machines[region.index()][slot] = Some(id);
+                id
+            }
+        }
+    }
+
+    /// The next replica slot of `region`: round-robin over its machines if it declares some.
+    fn replica(&mut self, region: RegionId) -> MachineId {
+        if self.declared[region.index()].is_none() {
+            return self.fresh(region);
+        }
+        let i = self.dealt[region.index()];
+        self.dealt[region.index()] += 1;
+        self.declared_machine(region, i)
+    }
+}
+
 impl Cluster {
-    /// Lays out `topology` with the given protocol services (name, region).
+    /// Lays out `topology` with the given protocol services (name, region): the protocol's
+    /// default placement, replaced for each service the topology places itself.
     pub fn new(
         topology: Topology,
         services: &[(String, RegionId)],
     ) -> Result<Cluster, TopologyError> {
-        let mut nodes = Vec::new();
-        let mut shards = Vec::new();
-        let push = |nodes: &mut Vec<NodeInfo>, name: String, role: NodeRole, region: RegionId| {
+        let services = Self::place_services(&topology, services)?;
+        let mut nodes: Vec<NodeInfo> = Vec::new();
+        let mut dealer = MachineDealer::new(&topology);
+        let push = |nodes: &mut Vec<NodeInfo>,
+                    name: String,
+                    role: NodeRole,
+                    region: RegionId,
+                    machine: MachineId| {
             let id = NodeId(nodes.len() as u32);
             nodes.push(NodeInfo {
                 id,
                 name,
                 role,
                 region,
+                machine,
                 clock: topology.default_clock.clone(),
             });
             id
         };
+        let mut shards = Vec::new();
         for (s, placement) in topology.shards.iter().enumerate() {
             let mut replicas = Vec::new();
             for (r, region) in placement.replicas.iter().enumerate() {
@@ -759,41 +1075,51 @@ impl Cluster {
                     shard: ShardId(s as u32),
                     replica: ReplicaId(r as u32),
                 };
-                replicas.push(push(
+                let machine = dealer.replica(*region);
+                let node = push(
                     &mut nodes,
                     format!("shard{s}/replica{r}"),
                     role,
                     *region,
-                ));
+                    machine,
+                );
+                replicas.push(node);
             }
             shards.push(replicas);
         }
-        let coordinators = topology
-            .coordinators
-            .iter()
-            .enumerate()
-            .map(|(i, region)| {
-                push(
-                    &mut nodes,
-                    format!("coord{i}"),
-                    NodeRole::Coordinator { index: i as u32 },
-                    *region,
-                )
-            })
-            .collect();
-        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
-        for (name, region) in services {
-            let index = counts.entry(name).or_default();
-            push(
+        let mut colocated_in_region = vec![0u32; topology.regions.len()];
+        let mut coordinators = Vec::new();
+        for (i, region) in topology.coordinators.iter().enumerate() {
+            let machine = if topology.coordinators_colocated[i] {
+                let j = colocated_in_region[region.index()];
+                colocated_in_region[region.index()] += 1;
+                dealer.declared_machine(*region, j)
+            } else {
+                dealer.fresh(*region)
+            };
+            let role = NodeRole::Coordinator { index: i as u32 };
+            coordinators.push(push(
                 &mut nodes,
-                format!("{name}{index}"),
-                NodeRole::Service {
-                    name: name.clone(),
-                    index: *index,
-                },
+                format!("coord{i}"),
+                role,
                 *region,
-            );
+                machine,
+            ));
+        }
+        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+        for (name, region) in &services {
+            let index = counts.entry(name).or_default();
+            let machine = dealer.fresh(*region);
+            let role = NodeRole::Service {
+                name: name.clone(),
+                index: *index,
+            };
+            push(&mut nodes, format!("{name}{index}"), role, *region, machine);
             *index += 1;
+        }
+        let mut machines = dealer.machines;
+        for n in &nodes {
+            machines[n.machine.index()].nodes.push(n.id);
         }
         let mut cluster = Cluster {
             partitioner: Partitioner::new(shards.len() as u32),
@@ -801,10 +1127,69 @@ impl Cluster {
             nodes,
             shards,
             coordinators,
+            machines,
             clock_steps: Vec::new(),
         };
+        cluster.check_replicas_apart()?;
         cluster.apply_clocks()?;
         Ok(cluster)
+    }
+
+    /// The layout without any service: what a protocol's [`crate::Protocol::services`] is
+    /// shown to choose its services' default placement, and what clients need (services
+    /// come last, so every other node id is the same).
+    pub fn without_services(topology: &Topology) -> Result<Cluster, TopologyError> {
+        let mut plain = topology.clone();
+        plain.services.clear();
+        Cluster::new(plain, &[])
+    }
+
+    /// The protocol's services with the topology's placements substituted. A placement
+    /// for a service the protocol does not run is ignored, not refused: a deployment file
+    /// (DAST's regions with their managers) must also run the protocols compared on it
+    /// (Janus, Tapir), and no idle node is created for it.
+    fn place_services(
+        topology: &Topology,
+        defaults: &[(String, RegionId)],
+    ) -> Result<Vec<(String, RegionId)>, TopologyError> {
+        let mut out: Vec<(String, RegionId)> = Vec::new();
+        for (name, region) in defaults {
+            match topology.services.iter().find(|s| s.name == *name) {
+                Some(placed) if !out.iter().any(|(n, _)| n == name) => {
+                    out.extend(placed.regions.iter().map(|r| (name.clone(), *r)))
+                }
+                Some(_) => {}
+                None => out.push((name.clone(), *region)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// No machine holds two replicas of one shard: one machine failure would then take
+    /// out more of the shard than its placement says.
+    fn check_replicas_apart(&self) -> Result<(), TopologyError> {
+        for (s, replicas) in self.shards.iter().enumerate() {
+            for (i, a) in replicas.iter().enumerate() {
+                if let Some(b) = replicas[..i]
+                    .iter()
+                    .find(|b| self.machine_of(**b) == self.machine_of(*a))
+                {
+                    let region = self.topology.region_name(self.region_of(*a));
+                    return Err(TopologyError {
+                        source_name: self.topology.name.clone(),
+                        line: None,
+                        field: format!("machines.{region}"),
+                        message: format!(
+                            "too few machines: {} and {} of shard {s} would share machine {}",
+                            self.node(*b).name,
+                            self.node(*a).name,
+                            self.machine_of(*a)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     fn select(&self, selector: &NodeSelector, field: &str) -> Result<Vec<NodeId>, TopologyError> {
@@ -845,6 +1230,29 @@ impl Cluster {
                 });
             }
         }
+        self.check_one_clock_per_machine()
+    }
+
+    /// A machine has one clock: its nodes must not be given different profiles.
+    fn check_one_clock_per_machine(&self) -> Result<(), TopologyError> {
+        for machine in &self.machines {
+            let first = self.node(machine.nodes[0]);
+            if let Some(other) = machine.nodes[1..]
+                .iter()
+                .map(|n| self.node(*n))
+                .find(|n| n.clock != first.clock)
+            {
+                return Err(TopologyError {
+                    source_name: self.topology.name.clone(),
+                    line: None,
+                    field: "clocks.overrides".to_string(),
+                    message: format!(
+                        "{} and {} share machine {} but are given different clocks ({} and {})",
+                        first.name, other.name, machine.id, first.clock.name, other.clock.name
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -858,6 +1266,53 @@ impl Cluster {
 
     pub fn region_of(&self, id: NodeId) -> RegionId {
         self.nodes[id.index()].region
+    }
+
+    /// The machine hosting `id`.
+    pub fn machine_of(&self, id: NodeId) -> MachineId {
+        self.nodes[id.index()].machine
+    }
+
+    /// Whether two nodes share a machine (their messages cost nothing).
+    pub fn colocated(&self, a: NodeId, b: NodeId) -> bool {
+        self.machine_of(a) == self.machine_of(b)
+    }
+
+    /// The nodes on `id`'s machine, `id` included.
+    pub fn machine_mates(&self, id: NodeId) -> &[NodeId] {
+        &self.machines[self.machine_of(id).index()].nodes
+    }
+
+    /// The kind of replica `node` is; None for a coordinator or a service.
+    pub fn replica_kind(&self, node: NodeId) -> Option<ReplicaKind> {
+        match self.node(node).role {
+            NodeRole::Replica { shard, replica } => {
+                Some(self.topology.shards[shard.index()].kinds[replica.index()])
+            }
+            _ => None,
+        }
+    }
+
+    /// The voting replicas of `shard`, in replica order.
+    pub fn voters(&self, shard: ShardId) -> Vec<NodeId> {
+        self.replicas(shard)
+            .iter()
+            .copied()
+            .filter(|n| self.replica_kind(*n) == Some(ReplicaKind::Voter))
+            .collect()
+    }
+
+    /// Every replica kind the topology uses.
+    pub fn replica_kinds(&self) -> Vec<ReplicaKind> {
+        let mut kinds: Vec<ReplicaKind> = self
+            .topology
+            .shards
+            .iter()
+            .flat_map(|s| s.kinds.iter().copied())
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
     }
 
     pub fn shard_count(&self) -> u32 {
@@ -881,9 +1336,11 @@ impl Cluster {
         self.shards[shard.index()][self.topology.shards[shard.index()].leader.index()]
     }
 
-    /// Tolerated failures per shard: f with 2f + 1 replicas.
+    /// Tolerated failures per shard: f with 2f + 1 voting replicas.
     pub fn f(&self, shard: ShardId) -> usize {
-        (self.shards[shard.index()].len() - 1) / 2
+        let kinds = &self.topology.shards[shard.index()].kinds;
+        let voters = kinds.iter().filter(|k| **k == ReplicaKind::Voter).count();
+        (voters.max(1) - 1) / 2
     }
 
     /// Nodes of a role kind named `service`.
@@ -910,10 +1367,11 @@ impl fmt::Display for Cluster {
         for n in &self.nodes {
             writeln!(
                 f,
-                "{:>4} {:<18} {:<6} clock={}",
+                "{:>4} {:<18} {:<6} {:<5} clock={}",
                 n.id,
                 n.name,
                 self.topology.region_name(n.region),
+                n.machine,
                 n.clock.name
             )?;
         }
@@ -1046,5 +1504,155 @@ count = 2
                 step_ms: -5.0
             }]
         );
+    }
+
+    fn cluster_of(text: &str, services: &[(String, RegionId)]) -> Result<Cluster, TopologyError> {
+        Cluster::new(Topology::parse("t.toml", text)?, services)
+    }
+
+    /// Aurogon's layout: five machines, each a coordinator, one shard's primary and
+    /// another's backup; no machine holds both copies of a shard.
+    #[test]
+    fn rdma_cluster_puts_a_coordinator_a_primary_and_a_backup_on_every_machine() {
+        let c = Cluster::new(Topology::load("rdma-cluster").unwrap(), &[]).unwrap();
+        assert_eq!(c.machines.len(), 5);
+        for m in &c.machines {
+            let kinds: Vec<Option<ReplicaKind>> =
+                m.nodes.iter().map(|n| c.replica_kind(*n)).collect();
+            assert_eq!(m.nodes.len(), 3, "{m:?}");
+            assert!(kinds.contains(&Some(ReplicaKind::Voter)));
+            assert!(kinds.contains(&Some(ReplicaKind::Backup)));
+            assert!(kinds.contains(&None), "a coordinator");
+        }
+        for s in 0..5 {
+            let r = c.replicas(ShardId(s));
+            assert!(!c.colocated(r[0], r[1]));
+        }
+        assert_eq!(c.voters(ShardId(0)).len(), 1);
+        assert_eq!(c.f(ShardId(0)), 0);
+        assert!(c.topology.rtt_ms(RegionId(0), RegionId(0)) < 0.01);
+    }
+
+    /// DAST's and K2's layouts: every coordinator shares a machine with replicas of its
+    /// region; K2's shards keep a voter at home and read replicas elsewhere.
+    #[test]
+    fn edge_and_k2_layouts_colocate_coordinators_with_replicas() {
+        let sc = RegionId(0);
+        let services: Vec<(String, RegionId)> = vec![("manager".to_string(), sc)];
+        let edge = Cluster::new(Topology::load("edge-regions").unwrap(), &services).unwrap();
+        assert_eq!(edge.machines.len(), 10 * 6 + 10 * 3);
+        let managers = edge.services("manager");
+        assert_eq!(
+            managers.len(),
+            30,
+            "per_region = 3 replaces the default placement"
+        );
+        assert!(managers.iter().all(|m| edge.machine_mates(*m).len() == 1));
+        for &c in &edge.coordinators {
+            let mates = edge.machine_mates(c);
+            assert_eq!(mates.len(), 2, "a coordinator and one replica");
+            assert!(mates
+                .iter()
+                .all(|n| edge.region_of(*n) == edge.region_of(c)));
+        }
+        let plain = Cluster::new(Topology::load("edge-regions").unwrap(), &[]).unwrap();
+        assert!(
+            plain.services("manager").is_empty(),
+            "no idle nodes for a service not run"
+        );
+
+        let k2 = Cluster::new(Topology::load("k2-five-regions").unwrap(), &[]).unwrap();
+        assert_eq!(k2.machines.len(), 25);
+        assert_eq!(k2.voters(ShardId(7)).len(), 1);
+        assert_eq!(k2.replicas(ShardId(7)).len(), 5);
+        assert_eq!(
+            k2.replica_kinds(),
+            vec![ReplicaKind::Voter, ReplicaKind::ReadReplica]
+        );
+        assert!(k2.machines.iter().all(|m| m.nodes.len() == 5 + 1));
+    }
+
+    #[test]
+    fn deployment_errors_name_the_field() {
+        let two_machines =
+            MINIMAL.replace("[[coordinators]]", "[machines]\nB = 1\n\n[[coordinators]]");
+        let e = cluster_of(&two_machines, &[]).unwrap_err();
+        assert_eq!(e.field, "machines.B", "{e}");
+        assert!(e.message.contains("share machine"), "{e}");
+
+        let colocated = MINIMAL.replace("count = 2\n\"", "count = 2\ncolocated = true\n\"");
+        let colocated = colocated.replace(
+            "region = \"A\"\ncount = 2",
+            "region = \"A\"\ncount = 2\ncolocated = true",
+        );
+        let e = cluster_of(&colocated, &[]).unwrap_err();
+        assert_eq!(e.field, "coordinators.colocated", "{e}");
+
+        let kinds = MINIMAL.replace(
+            "leader = \"B\"",
+            "leader = \"B\"\nkinds = [\"voter\", \"backup\"]",
+        );
+        assert!(cluster_of(&kinds, &[])
+            .unwrap_err()
+            .message
+            .contains("2 kinds for 3"));
+        let kinds = MINIMAL.replace(
+            "leader = \"B\"",
+            "leader = \"B\"\nkinds = [\"voter\", \"backup\", \"voter\"]",
+        );
+        assert!(cluster_of(&kinds, &[])
+            .unwrap_err()
+            .message
+            .contains("must be a voter"));
+        let kinds = MINIMAL.replace(
+            "leader = \"B\"",
+            "leader = \"B\"\nkinds = [\"voter\", \"voter\", \"witness\"]",
+        );
+        assert_eq!(
+            cluster_of(&kinds, &[]).unwrap_err().field,
+            "shards[0].kinds[2]"
+        );
+
+        let service = format!("{MINIMAL}\n[[services]]\nname = \"vm\"\n");
+        assert!(cluster_of(&service, &[])
+            .unwrap_err()
+            .message
+            .contains("exactly one of"));
+        let service = format!("{MINIMAL}\n[[services]]\nname = \"vm\"\nregions = [\"Z\"]\n");
+        assert_eq!(
+            cluster_of(&service, &[]).unwrap_err().field,
+            "services.regions"
+        );
+    }
+
+    /// A service the topology places runs where it says; colocated nodes share one clock
+    /// profile or the file is refused.
+    #[test]
+    fn service_placements_replace_defaults_and_machines_share_a_clock() {
+        let a = RegionId(0);
+        let placed =
+            format!("{MINIMAL}\n[[services]]\nname = \"vm\"\nregions = [\"B\", \"B\", \"A\"]\n");
+        let c = cluster_of(&placed, &[("vm".to_string(), a)]).unwrap();
+        let vms = c.services("vm");
+        assert_eq!(vms.len(), 3);
+        assert_eq!(c.region_of(vms[0]), RegionId(1));
+        assert_eq!(c.node(vms[2]).name, "vm2");
+
+        let colocated = MINIMAL
+            .replace("[[coordinators]]", "[machines]\nA = 2\n\n[[coordinators]]")
+            .replace(
+                "region = \"A\"\ncount = 2",
+                "region = \"A\"\ncount = 2\ncolocated = true",
+            );
+        let c = cluster_of(&colocated, &[]).unwrap();
+        assert!(c.colocated(c.coordinators[0], NodeId(0)));
+        assert!(c.colocated(c.coordinators[1], NodeId(3)));
+        let clash = format!(
+            "{colocated}\n[clocks]\noverrides = [{{ node = \"coord0\", profile = \"bad\" }}]\n"
+        );
+        assert!(cluster_of(&clash, &[])
+            .unwrap_err()
+            .message
+            .contains("different clocks"));
     }
 }

@@ -161,7 +161,7 @@ where
         clock_base_ns: u64,
     ) -> Self {
         let topology = Topology::parse("test", topology).expect("test topology");
-        let plain = Cluster::new(topology.clone(), &[]).expect("test cluster");
+        let plain = Cluster::without_services(&topology).expect("test cluster");
         let cluster = Arc::new(Cluster::new(topology, &P::services(&plain)).expect("services"));
         let config = ProtocolConfig::parse(options).expect("options parse");
         P::check_config(&config).expect("valid options");

@@ -76,6 +76,7 @@ fn simulate_with<P: Protocol>(
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xC10C_5107);
         options.faults = FaultPlan::random(
             &setup.cluster,
+            &P::fault_model(&setup.cluster),
             options.duration_ns,
             &mut rng,
             FaultKinds::ALL,

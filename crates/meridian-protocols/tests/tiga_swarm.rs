@@ -96,14 +96,24 @@ fn simulate(seed: u64, r: &Run) -> SimReport {
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7194);
     let cluster = &setup.cluster;
+    let model = <Tiga as meridian_core::Protocol>::fault_model(cluster);
     options.faults = match r.faults {
         Faults::None => FaultPlan::default(),
-        Faults::NoCrashes => {
-            FaultPlan::random(cluster, options.duration_ns, &mut rng, r.no_crashes())
-        }
+        Faults::NoCrashes => FaultPlan::random(
+            cluster,
+            &model,
+            options.duration_ns,
+            &mut rng,
+            r.no_crashes(),
+        ),
         Faults::All => {
-            let mut plan =
-                FaultPlan::random(cluster, options.duration_ns, &mut rng, FaultKinds::ALL);
+            let mut plan = FaultPlan::random(
+                cluster,
+                &model,
+                options.duration_ns,
+                &mut rng,
+                FaultKinds::ALL,
+            );
             let shard = rng.gen_range(0..cluster.shard_count());
             let victim = cluster.replicas(ShardId(shard))[rng.gen_range(0..2)];
             let at = rng.gen_range(2 * NS_PER_S..r.seconds * NS_PER_S / 2);
@@ -114,7 +124,7 @@ fn simulate(seed: u64, r: &Run) -> SimReport {
             plan
         }
         Faults::Scripted(spec) => FaultPlan::parse(spec, cluster).unwrap(),
-        Faults::Cli => FaultPlan::random_for_seed(cluster, options.duration_ns, seed),
+        Faults::Cli => FaultPlan::random_for_seed(cluster, &model, options.duration_ns, seed),
     };
     let opts = WorkloadOptions::parse(r.workload_opts.iter().copied()).unwrap();
     let mut workload = meridian_workload::build(r.workload, &setup.cluster, &opts).unwrap();

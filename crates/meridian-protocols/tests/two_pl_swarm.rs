@@ -25,7 +25,12 @@ fn simulate(seed: u64, config: &str, faults: bool) -> SimReport {
         ..SimOptions::default()
     };
     if faults {
-        options.faults = FaultPlan::random_for_seed(&setup.cluster, options.duration_ns, seed);
+        options.faults = FaultPlan::random_for_seed(
+            &setup.cluster,
+            &<TwoPlTwoPc as meridian_core::Protocol>::fault_model(&setup.cluster),
+            options.duration_ns,
+            seed,
+        );
     }
     let mut workload =
         meridian_workload::build("list-append", &setup.cluster, &WorkloadOptions::default())

@@ -100,9 +100,10 @@ pub fn setup<P: Protocol>(
     procedures: Procedures,
 ) -> Result<Setup, String> {
     P::check_config(&config)?;
-    let plain = Cluster::new(topology.clone(), &[]).map_err(|e| e.to_string())?;
+    let plain = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
     let services = P::services(&plain);
     let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
+    meridian_core::node::check_deployment::<P>(&cluster)?;
     P::check_setup(&cluster, &config)?;
     Ok(Setup {
         cluster: Arc::new(cluster),
@@ -164,7 +165,6 @@ struct Slot<N: Node> {
     rng: NodeRng,
     next_timer: u64,
     live_timers: FxHashSet<TimerId>,
-    clock: ClockModel,
     /// With a service time: the node is busy with an event until then.
     busy_until_ns: u64,
     /// Events that reached the node while it was busy, served in arrival order, one
@@ -210,6 +210,8 @@ struct Sim<'w, P: Protocol> {
     /// Cancelled timers still in the queue (an upper bound; reset by compaction).
     dead_timers: usize,
     slots: Vec<Slot<P::Node>>,
+    /// One clock per machine (`Cluster::machines`): colocated nodes read the same clock.
+    clocks: Vec<ClockModel>,
     network: Network,
     net_rng: ChaCha8Rng,
     clients: Vec<Client>,
@@ -277,13 +279,21 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 rng: node_rng(options.seed, info.id, 0),
                 next_timer: 0,
                 live_timers: FxHashSet::default(),
-                clock: ClockModel::new(
-                    &info.clock.params,
-                    mix(options.seed, 0xC10C, u64::from(info.id.0)),
-                ),
                 busy_until_ns: 0,
                 backlog: VecDeque::new(),
                 serve_queued: false,
+            })
+            .collect();
+        // Seeded by the machine's first node, so a machine per node keeps each node's clock.
+        let clocks = cluster
+            .machines
+            .iter()
+            .map(|m| {
+                let first = m.nodes[0];
+                ClockModel::new(
+                    &cluster.node(first).clock.params,
+                    mix(options.seed, 0xC10C, u64::from(first.0)),
+                )
             })
             .collect();
         let slots_per_coordinator = match options.open_loop {
@@ -330,6 +340,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             queue: Queue::new(),
             dead_timers: 0,
             slots,
+            clocks,
             clients,
             requests: FxHashMap::default(),
             next_request: 0,
@@ -383,7 +394,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
     }
 
     fn local_now(&mut self, node: NodeId) -> u64 {
-        let reading = self.slots[node.index()].clock.read(self.now_ns) + i128::from(EPOCH_NS);
+        let machine = self.setup.cluster.machine_of(node);
+        let reading = self.clocks[machine.index()].read(self.now_ns) + i128::from(EPOCH_NS);
         u64::try_from(reading).expect("clock reading below the epoch: error larger than 1.7e9 s")
     }
 
@@ -651,19 +663,17 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn apply_fault(&mut self, fault: Fault) {
         match fault {
+            // A machine fails as a whole: every role it hosts crashes and restarts with it.
             Fault::Crash(node) => {
-                let slot = &mut self.slots[node.index()];
-                if slot.node.take().is_some() {
-                    slot.incarnation += 1;
-                    slot.busy_until_ns = 0;
-                    // What waited for the node dies with it, as its inbox would.
-                    slot.backlog.clear();
-                    slot.serve_queued = false;
+                for mate in self.setup.cluster.clone().machine_mates(node) {
+                    self.crash_node(*mate);
                 }
             }
             Fault::Restart(node) => {
-                if self.slots[node.index()].node.is_none() {
-                    self.start_node(node);
+                for mate in self.setup.cluster.clone().machine_mates(node) {
+                    if self.slots[mate.index()].node.is_none() {
+                        self.start_node(*mate);
+                    }
                 }
             }
             Fault::Partition { a, b } => self.network.partition(&a, &b),
@@ -671,8 +681,20 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Fault::Loss(p) => self.network.loss = p,
             Fault::Duplicate(p) => self.network.duplicate = p,
             Fault::ClockStep { node, step_ms } => {
-                self.slots[node.index()].clock.step(ms_to_ns(step_ms))
+                let machine = self.setup.cluster.machine_of(node);
+                self.clocks[machine.index()].step(ms_to_ns(step_ms))
             }
+        }
+    }
+
+    fn crash_node(&mut self, node: NodeId) {
+        let slot = &mut self.slots[node.index()];
+        if slot.node.take().is_some() {
+            slot.incarnation += 1;
+            slot.busy_until_ns = 0;
+            // What waited for the node dies with it, as its inbox would.
+            slot.backlog.clear();
+            slot.serve_queued = false;
         }
     }
 

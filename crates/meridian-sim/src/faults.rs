@@ -14,13 +14,14 @@
 //! | `clock-step:NODE:MS@T` | the node's clock jumps by MS milliseconds (may be negative) |
 //!
 //! `NODE` is a node name (`shard0/replica1`, `coord3`, …); `T` a duration (`5s`, `750ms`).
-//! `random` draws a seeded mix of every kind over the run (see [`FaultPlan::random`]).
+//! `random` draws a seeded mix of every kind over the run, overlapping, inside the
+//! protocol's [`FaultModel`] (see [`FaultPlan::random`]). A crash takes the named node's
+//! whole machine down (every role it hosts).
 //! At the end of the run the simulator heals everything and restarts crashed nodes before the
 //! drain, so in-flight transactions can finish.
 
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
-use meridian_core::topology::NodeRole;
-use meridian_core::{Cluster, NodeId};
+use meridian_core::{Cluster, FaultModel, MachineId, NodeId};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -86,94 +87,71 @@ impl FaultPlan {
         Ok(FaultPlan { faults })
     }
 
-    /// A seeded random mix over `[0, duration_ns)`: crash/restart of one node at a time
-    /// (down 0.5–4 s; a third of the crashes hit a shard's initial leader, a third another
-    /// random replica, a third any node — leaders exercise the most recovery code, and
-    /// a uniform pick would rarely reach them), partitions isolating a node
-    /// or a region (healed after 0.5–4 s), windows of 0.5–2% loss and of duplication, and clock
-    /// steps of ±1–50 ms. Faults start after 1 s so every protocol gets to boot.
+    /// A seeded random mix over `[0, duration_ns)`, drawn inside the protocol's fault
+    /// `model`. Each kind runs on a lane of its own, so faults overlap: a crash during a
+    /// partition, under loss, a clock step during a view change.
     ///
-    /// A restarted replica counts as failed until it has rejoined (a diskless Tiga server
-    /// needs a state transfer from a NORMAL leader), so another replica of the same shard
-    /// crashes no sooner than [`REJOIN_ALLOWANCE_NS`] after a restart: two overlapping
-    /// failures in a 3-replica shard exceed f = 1, which no protocol here tolerates.
+    /// - **Crashes** start every 0.5–3 s (without waiting for the last restart) and keep a
+    ///   machine down 0.5–4 s; all its roles go down together. A third hit a shard's initial
+    ///   leader, a third another replica, a third any crashable machine (coordinators and
+    ///   services included): leaders exercise the most recovery code, and a uniform pick
+    ///   would rarely reach them. A pick the model refuses falls back to a uniform pick
+    ///   among those it admits, or to no crash.
+    /// - **Partitions** isolate a region or one machine, healed after 0.5–4 s.
+    /// - **Loss** (0.5–2 %) and **duplication** (0.5–5 %) come in windows of 0.5–4 s.
+    /// - **Clock steps** of ±1–50 ms hit one machine every 0.5–6 s.
+    ///
+    /// A restarted machine counts as down until [`REJOIN_ALLOWANCE_NS`] after its restart (a
+    /// diskless Tiga server needs a state transfer from a NORMAL leader before it is a
+    /// replica again). Faults start after 1 s so every protocol gets to boot.
     pub fn random(
         cluster: &Cluster,
+        model: &FaultModel,
         duration_ns: u64,
         rng: &mut ChaCha8Rng,
         kinds: FaultKinds,
     ) -> FaultPlan {
         let mut faults = Vec::new();
-        let nodes: Vec<NodeId> = cluster
-            .nodes
-            .iter()
-            .filter(|n| !matches!(n.role, NodeRole::Service { .. }))
-            .map(|n| n.id)
-            .collect();
-        let mut menu = Vec::new();
-        for (enabled, kind) in [
-            (kinds.crashes, 0),
-            (kinds.partitions, 1),
-            (kinds.loss, 2),
-            (kinds.duplication, 3),
-            (kinds.clock_steps, 4),
-        ] {
-            if enabled {
-                menu.push(kind);
+        if kinds.crashes {
+            crash_lane(cluster, model, duration_ns, rng, &mut faults);
+        }
+        if kinds.partitions {
+            for (start, end) in windows(duration_ns, rng) {
+                let side = isolation_side(cluster, rng);
+                let rest = all_nodes(cluster).filter(|n| !side.contains(n)).collect();
+                faults.push((start, Fault::Partition { a: side, b: rest }));
+                faults.push((end, Fault::Heal));
             }
         }
-        let mut t = NS_PER_S;
-        // When a replica of each shard last restarted.
-        let mut restarted: Vec<Option<u64>> = vec![None; cluster.shard_count() as usize];
-        while !menu.is_empty() && t < duration_ns {
-            let length = rng.gen_range(NS_PER_S / 2..=4 * NS_PER_S);
-            let mut end = (t + length).min(duration_ns);
-            match *menu.choose(rng).expect("non-empty") {
-                0 => {
-                    let node = crash_target(cluster, &nodes, rng);
-                    let shard = cluster.shard_of_node(node);
-                    if let Some(at) = shard.and_then(|s| restarted[s.index()]) {
-                        if t < at + REJOIN_ALLOWANCE_NS {
-                            t = at + REJOIN_ALLOWANCE_NS;
-                            if t >= duration_ns {
-                                break;
-                            }
-                            end = (t + length).min(duration_ns);
-                        }
-                    }
-                    faults.push((t, Fault::Crash(node)));
-                    faults.push((end, Fault::Restart(node)));
-                    if let Some(s) = shard {
-                        restarted[s.index()] = Some(end);
-                    }
-                }
-                1 => {
-                    let side = isolation_side(cluster, &nodes, rng);
-                    let rest = nodes
-                        .iter()
-                        .copied()
-                        .filter(|n| !side.contains(n))
-                        .collect();
-                    faults.push((t, Fault::Partition { a: side, b: rest }));
-                    faults.push((end, Fault::Heal));
-                }
-                2 => {
-                    faults.push((t, Fault::Loss(rng.gen_range(0.005..=0.02))));
-                    faults.push((end, Fault::Loss(0.0)));
-                }
-                3 => {
-                    faults.push((t, Fault::Duplicate(rng.gen_range(0.005..=0.05))));
-                    faults.push((end, Fault::Duplicate(0.0)));
-                }
-                _ => {
-                    let node = *nodes.choose(rng).expect("nodes");
-                    let step_ms =
-                        rng.gen_range(1.0..=50.0) * if rng.gen_bool(0.5) { 1.0 } else { -1.0 };
-                    faults.push((t, Fault::ClockStep { node, step_ms }));
-                }
+        if kinds.loss {
+            for (start, end) in windows(duration_ns, rng) {
+                faults.push((start, Fault::Loss(rng.gen_range(0.005..=0.02))));
+                faults.push((end, Fault::Loss(0.0)));
             }
-            t = end + rng.gen_range(0..=2 * NS_PER_S);
         }
+        if kinds.duplication {
+            for (start, end) in windows(duration_ns, rng) {
+                faults.push((start, Fault::Duplicate(rng.gen_range(0.005..=0.05))));
+                faults.push((end, Fault::Duplicate(0.0)));
+            }
+        }
+        if kinds.clock_steps {
+            let mut t = NS_PER_S;
+            while t < duration_ns {
+                let machine = cluster.machines.choose(rng).expect("machines");
+                let step_ms =
+                    rng.gen_range(1.0..=50.0) * if rng.gen_bool(0.5) { 1.0 } else { -1.0 };
+                faults.push((
+                    t,
+                    Fault::ClockStep {
+                        node: machine.nodes[0],
+                        step_ms,
+                    },
+                ));
+                t += rng.gen_range(NS_PER_S / 2..=6 * NS_PER_S);
+            }
+        }
+        // Stable: at one instant, the lanes' faults keep lane order (crashes first).
         faults.sort_by_key(|(at, _)| *at);
         FaultPlan { faults }
     }
@@ -181,37 +159,100 @@ impl FaultPlan {
     /// The plan `--faults random` runs for a run seeded `seed`: every kind of fault, from
     /// a stream of its own (so `meridian sim --seed S --faults random` and a test that
     /// names seed S replay the same faults).
-    pub fn random_for_seed(cluster: &Cluster, duration_ns: u64, seed: u64) -> FaultPlan {
+    pub fn random_for_seed(
+        cluster: &Cluster,
+        model: &FaultModel,
+        duration_ns: u64,
+        seed: u64,
+    ) -> FaultPlan {
         let mut rng = <ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed ^ 0xFA017);
-        FaultPlan::random(cluster, duration_ns, &mut rng, FaultKinds::ALL)
+        FaultPlan::random(cluster, model, duration_ns, &mut rng, FaultKinds::ALL)
     }
 }
 
-/// How long a restarted replica is given to rejoin before another replica of its shard may
-/// crash (see [`FaultPlan::random`]): a failure timeout, a view change and a state transfer
-/// across the WAN fit well within it.
+/// How long a restarted machine is given to rejoin before it stops counting as down (see
+/// [`FaultPlan::random`]): a failure timeout, a view change and a state transfer across
+/// the WAN fit well within it.
 pub const REJOIN_ALLOWANCE_NS: u64 = 3 * NS_PER_S;
 
-fn crash_target(cluster: &Cluster, nodes: &[NodeId], rng: &mut ChaCha8Rng) -> NodeId {
-    let shards = cluster.shard_count();
-    let shard = meridian_core::ShardId(rng.gen_range(0..shards.max(1)));
-    match rng.gen_range(0..3) {
-        0 if shards > 0 => cluster.initial_leader(shard),
-        1 if shards > 0 => *cluster.replicas(shard).choose(rng).expect("replicas"),
-        _ => *nodes.choose(rng).expect("nodes"),
+/// Back-to-back windows of 0.5–4 s with gaps of 0–4 s, from 1 s to the end of the run.
+fn windows(duration_ns: u64, rng: &mut ChaCha8Rng) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut t = NS_PER_S + rng.gen_range(0..=2 * NS_PER_S);
+    while t < duration_ns {
+        let end = (t + rng.gen_range(NS_PER_S / 2..=4 * NS_PER_S)).min(duration_ns);
+        out.push((t, end));
+        t = end + rng.gen_range(0..=4 * NS_PER_S);
+    }
+    out
+}
+
+/// Crashes and restarts of machines, overlapping each other inside the model's bounds.
+fn crash_lane(
+    cluster: &Cluster,
+    model: &FaultModel,
+    duration_ns: u64,
+    rng: &mut ChaCha8Rng,
+    faults: &mut Vec<(u64, Fault)>,
+) {
+    // (machine, down until: restart + rejoin allowance)
+    let mut down: Vec<(MachineId, u64)> = Vec::new();
+    let mut t = NS_PER_S;
+    while t < duration_ns {
+        down.retain(|(_, until)| *until > t);
+        let busy: Vec<MachineId> = down.iter().map(|(m, _)| *m).collect();
+        let length = rng.gen_range(NS_PER_S / 2..=4 * NS_PER_S);
+        if let Some(machine) = crash_target(cluster, model, &busy, rng) {
+            let end = (t + length).min(duration_ns);
+            let node = cluster.machines[machine.index()].nodes[0];
+            faults.push((t, Fault::Crash(node)));
+            faults.push((end, Fault::Restart(node)));
+            down.push((machine, end + REJOIN_ALLOWANCE_NS));
+        }
+        t += rng.gen_range(NS_PER_S / 2..=3 * NS_PER_S);
     }
 }
 
-fn isolation_side(cluster: &Cluster, nodes: &[NodeId], rng: &mut ChaCha8Rng) -> Vec<NodeId> {
+fn crash_target(
+    cluster: &Cluster,
+    model: &FaultModel,
+    down: &[MachineId],
+    rng: &mut ChaCha8Rng,
+) -> Option<MachineId> {
+    let shards = cluster.shard_count();
+    let shard = meridian_core::ShardId(rng.gen_range(0..shards.max(1)));
+    let preferred = match rng.gen_range(0..3) {
+        0 if shards > 0 => Some(cluster.machine_of(cluster.initial_leader(shard))),
+        1 if shards > 0 => {
+            let replica = *cluster.replicas(shard).choose(rng).expect("replicas");
+            Some(cluster.machine_of(replica))
+        }
+        _ => model.crashable.choose(rng).copied(),
+    };
+    let admitted = |m: &MachineId| !down.contains(m) && model.admits_crash(*m, down);
+    match preferred {
+        Some(m) if admitted(&m) => Some(m),
+        _ => {
+            let candidates: Vec<MachineId> =
+                model.crashable.iter().copied().filter(admitted).collect();
+            candidates.choose(rng).copied()
+        }
+    }
+}
+
+fn all_nodes(cluster: &Cluster) -> impl Iterator<Item = NodeId> + '_ {
+    cluster.nodes.iter().map(|n| n.id)
+}
+
+/// A region (half the time, when there are several) or one machine with all its roles.
+fn isolation_side(cluster: &Cluster, rng: &mut ChaCha8Rng) -> Vec<NodeId> {
+    let machine = cluster.machines.choose(rng).expect("machines");
     if cluster.topology.regions.len() > 1 && rng.gen_bool(0.5) {
-        let region = cluster.region_of(*nodes.choose(rng).expect("nodes"));
-        nodes
-            .iter()
-            .copied()
-            .filter(|n| cluster.region_of(*n) == region)
+        all_nodes(cluster)
+            .filter(|n| cluster.region_of(*n) == machine.region)
             .collect()
     } else {
-        vec![*nodes.choose(rng).expect("nodes")]
+        machine.nodes.clone()
     }
 }
 
@@ -348,53 +389,102 @@ mod tests {
         }
     }
 
-    /// A restarted replica gets time to rejoin: no other replica of its shard crashes
-    /// within the allowance (a crash then would put two of a shard's three replicas out).
+    fn plan_for(c: &Cluster, seed: u64) -> FaultPlan {
+        let model = FaultModel::minorities(c);
+        FaultPlan::random(
+            c,
+            &model,
+            60 * NS_PER_S,
+            &mut ChaCha8Rng::seed_from_u64(seed),
+            FaultKinds::ALL,
+        )
+    }
+
+    /// Replays a plan's crashes and checks that no failure group ever has more machines
+    /// down (a restarted one counting until its rejoin allowance ends) than the model allows.
+    fn assert_inside_model(c: &Cluster, model: &FaultModel, plan: &FaultPlan, seed: u64) {
+        let mut down: Vec<(MachineId, u64)> = Vec::new();
+        for &(at, ref fault) in &plan.faults {
+            down.retain(|(_, until)| *until > at);
+            match fault {
+                Fault::Crash(n) => {
+                    let m = c.machine_of(*n);
+                    let busy: Vec<MachineId> = down.iter().map(|d| d.0).collect();
+                    assert!(
+                        model.admits_crash(m, &busy),
+                        "seed {seed}: {m} at {at}, down {busy:?}"
+                    );
+                    down.push((m, u64::MAX));
+                }
+                Fault::Restart(n) => {
+                    let m = c.machine_of(*n);
+                    for d in down.iter_mut().filter(|d| d.0 == m) {
+                        d.1 = at + REJOIN_ALLOWANCE_NS;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A restarted replica gets time to rejoin, and no shard loses more than its minority.
     #[test]
-    fn random_plans_leave_a_restarted_replica_time_to_rejoin() {
+    fn random_plans_stay_inside_the_fault_model() {
         let c = cluster();
-        let mut shifted_any = false;
+        let model = FaultModel::minorities(&c);
         for seed in 0..300 {
-            let p = FaultPlan::random(
-                &c,
-                60 * NS_PER_S,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-                FaultKinds::ALL,
-            );
-            let mut restarted: Vec<Option<u64>> = vec![None; c.shard_count() as usize];
-            for &(at, ref fault) in &p.faults {
+            assert_inside_model(&c, &model, &plan_for(&c, seed), seed);
+        }
+    }
+
+    /// Faults overlap: some plan crashes a machine while a partition is in force and
+    /// while loss is on, and has two machines down at once.
+    #[test]
+    fn random_faults_overlap() {
+        let c = cluster();
+        let (mut crash_in_partition, mut crash_under_loss, mut two_down) = (false, false, false);
+        for seed in 0..50 {
+            let (mut partitioned, mut lossy, mut down) = (false, false, 0usize);
+            for (_, fault) in &plan_for(&c, seed).faults {
                 match fault {
-                    Fault::Crash(n) => {
-                        if let Some(s) = c.shard_of_node(*n) {
-                            if let Some(r) = restarted[s.index()] {
-                                assert!(at >= r + REJOIN_ALLOWANCE_NS, "seed {seed}: {n} at {at}");
-                                shifted_any |= at == r + REJOIN_ALLOWANCE_NS;
-                            }
-                        }
+                    Fault::Partition { .. } => partitioned = true,
+                    Fault::Heal => partitioned = false,
+                    Fault::Loss(p) => lossy = *p > 0.0,
+                    Fault::Crash(_) => {
+                        down += 1;
+                        crash_in_partition |= partitioned;
+                        crash_under_loss |= lossy;
+                        two_down |= down >= 2;
                     }
-                    Fault::Restart(n) => {
-                        if let Some(s) = c.shard_of_node(*n) {
-                            restarted[s.index()] = Some(at);
-                        }
-                    }
+                    Fault::Restart(_) => down -= 1,
                     _ => {}
                 }
             }
         }
-        assert!(shifted_any, "some plan needed the allowance");
+        assert!(crash_in_partition && crash_under_loss && two_down);
+    }
+
+    /// Services and coordinators are crashed too, and a colocated machine is crashed by
+    /// naming its first node.
+    #[test]
+    fn random_plans_crash_services_and_whole_machines() {
+        let topology = Topology::load("gcp-tiga").unwrap();
+        let sc = topology.region_id("SC").unwrap();
+        let c = Cluster::new(topology, &vec![("vm".to_string(), sc); 3]).unwrap();
+        let vms = c.services("vm");
+        let hit = (0..40).any(|seed| {
+            plan_for(&c, seed)
+                .faults
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::Crash(n) if vms.contains(n)))
+        });
+        assert!(hit, "no plan crashed a view manager");
     }
 
     #[test]
     fn random_plans_are_seeded_and_pair_crashes_with_restarts() {
         let c = cluster();
-        let plan = |seed| {
-            FaultPlan::random(
-                &c,
-                60 * NS_PER_S,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-                FaultKinds::ALL,
-            )
-        };
+        let plan = |seed| plan_for(&c, seed);
         assert_eq!(plan(1), plan(1));
         assert_ne!(plan(1), plan(2));
         let p = plan(3);

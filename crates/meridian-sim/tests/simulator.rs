@@ -54,6 +54,7 @@ impl Node for Toy {
     type Record = ();
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.count("toy.starts", 1);
         ctx.set_timer(50 * NS_PER_MS, Tick);
     }
 
@@ -81,8 +82,16 @@ impl Node for Toy {
                 request,
                 index,
                 result,
-                ..
+                local_now_ns,
             } => {
+                // One machine, one clock: a colocated reply's reading is at most the queueing
+                // delay behind ours (the test steps one node's clock by 10 s).
+                if self.setup.cluster.colocated(from, ctx.id()) {
+                    ctx.count("toy.colocated_replies", 1);
+                    if ctx.now_ns().abs_diff(local_now_ns) > NS_PER_S {
+                        ctx.count("toy.colocated_clock_mismatches", 1);
+                    }
+                }
                 let Some((client_request, results)) = self.pending.get_mut(&request) else {
                     return;
                 };
@@ -168,6 +177,10 @@ impl Protocol for ToyProtocol {
     type Node = Toy;
     const NAME: &'static str = "toy";
     const GUARANTEE: &'static str = "none";
+    const REPLICA_KINDS: &'static [meridian_core::ReplicaKind] = &[
+        meridian_core::ReplicaKind::Voter,
+        meridian_core::ReplicaKind::Backup,
+    ];
     fn check_config(config: &ProtocolConfig) -> Result<(), String> {
         config.check_known(&[])
     }
@@ -224,12 +237,12 @@ impl Workload for Increments {
 }
 
 fn run_toy(topology: &str, options: &SimOptions, per_txn: u32) -> meridian_sim::SimReport {
-    let setup = setup::<ToyProtocol>(
-        Topology::load(topology).unwrap(),
-        ProtocolConfig::default(),
-        Procedures::new(),
-    )
-    .unwrap();
+    run_toy_on(Topology::load(topology).unwrap(), options, per_txn)
+}
+
+fn run_toy_on(topology: Topology, options: &SimOptions, per_txn: u32) -> meridian_sim::SimReport {
+    let setup =
+        setup::<ToyProtocol>(topology, ProtocolConfig::default(), Procedures::new()).unwrap();
     let mut workload = Increments {
         shards: setup.cluster.shard_count(),
         per_txn,
@@ -258,6 +271,7 @@ fn the_same_seed_replays_bit_for_bit_and_another_seed_does_not() {
     .cluster;
     faulty.faults = FaultPlan::random(
         &cluster,
+        &meridian_core::FaultModel::minorities(&cluster),
         faulty.duration_ns,
         &mut rand_chacha::ChaCha8Rng::seed_from_u64(42),
         FaultKinds::ALL,
@@ -578,4 +592,94 @@ fn open_loop_submits_at_the_rate_and_throttles_at_the_cap() {
         (arrivals - expected).abs() < 0.05 * expected,
         "{arrivals} arrivals"
     );
+}
+
+/// One machine holding a shard's only replica and a coordinator (`colocated`), or the two
+/// on machines of their own, 10 ms apart; bad clocks so separate clocks would disagree.
+fn one_machine(colocated: bool) -> Topology {
+    let text = format!(
+        "name = \"pair\"\nregions = [\"A\"]\nintra_region_rtt_ms = 10.0\n[machines]\nA = 1\n\
+         [[shards]]\nreplicas = [\"A\"]\n[[coordinators]]\nregion = \"A\"\ncolocated = {colocated}\n\
+         [clocks]\nprofile = \"bad\"\n"
+    );
+    Topology::parse("pair", &text).unwrap()
+}
+
+/// Roles of one machine talk for free and read one clock: a coordinator on its shard's
+/// machine commits a single-shard transaction in the client hop alone, not a 10 ms trip.
+#[test]
+fn colocated_roles_talk_for_free_and_share_a_clock() {
+    let mut o = options(11);
+    // A service time keeps a free loop from committing millions of transactions.
+    o.service_time_ns = 50_000;
+    let pair = setup::<ToyProtocol>(
+        one_machine(true),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    );
+    o.faults = FaultPlan::parse("clock-step:coord0:10000@500ms", &pair.unwrap().cluster).unwrap();
+    let together = run_toy_on(one_machine(true), &o, 1);
+    let apart = run_toy_on(one_machine(false), &o, 1);
+    let p50 = |r: &meridian_sim::SimReport| r.regions[0].percentile_ms(50.0).unwrap();
+    assert!(p50(&together) < 0.5, "colocated p50 {}", p50(&together));
+    assert!(p50(&apart) >= 10.0, "separate machines p50 {}", p50(&apart));
+    let replies = together.counters.get("toy.colocated_replies").copied();
+    assert!(replies.unwrap_or(0) > 100, "{:?}", together.counters);
+    // Only replies in flight across the step (one per client) straddle it; with a clock
+    // per node every reply after the step would differ by 10 s.
+    let mismatches = together.counters.get("toy.colocated_clock_mismatches");
+    assert!(mismatches.copied().unwrap_or(0) <= 2, "{mismatches:?}");
+    assert_eq!(apart.counters.get("toy.colocated_replies"), None);
+}
+
+/// A machine fails as a whole: crashing the replica restarts the coordinator beside it.
+#[test]
+fn a_crash_takes_down_every_role_of_the_machine() {
+    let mut o = options(12);
+    o.service_time_ns = 50_000;
+    let topology = one_machine(true);
+    let cluster = setup::<ToyProtocol>(
+        topology.clone(),
+        ProtocolConfig::default(),
+        Procedures::new(),
+    )
+    .unwrap()
+    .cluster;
+    o.faults = FaultPlan::parse(
+        "crash:shard0/replica0@1s,restart:shard0/replica0@2s",
+        &cluster,
+    )
+    .unwrap();
+    let report = run_toy_on(topology, &o, 1);
+    // Two nodes boot, and both restart.
+    assert_eq!(
+        report.counters.get("toy.starts"),
+        Some(&4),
+        "{:?}",
+        report.counters
+    );
+    let during = report
+        .history
+        .iter()
+        .filter(|e| {
+            e.kind == meridian_check::EntryType::Ok
+                && e.invoke_ns > 1_100 * NS_PER_MS
+                && e.complete_ns < 1_900 * NS_PER_MS
+        })
+        .count();
+    assert_eq!(during, 0, "the coordinator was down with its machine");
+}
+
+/// Microsecond links (Aurogon's RDMA cluster): latency is measured in microseconds, not
+/// rounded to milliseconds anywhere on the way.
+#[test]
+fn microsecond_links_give_microsecond_latencies() {
+    let mut o = options(13);
+    o.duration_ns = 100 * NS_PER_MS;
+    o.drain_ns = 10 * NS_PER_MS;
+    let report = run_toy("rdma-cluster", &o, 1);
+    let p50_ms = report.regions[0].percentile_ms(50.0).unwrap();
+    // Client hops (2 us) plus at most one 5 us round trip with sub-microsecond jitter.
+    assert!(p50_ms > 0.001 && p50_ms < 0.02, "p50 {p50_ms} ms");
+    assert!(report.committed > 10_000, "committed {}", report.committed);
 }

@@ -129,6 +129,13 @@ impl Protocol for TwoPlTwoPc {
 
     const NAME: &'static str = "2pl-2pc";
     const GUARANTEE: &'static str = "strict-serializable";
+    /// Only a shard's initial leader holds data; its other replicas are inert whatever
+    /// their kind, so any placement runs (the reference on K2's and Aurogon's layouts).
+    const REPLICA_KINDS: &'static [meridian_core::ReplicaKind] = &[
+        meridian_core::ReplicaKind::Voter,
+        meridian_core::ReplicaKind::ReadReplica,
+        meridian_core::ReplicaKind::Backup,
+    ];
 
     fn check_config(config: &ProtocolConfig) -> Result<(), String> {
         // Durations are checked against a nominal RTT; `build` scales them to the cluster.

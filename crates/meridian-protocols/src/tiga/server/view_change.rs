@@ -322,10 +322,7 @@ impl Server {
             let conflict = a_maps.conflict_floor(&reads, &writes, b.ts);
             if let Some(floor) = super::gc::floor_or_conflict(conflict, b.ts, base) {
                 raised_ns = raised_ns.max(floor.time_ns) + 1;
-                b.ts = Timestamp {
-                    time_ns: raised_ns,
-                    tiebreak: self.id.0,
-                };
+                b.ts = Timestamp::new(raised_ns, self.id.0);
             }
         }
         entries.sort_unstable_by_key(|b| (b.ts, b.id));
