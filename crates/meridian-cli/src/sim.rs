@@ -101,6 +101,14 @@ pub struct RunArgs {
     /// by commit time), e.g. `250ms`.
     #[arg(long, default_value = "1s")]
     timeline_bucket: String,
+    /// Batch a node's events as the runtime does: at most this many events due at one
+    /// instant run before the node's end-of-batch (the runtime's is 64; 1 = every event).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch_max: u32,
+    /// Fire timers at the next multiple of this, as the runtime's millisecond timers do
+    /// (e.g. `1ms`; `0ns` = exactly).
+    #[arg(long, default_value = "0ns")]
+    timer_granularity: String,
 }
 
 /// Everything a run needs, validated.
@@ -154,6 +162,9 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
             Ok(ns) => ns,
             Err(e) => return Err(format!("--timeline-bucket: {e}")),
         },
+        batch_max: args.batch_max,
+        timer_granularity_ns: parse_duration_ns(&args.timer_granularity)
+            .map_err(|e| format!("--timer-granularity: {e}"))?,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());

@@ -91,12 +91,12 @@ fn interactive() -> WorkloadOptions {
 }
 
 fn swarm<P: Protocol>() {
-    swarm_with::<P>(ProtocolConfig::default(), 21, 500);
+    swarm_with::<P>(ProtocolConfig::default(), 21, 500, 100);
 }
 
-/// `seeds` faulty seeds must each give a snapshot-isolation history with commits, and
-/// commit `per_seed` transactions a seed on average.
-fn swarm_with<P: Protocol>(config: ProtocolConfig, seeds: u64, per_seed: u64) {
+/// `seeds` faulty seeds must each give a snapshot-isolation history with at least
+/// `min_per_seed` commits, and commit `per_seed` transactions a seed on average.
+fn swarm_with<P: Protocol>(config: ProtocolConfig, seeds: u64, per_seed: u64, min_per_seed: u64) {
     let (mut committed, mut unknown, mut bad_seeds) = (0, 0, 0);
     for seed in 1..=seeds {
         let clock = clock_for(seed);
@@ -114,7 +114,7 @@ fn swarm_with<P: Protocol>(config: ProtocolConfig, seeds: u64, per_seed: u64) {
             report.invariant
         );
         assert!(
-            report.committed > 100,
+            report.committed > min_per_seed,
             "{} seed {seed}: only {} committed",
             P::NAME,
             report.committed
@@ -156,13 +156,26 @@ fn conventional_si_swarm_of_21_faulty_seeds_is_snapshot_isolation() {
 /// and duplicate messages, step clocks.
 #[test]
 fn replicated_clock_si_swarm_of_12_faulty_seeds_is_snapshot_isolation() {
-    // Every commit waits for a WAN round trip to a follower: fewer transactions a run.
-    swarm_with::<ClockSi>(ProtocolConfig::parse("replicated=true").unwrap(), 12, 300);
+    // Every commit waits for a WAN round trip to a follower: fewer transactions a run, and
+    // the random faults overlap (a crash inside a partition stalls a Raft group until both
+    // end), so a seed may commit half of a calm one.
+    swarm_with::<ClockSi>(
+        ProtocolConfig::parse("replicated=true").unwrap(),
+        12,
+        200,
+        50,
+    );
 }
 
 #[test]
 fn replicated_conventional_si_swarm_of_9_faulty_seeds_is_snapshot_isolation() {
-    swarm_with::<ConventionalSi>(ProtocolConfig::parse("replicated=true").unwrap(), 9, 200);
+    // The oracle is crashed by the random faults too: nothing begins while it is down.
+    swarm_with::<ConventionalSi>(
+        ProtocolConfig::parse("replicated=true").unwrap(),
+        9,
+        100,
+        50,
+    );
 }
 
 /// Commits by clients outside SC when SC (every partition's placed leader, two

@@ -118,9 +118,13 @@ fn simulate(seed: u64, r: &Run) -> SimReport {
             let victim = cluster.replicas(ShardId(shard))[rng.gen_range(0..2)];
             let at = rng.gen_range(2 * NS_PER_S..r.seconds * NS_PER_S / 2);
             let down = rng.gen_range(NS_PER_S..4 * NS_PER_S);
-            plan.faults.push((at, Fault::Crash(victim)));
-            plan.faults.push((at + down, Fault::Restart(victim)));
-            plan.faults.sort_by_key(|(t, _)| *t);
+            // One more leader-or-follower crash, unless the plan already has a replica of
+            // that shard down then (two of three down is outside Tiga's fault model).
+            if !shard_down_between(cluster, &plan, ShardId(shard), at, at + down) {
+                plan.faults.push((at, Fault::Crash(victim)));
+                plan.faults.push((at + down, Fault::Restart(victim)));
+                plan.faults.sort_by_key(|(t, _)| *t);
+            }
             plan
         }
         Faults::Scripted(spec) => FaultPlan::parse(spec, cluster).unwrap(),
@@ -495,4 +499,31 @@ fn truncation_survives_a_rejoin_from_a_checkpoint_and_a_view_change() {
             "detective {detective}: {after} committed on shard 0 after 12 s"
         );
     }
+}
+
+/// Whether `plan` has a replica of `shard` down (or within its rejoin allowance of a
+/// restart) at some point of `[from, to]`.
+fn shard_down_between(
+    cluster: &meridian_core::Cluster,
+    plan: &FaultPlan,
+    shard: ShardId,
+    from: u64,
+    to: u64,
+) -> bool {
+    let allowance = meridian_sim::faults::REJOIN_ALLOWANCE_NS;
+    let of_shard = |n: &meridian_core::NodeId| cluster.shard_of_node(*n) == Some(shard);
+    let mut down_since: Option<u64> = None;
+    for (at, fault) in &plan.faults {
+        match fault {
+            Fault::Crash(n) if of_shard(n) => down_since = Some(*at),
+            Fault::Restart(n) if of_shard(n) => {
+                let since = down_since.take().unwrap_or(0);
+                if since <= to + allowance && *at + allowance >= from {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    down_since.is_some_and(|since| since <= to)
 }

@@ -2,9 +2,12 @@
 //! minimal HTTP/1.0 responder: one GET per connection, no keep-alive. A full HTTP stack
 //! would be a large dependency for two fixed pages.
 
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -21,6 +24,9 @@ macro_rules! counters {
             pub up: AtomicBool,
             /// The node id this node believes leads its shard; `NO_LEADER` if none.
             pub shard_leader: AtomicU64,
+            /// The protocol's own counters (`ctx.count`), as the simulator reports them;
+            /// the node loop publishes its sums here after each event that counted.
+            pub protocol_counters: Mutex<BTreeMap<&'static str, u64>>,
             $(#[doc = $help] pub $name: AtomicU64,)*
         }
 
@@ -90,6 +96,7 @@ impl NodeMetrics {
             self.node, self.protocol
         );
         self.render_counters(&mut out);
+        self.render_protocol_counters(&mut out);
         if let Some(rss) = resident_bytes() {
             let _ = writeln!(
                 out,
@@ -98,6 +105,36 @@ impl NodeMetrics {
             let _ = writeln!(out, "process_resident_memory_bytes {rss}");
         }
         out
+    }
+
+    /// Adds an event's protocol counts (one uncontended lock per event that counted).
+    pub fn add_protocol_counters(&self, sums: &mut FxHashMap<&'static str, u64>) {
+        if sums.is_empty() {
+            return;
+        }
+        let mut counters = self.protocol_counters.lock().expect("metrics lock");
+        for (name, by) in sums.drain() {
+            *counters.entry(name).or_default() += by;
+        }
+    }
+
+    fn render_protocol_counters(&self, out: &mut String) {
+        let counters = self.protocol_counters.lock().expect("metrics lock");
+        if counters.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "# HELP meridian_protocol_events_total What the protocol counted (ctx.count), by name."
+        );
+        let _ = writeln!(out, "# TYPE meridian_protocol_events_total counter");
+        for (name, value) in counters.iter() {
+            let _ = writeln!(
+                out,
+                "meridian_protocol_events_total{{node=\"{}\",name=\"{name}\"}} {value}",
+                self.node
+            );
+        }
     }
 
     /// A JSON object for `meridian cluster status`.

@@ -68,6 +68,8 @@ pub struct NodeLoop<N: Node> {
     to_self: VecDeque<N::Msg>,
     pending: FxHashMap<RequestId, Reply>,
     next_request: u64,
+    /// The protocol's counts since they were last published to `metrics`.
+    protocol_counts: FxHashMap<&'static str, u64>,
 }
 
 impl<N: Node> NodeLoop<N> {
@@ -98,6 +100,7 @@ impl<N: Node> NodeLoop<N> {
             to_self: VecDeque::new(),
             pending: FxHashMap::default(),
             next_request: 0,
+            protocol_counts: FxHashMap::default(),
         }
     }
 
@@ -192,6 +195,8 @@ impl<N: Node> NodeLoop<N> {
         }
         self.sync_wal();
         self.effects = effects;
+        self.metrics
+            .add_protocol_counters(&mut self.protocol_counts);
         let leader = self
             .node
             .shard_leader()
@@ -226,8 +231,7 @@ impl<N: Node> NodeLoop<N> {
             }
             Effect::Persist { record } => self.persist(&record, false),
             Effect::Checkpoint { record } => self.persist(&record, true),
-            // Protocol counters are a simulator report; the runtime's metrics are its own.
-            Effect::Count { .. } => {}
+            Effect::Count { name, by } => *self.protocol_counts.entry(name).or_default() += by,
         }
     }
 

@@ -294,5 +294,13 @@ async fn interactive_sessions_read_their_writes_and_commit() {
     let next = client.begin(committed.commit_ts).await.unwrap();
     assert_eq!(next.get(key.clone()).await.unwrap(), Some(encode_int(41)));
     next.abort().await.unwrap();
+    // The protocol's own counters reach the runtime's metrics, as the simulator reports
+    // them: the coordinator began two transactions (Clock-SI counts `txns`).
+    let page = host.metrics(setup.cluster.coordinators[1]).render();
+    assert!(
+        page.contains("# TYPE meridian_protocol_events_total counter")
+            && page.contains("meridian_protocol_events_total{node=\"coord1\",name=\"txns\"} 2"),
+        "{page}"
+    );
     host.shutdown().await;
 }

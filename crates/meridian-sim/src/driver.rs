@@ -54,6 +54,15 @@ pub struct SimOptions {
     pub open_loop: Option<OpenLoop>,
     /// Bucket length of [`SimReport::timeline`] (0: no timeline), default 1 s.
     pub timeline_bucket_ns: u64,
+    /// Batching as the runtime does it: a node's events due at one instant, and those that
+    /// queued in its backlog while it was busy (a service time), run as one batch of at
+    /// most this many before `Node::on_batch_end` (the runtime's inbox batch is 64).
+    /// 1, the default, ends a batch after every event.
+    pub batch_max: u32,
+    /// Timers fire at the next multiple of this (0: exactly), as the runtime's
+    /// millisecond timer wheel does; a race between a timer and a message that only the
+    /// runtime's coarse timers lose shows up in the simulator with 1 ms here.
+    pub timer_granularity_ns: u64,
 }
 
 /// Open-loop load: "each coordinator submits transactions at a given rate; the coordinator
@@ -80,6 +89,8 @@ impl Default for SimOptions {
             record_history: true,
             open_loop: None,
             timeline_bucket_ns: NS_PER_S,
+            batch_max: 1,
+            timer_granularity_ns: 0,
         }
     }
 }
@@ -152,6 +163,12 @@ enum Event<M, T> {
         node: NodeId,
         incarnation: u32,
     },
+    /// With `batch_max > 1`: the node's open batch ends (queued behind every event due at
+    /// the same instant). Stale for another incarnation.
+    BatchEnd {
+        node: NodeId,
+        incarnation: u32,
+    },
 }
 
 type EventOf<P> =
@@ -173,6 +190,10 @@ struct Slot<N: Node> {
     backlog: VecDeque<Event<N::Msg, N::Timer>>,
     /// An [`Event::Serve`] for this incarnation is queued.
     serve_queued: bool,
+    /// Events handled since the node's last `on_batch_end` (with `batch_max > 1`).
+    batch_open: u32,
+    /// An [`Event::BatchEnd`] for this incarnation is queued.
+    batch_end_queued: bool,
 }
 
 /// An interactive session's progress.
@@ -282,6 +303,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 busy_until_ns: 0,
                 backlog: VecDeque::new(),
                 serve_queued: false,
+                batch_open: 0,
+                batch_end_queued: false,
             })
             .collect();
         // Seeded by the machine's first node, so a machine per node keeps each node's clock.
@@ -420,8 +443,18 @@ impl<'w, P: Protocol> Sim<'w, P> {
             &mut slot.next_timer,
         );
         handler(state, &mut ctx);
-        // Every simulated event is a batch of its own.
-        state.on_batch_end(&mut ctx);
+        let batch_max = self.options.batch_max;
+        if batch_max <= 1 || slot.batch_open + 1 >= batch_max {
+            state.on_batch_end(&mut ctx);
+            slot.batch_open = 0;
+        } else {
+            slot.batch_open += 1;
+            if !slot.batch_end_queued {
+                slot.batch_end_queued = true;
+                let (incarnation, now_ns) = (slot.incarnation, self.now_ns);
+                self.push(now_ns, Event::BatchEnd { node, incarnation });
+            }
+        }
         for effect in effects.drain(..) {
             self.apply(node, effect);
         }
@@ -439,8 +472,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 let slot = &mut self.slots[node.index()];
                 slot.live_timers.insert(id);
                 let incarnation = slot.incarnation;
+                let at_ns = round_up(self.now_ns + after_ns, self.options.timer_granularity_ns);
                 self.push(
-                    self.now_ns + after_ns,
+                    at_ns,
                     Event::Timer {
                         node,
                         incarnation,
@@ -628,7 +662,28 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::Fault(fault) => self.apply_fault(fault),
             Event::EndOfLoad => self.end_of_load(),
             Event::Serve { node, incarnation } => self.serve(node, incarnation),
+            Event::BatchEnd { node, incarnation } => self.end_batch(node, incarnation),
         }
+    }
+
+    /// Closes `node`'s open batch (see [`SimOptions::batch_max`]).
+    fn end_batch(&mut self, node: NodeId, incarnation: u32) {
+        let slot = &mut self.slots[node.index()];
+        if slot.incarnation != incarnation {
+            return;
+        }
+        slot.batch_end_queued = false;
+        // Events that queued while the node was busy are the runtime's full inbox: they
+        // join the batch (the next one handled queues this end again).
+        if slot.batch_open == 0 || !slot.backlog.is_empty() {
+            return;
+        }
+        slot.batch_open = 0;
+        // A batch end is not an event of its own: with batch_max it is one "+1" short of the
+        // limit, so on_batch_end runs exactly once here.
+        let batch_max = std::mem::replace(&mut self.options.batch_max, 1);
+        self.with_node(node, |_, _| {});
+        self.options.batch_max = batch_max;
     }
 
     fn trace_event(&mut self, event: &EventOf<P>) {
@@ -643,6 +698,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::Fault(_) => (7, 0, 0),
             Event::EndOfLoad => (8, 0, 0),
             Event::Serve { node, .. } => (10, node.0 as u64, 0),
+            Event::BatchEnd { node, .. } => (11, node.0 as u64, 0),
         };
         self.trace.write_u64(self.now_ns);
         self.trace.write_u64(kind);
@@ -695,6 +751,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
             // What waited for the node dies with it, as its inbox would.
             slot.backlog.clear();
             slot.serve_queued = false;
+            slot.batch_open = 0;
+            slot.batch_end_queued = false;
         }
     }
 
@@ -1076,6 +1134,14 @@ fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
 }
 
 /// Seeds derived from the run's seed: independent streams per purpose and index.
+/// `t` rounded up to a multiple of `granularity` (unchanged for 0).
+fn round_up(t: u64, granularity: u64) -> u64 {
+    if granularity == 0 {
+        return t;
+    }
+    t.div_ceil(granularity) * granularity
+}
+
 fn mix(seed: u64, purpose: u64, index: u64) -> u64 {
     let mut h = FxHasher::default();
     h.write_u64(seed);

@@ -91,7 +91,7 @@ impl FaultPlan {
     /// `model`. Each kind runs on a lane of its own, so faults overlap: a crash during a
     /// partition, under loss, a clock step during a view change.
     ///
-    /// - **Crashes** start every 0.5–3 s (without waiting for the last restart) and keep a
+    /// - **Crashes** start every 1–5 s (without waiting for the last restart) and keep a
     ///   machine down 0.5–4 s; all its roles go down together. A third hit a shard's initial
     ///   leader, a third another replica, a third any crashable machine (coordinators and
     ///   services included): leaders exercise the most recovery code, and a uniform pick
@@ -99,6 +99,8 @@ impl FaultPlan {
     ///   among those it admits, or to no crash.
     /// - **Partitions** isolate a region or one machine, healed after 0.5–4 s.
     /// - **Loss** (0.5–2 %) and **duplication** (0.5–5 %) come in windows of 0.5–4 s.
+    /// - Each windowed lane rests 1–8 s between windows, so a run sees every mix — one
+    ///   fault alone, two or more at once, and calm — rather than a wall of faults.
     /// - **Clock steps** of ±1–50 ms hit one machine every 0.5–6 s.
     ///
     /// A restarted machine counts as down until [`REJOIN_ALLOWANCE_NS`] after its restart (a
@@ -175,14 +177,14 @@ impl FaultPlan {
 /// the WAN fit well within it.
 pub const REJOIN_ALLOWANCE_NS: u64 = 3 * NS_PER_S;
 
-/// Back-to-back windows of 0.5–4 s with gaps of 0–4 s, from 1 s to the end of the run.
+/// Windows of 0.5–4 s with gaps of 1–8 s, from 1–3 s to the end of the run.
 fn windows(duration_ns: u64, rng: &mut ChaCha8Rng) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut t = NS_PER_S + rng.gen_range(0..=2 * NS_PER_S);
     while t < duration_ns {
         let end = (t + rng.gen_range(NS_PER_S / 2..=4 * NS_PER_S)).min(duration_ns);
         out.push((t, end));
-        t = end + rng.gen_range(0..=4 * NS_PER_S);
+        t = end + rng.gen_range(NS_PER_S..=8 * NS_PER_S);
     }
     out
 }
@@ -209,7 +211,7 @@ fn crash_lane(
             faults.push((end, Fault::Restart(node)));
             down.push((machine, end + REJOIN_ALLOWANCE_NS));
         }
-        t += rng.gen_range(NS_PER_S / 2..=3 * NS_PER_S);
+        t += rng.gen_range(NS_PER_S..=5 * NS_PER_S);
     }
 }
 

@@ -59,6 +59,7 @@ impl Node for Toy {
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        ctx.count("toy.messages", 1);
         match msg {
             Msg::Exec {
                 request,
@@ -111,6 +112,10 @@ impl Node for Toy {
                 }
             }
         }
+    }
+
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.count("toy.batch_ends", 1);
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, _timer: Tick) {
@@ -682,4 +687,28 @@ fn microsecond_links_give_microsecond_latencies() {
     // Client hops (2 us) plus at most one 5 us round trip with sub-microsecond jitter.
     assert!(p50_ms > 0.001 && p50_ms < 0.02, "p50 {p50_ms} ms");
     assert!(report.committed > 10_000, "committed {}", report.committed);
+}
+
+/// With `batch_max`, what queued while a node was busy is one batch, as in the runtime:
+/// far fewer batch ends than events; without it, one per event. Timers snap to the
+/// granularity.
+#[test]
+fn batches_span_a_busy_nodes_backlog_and_timers_snap_to_the_granularity() {
+    let mut o = options(14);
+    o.clients_per_coordinator = 16;
+    o.service_time_ns = 200_000;
+    let single = run_toy("local", &o, 1);
+    o.batch_max = 64;
+    o.timer_granularity_ns = NS_PER_MS;
+    let batched = run_toy("local", &o, 1);
+    let count =
+        |r: &meridian_sim::SimReport, name: &str| r.counters.get(name).copied().unwrap_or(0);
+    assert!(count(&single, "toy.batch_ends") >= count(&single, "toy.messages"));
+    assert!(
+        count(&batched, "toy.batch_ends") * 2 < count(&batched, "toy.messages"),
+        "{:?}",
+        batched.counters
+    );
+    assert!(batched.committed > 1000);
+    assert_ne!(single.trace_hash, batched.trace_hash);
 }
