@@ -226,6 +226,15 @@ pub trait Node: Sized + 'static {
     /// must be safe as message delay is: the driver never waits long to call it.
     fn on_batch_end(&mut self, _ctx: &mut Ctx<'_, Self>) {}
 
+    /// Checks what only a bug can break in this node's state (a log's order, a queue's
+    /// frontier). The simulator calls it after every event in debug builds and stops the
+    /// run at the first violation, naming the node, the time and the seed, so a bug is
+    /// caught where it happens rather than when a history finally shows it. Keep it cheap
+    /// (it runs per event); an expensive check can sample itself.
+    fn check_invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The leader of this node's shard as this node currently believes, for operators
     /// (`meridian cluster status` shows it after view changes); None if the protocol has
     /// no leaders or does not say. Drivers only read it; protocol logic never relies on it.

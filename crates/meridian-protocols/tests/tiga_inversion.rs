@@ -7,6 +7,9 @@
 //! The same schedule breaks §6's coordination-free mode when the real clock error (500 ms)
 //! exceeds the configured ε: it trusts ε instead of the second round.
 //!
+//! Tiga's conformance tests ([`meridian_sim::conformance`]) are declared here, one line per
+//! approach, because their broken variant is this scenario.
+//!
 //! True-time schedule (ms). Clients 0 and 2 use coord0 (region A, with L1), clients 1
 //! and 3 coord1 (region B, with L2, clock −500 ms):
 //! * 1000 T0 appends x (shard 0): released by L1 at ≈1000.
@@ -209,4 +212,31 @@ fn coordination_free_mode_is_refused_without_a_guaranteed_clock_bound() {
     )
     .unwrap_err();
     assert!(err.contains("needs `epsilon_ms`"), "{err}");
+}
+
+/// The scripted broken variant of Tiga's conformance tests: without the second round, the
+/// checker catches Fig. 5's inversion in both approaches.
+fn fig5_inversion_is_caught() {
+    without_the_second_round_the_checker_catches_the_timestamp_inversion_of_fig_5();
+}
+
+mod preventive_conformance {
+    use meridian_sim::{Broken, Conformance};
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "0175efe904c5162f"), (6, "b3ecb160047ea023")],
+        broken: Broken::Scripted(super::fig5_inversion_is_caught),
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::tiga::Tiga, SPEC);
+}
+
+mod detective_conformance {
+    use meridian_sim::{Broken, Conformance};
+    const SPEC: Conformance = Conformance {
+        protocol_opts: "approach=detective",
+        golden: &[(5, "b04da1200d85d681"), (6, "26f30fcf16217ebc")],
+        broken: Broken::Scripted(super::fig5_inversion_is_caught),
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::tiga::Tiga, SPEC);
 }

@@ -444,6 +444,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         );
         handler(state, &mut ctx);
         let batch_max = self.options.batch_max;
+        let mut queue_batch_end = None;
         if batch_max <= 1 || slot.batch_open + 1 >= batch_max {
             state.on_batch_end(&mut ctx);
             slot.batch_open = 0;
@@ -451,9 +452,20 @@ impl<'w, P: Protocol> Sim<'w, P> {
             slot.batch_open += 1;
             if !slot.batch_end_queued {
                 slot.batch_end_queued = true;
-                let (incarnation, now_ns) = (slot.incarnation, self.now_ns);
-                self.push(now_ns, Event::BatchEnd { node, incarnation });
+                queue_batch_end = Some(slot.incarnation);
             }
+        }
+        #[cfg(debug_assertions)]
+        if let Err(broken) = state.check_invariants() {
+            panic!(
+                "{node} ({}) broke an invariant at {} ns of virtual time: {broken} (seed {})",
+                self.setup.cluster.node(node).name,
+                self.now_ns,
+                self.options.seed
+            );
+        }
+        if let Some(incarnation) = queue_batch_end {
+            self.push(self.now_ns, Event::BatchEnd { node, incarnation });
         }
         for effect in effects.drain(..) {
             self.apply(node, effect);

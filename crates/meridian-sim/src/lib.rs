@@ -6,26 +6,32 @@
 //! * **Network** ([`network`]): one-way delay per region pair from the topology, plus an
 //!   exponential jitter of mean `jitter_ms` (reordering emerges from it), loss, duplication and
 //!   partitions. A message to oneself is delivered at once.
-//! * **Clocks** ([`clock`]): every node reads its own local clock, modelled per profile.
+//! * **Machines**: the nodes of one machine (topology `[machines]`) talk at no cost, crash
+//!   and restart together and read one clock.
+//! * **Clocks** ([`clock`]): every machine reads its own local clock, modelled per profile.
 //! * **Faults** ([`faults`]): crash and restart (a restarted node is rebuilt from its durable
 //!   records), partitions, loss, duplication, clock steps — scheduled or seeded-random.
 //! * **Clients**: closed-loop clients attached to coordinators draw transactions from a
 //!   [`Workload`]; one-shot plans are one request, interactive plans a session of steps.
 //!   Each finished transaction becomes a history entry (true virtual times).
 //! * **Service time**: optionally each node is busy for a fixed time per event, so queueing
-//!   shows.
+//!   shows; with `batch_max` what queued meanwhile is one batch, as in the runtime.
+//! * **Conformance** ([`conformance`]): the swarm, replay, golden-trace and broken-variant
+//!   tests every protocol declares with one line.
 //!
 //! One seeded RNG for the network, one per node (re-seeded per incarnation), one per clock
 //! and one per client: the same seed gives the same event trace, bit for bit, which
 //! [`SimReport::trace_hash`] summarizes.
 
 pub mod clock;
+pub mod conformance;
 mod driver;
 pub mod faults;
 pub mod network;
 mod queue;
 pub mod report;
 
+pub use conformance::{Broken, Conformance};
 pub use driver::{run, setup, OpenLoop, Progress, SimOptions};
 pub use faults::{Fault, FaultKinds, FaultPlan};
 pub use report::{path_name, RegionStats, SimReport, TimeBucket, Timeline};

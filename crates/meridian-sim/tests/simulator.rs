@@ -114,6 +114,14 @@ impl Node for Toy {
         }
     }
 
+    /// A toy invariant: a coordinator never holds more than 1000 transactions open.
+    fn check_invariants(&self) -> Result<(), String> {
+        match self.pending.len() {
+            n if n > 1000 => Err(format!("{n} transactions pending")),
+            _ => Ok(()),
+        }
+    }
+
     fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
         ctx.count("toy.batch_ends", 1);
     }
@@ -711,4 +719,33 @@ fn batches_span_a_busy_nodes_backlog_and_timers_snap_to_the_granularity() {
     );
     assert!(batched.committed > 1000);
     assert_ne!(single.trace_hash, batched.trace_hash);
+}
+
+/// In debug builds the simulator checks each node's invariants after every event and
+/// stops at the first violation: 1100 open transactions (a coordinator whose leader never
+/// answers) break the toy's bound of 1000.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "broke an invariant")]
+fn a_broken_invariant_stops_the_run_where_it_happens() {
+    let mut o = options(15);
+    o.open_loop = Some(meridian_sim::OpenLoop {
+        rate_tps: 2_000.0,
+        max_outstanding: 1_100,
+    });
+    let topology = Topology::load("local").unwrap();
+    let cluster = setup::<ToyProtocol>(topology, ProtocolConfig::default(), Procedures::new())
+        .unwrap()
+        .cluster;
+    let leaders: Vec<String> = (0..3)
+        .map(|s| {
+            cluster
+                .node(cluster.initial_leader(ShardId(s)))
+                .name
+                .clone()
+        })
+        .collect();
+    let spec: Vec<String> = leaders.iter().map(|l| format!("crash:{l}@0s")).collect();
+    o.faults = FaultPlan::parse(&spec.join(","), &cluster).unwrap();
+    run_toy("local", &o, 1);
 }
