@@ -3,8 +3,8 @@
 //!
 //! Two targets, chosen by the file's `target`: `sim` (default) runs each point in the
 //! deterministic simulator, with its fault schedule, its timeline and the protocol's
-//! counters (and, for Clock-SI on MicroBench, the §IV model's prediction from the measured
-//! inputs as `model.*`); `runtime` runs it on the tokio runtime with every node in this
+//! counters (and the protocol's model of the run, its optional `Protocol::predict` hook —
+//! Clock-SI's §IV on MicroBench — as `model.*`); `runtime` runs it on the tokio runtime with every node in this
 //! process (`wan_scale` scales the emulated WAN; real time, so keep points short).
 
 use crate::bad_input;
