@@ -503,8 +503,9 @@ impl Protocol for Tiga {
         view::placement(cluster)
     }
 
-    /// Parses the options, then refuses the coordination-free mode unless the cluster's
-    /// clocks guarantee its ε ([`check_epsilon`]).
+    /// Parses the options, then refuses the coordination-free mode (§6) unless every
+    /// replica's and coordinator's clock guarantees an error bound b with 2·b ≤ `epsilon_ms`
+    /// and no clock step is scheduled.
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
         let options = Options::parse(raw)?;
         check_epsilon(cluster, &options)?;
