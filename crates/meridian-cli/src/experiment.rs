@@ -3,27 +3,25 @@
 //!
 //! Two targets, chosen by the file's `target`: `sim` (default) runs each point in the
 //! deterministic simulator, with its fault schedule, its timeline and the protocol's
-//! counters (and, for Clock-SI on MicroBench, the §IV model's prediction from the measured
-//! inputs as `model.*`); `runtime` runs it on the tokio runtime with every node in this
+//! counters (and the protocol's model of the run, its optional `Protocol::predict` hook —
+//! Clock-SI's §IV on MicroBench — as `model.*`); `runtime` runs it on the tokio runtime with every node in this
 //! process (`wan_scale` scales the emulated WAN; real time, so keep points short).
 
 use crate::bad_input;
 use crate::load::{run_point, PointRun};
-use crate::protocols::with_protocol;
+use crate::protocols;
 use crate::runtime::ClusterArgs;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use meridian_bench::experiment::{self, Overrides};
 use meridian_bench::{Load, Point, RunOutput, Sample, Target, TimeBucket};
+use meridian_core::node::RunSummary;
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::ClockProfile;
-use meridian_core::{Cluster, Protocol, ProtocolConfig, ShardId, Topology};
-use meridian_protocols::clock_si::model::Params;
-use meridian_protocols::clock_si::ClockSi;
+use meridian_core::{Cluster, Protocol, ProtocolConfig, Topology};
 use meridian_server::{LoadOptions, LoadStats, RegionLoad};
 use meridian_sim::{FaultPlan, OpenLoop, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -209,10 +207,11 @@ impl Target for Targets {
     }
 
     fn run(&mut self, point: &Point, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
-        with_protocol!(point.protocol.as_str(), P => match self {
-            Targets::Sim => simulate::<P>(point, progress),
-            Targets::Runtime => on_runtime::<P>(point, progress),
-        }, Err(format!("unknown protocol `{}`", point.protocol)))
+        let protocol = protocols::find(&point.protocol)?;
+        match self {
+            Targets::Sim => (protocol.sim_point)(point, progress),
+            Targets::Runtime => (protocol.runtime_point)(point, progress),
+        }
     }
 }
 
@@ -226,7 +225,7 @@ fn protocol_opts(point: &Point) -> String {
     pairs.join(",")
 }
 
-fn simulate<P: Protocol>(
+pub(crate) fn simulate<P: Protocol>(
     point: &Point,
     progress: &mut dyn FnMut(f64),
 ) -> Result<RunOutput, String> {
@@ -317,7 +316,7 @@ fn simulate<P: Protocol>(
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect(),
-        model: clock_si_model(point, &setup.cluster, &report),
+        model: P::predict(&run_summary(point, &setup.cluster, &report), &setup.options),
     })
 }
 
@@ -332,55 +331,25 @@ fn fault_marks(spec: &str) -> Vec<(f64, String)> {
         .collect()
 }
 
-/// Clock-SI's §IV model (`clock_si::model`) for a Clock-SI MicroBench point, its inputs
-/// taken from the run as in `examples/clock_si_model.rs`: DBSize = shards × keys per
-/// shard, R = W = the keys a MicroBench transaction touches (one per shard, up to 3),
-/// TPS_u = committed per second of load, L_r = L_u = their mean latency, RRD = the round
-/// trip from the first coordinator to shard 0's leader, S = 0 (the simulator's log write
-/// is instantaneous). Empty for other protocols and workloads.
-fn clock_si_model(point: &Point, cluster: &Cluster, report: &SimReport) -> BTreeMap<String, f64> {
-    let mut model = BTreeMap::new();
-    if point.protocol != ClockSi::NAME || point.workload != "microbench" || report.committed == 0 {
-        return model;
-    }
-    let keys_per_shard: f64 = point
-        .workload_opts
-        .get("keys_per_shard")
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(1_000_000.0);
-    let delta_ms = point
-        .protocol_opts
-        .get("delta_ms")
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0.0);
-    let shards = f64::from(cluster.shard_count());
+/// What a simulated point measured, for the protocol's model ([`Protocol::predict`]).
+fn run_summary<'a>(point: &'a Point, cluster: &'a Cluster, report: &SimReport) -> RunSummary<'a> {
     let latencies = report.regions.iter().flat_map(|r| r.latencies_ns.iter());
-    let mean_ms = latencies.sum::<u64>() as f64 / report.committed as f64 / NS_PER_MS as f64;
-    let params = Params {
-        db_size: shards * keys_per_shard,
-        reads: shards.min(3.0),
-        writes: shards.min(3.0),
-        tps_u: report.committed as f64 / (point.duration_ms as f64 / 1000.0),
-        read_txn_ms: mean_ms,
-        update_txn_ms: mean_ms,
-        rrd_ms: cluster.rtt_ms(cluster.coordinators[0], cluster.initial_leader(ShardId(0))),
-        sync_commit_ms: 0.0,
-        delta_ms,
-    };
-    model.insert(
-        "delay_probability".into(),
-        params.pending_commit_delay_probability(),
-    );
-    model.insert("delay_ms".into(), params.pending_commit_delay_ms());
-    model.insert("abort_rate".into(), params.abort_probability());
-    model
+    let committed = report.committed.max(1) as f64;
+    RunSummary {
+        cluster,
+        workload: &point.workload,
+        workload_options: &point.workload_opts,
+        committed: report.committed,
+        load_s: point.duration_ms as f64 / 1000.0,
+        mean_latency_ms: latencies.sum::<u64>() as f64 / committed / NS_PER_MS as f64,
+    }
 }
 
 /// A point on the runtime: every node in this process on tokio, with the topology's WAN
 /// emulated (scaled by `wan_scale`), in real time. Open load offers `rate` per
 /// coordinator; closed load keeps `clients` in flight per coordinator. Faults, clock
 /// overrides and service times are the simulator's: a point asking for them is refused.
-fn on_runtime<P: Protocol>(
+pub(crate) fn on_runtime<P: Protocol>(
     point: &Point,
     progress: &mut dyn FnMut(f64),
 ) -> Result<RunOutput, String>

@@ -2,15 +2,14 @@
 //! started with `cluster up`) and `meridian demo` (the same, in-process, with a live line).
 
 use crate::bad_input;
-use crate::protocols::with_protocol;
+use crate::protocols;
 use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
-use crate::sim::unknown_protocol;
 use clap::Args;
 use meridian_check::Model;
 use meridian_client::{Client, ClientOptions, Submit};
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::parse_duration_ns;
-use meridian_core::{NodeId, Protocol};
+use meridian_core::{Cluster, NodeId, Protocol};
 use meridian_server::{
     Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, LoadStats, Target,
 };
@@ -106,7 +105,7 @@ pub struct DemoArgs {
 }
 
 /// Everything a run needs, validated.
-struct Plan {
+pub(crate) struct Plan {
     args: BenchArgs,
     options: LoadOptions,
     workload_options: WorkloadOptions,
@@ -215,19 +214,22 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
         Ok(p) => p,
         Err(e) => return bad_input(e),
     };
-    let protocol = plan.args.cluster.protocol.clone();
+    let protocol = match protocols::select(&plan.args.cluster.protocol) {
+        Ok(entry) => entry,
+        Err(code) => return code,
+    };
     let live = plan.args.live;
     let mut on_tick = |elapsed: Duration, interval: LoadStats| {
         if live {
             live_line(elapsed, &interval);
         }
     };
-    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(drive::<P>(&plan, Duration::from_secs(1), &mut on_tick)), Err(unknown_protocol(&protocol)));
-    let (report, setup) = match result {
+    let result = (protocol.bench)(&plan, Duration::from_secs(1), &mut on_tick);
+    let (report, cluster) = match result {
         Ok(r) => r,
         Err(e) => return bad_input(e),
     };
-    finish(&plan, &report, &setup)
+    finish(&plan, &report, &cluster)
 }
 
 /// One in-process run for `meridian experiment` (`target = "runtime"`): every node of the
@@ -279,11 +281,11 @@ where
     Ok(report)
 }
 
-async fn drive<P: Protocol>(
+pub(crate) async fn drive<P: Protocol>(
     plan: &Plan,
     tick: Duration,
     on_tick: &mut dyn FnMut(Duration, LoadStats),
-) -> Result<(LoadReport, Setup), String>
+) -> Result<(LoadReport, Setup<P>), String>
 where
     P::Node: Send,
 {
@@ -432,7 +434,7 @@ struct BenchJson {
     invariant: Option<String>,
 }
 
-fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
+fn finish(plan: &Plan, report: &LoadReport, cluster: &Cluster) -> ExitCode {
     if let Some(path) = &plan.args.history {
         if let Err(e) = crate::sim::write_history(path, &report.history) {
             return bad_input(format!("--history {}: {e}", path.display()));
@@ -446,7 +448,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
     let elapsed_s = report.elapsed.as_secs_f64();
     let json = BenchJson {
         protocol: plan.args.cluster.protocol.clone(),
-        topology: setup.cluster.topology.name.clone(),
+        topology: cluster.topology.name.clone(),
         workload: plan.args.workload.clone(),
         wan_scale: plan.args.cluster.wan_scale,
         remote: plan.args.remote,

@@ -2,16 +2,16 @@
 //! (every node of a topology as a process on this machine).
 
 use crate::bad_input;
-use crate::protocols::with_protocol;
-use crate::sim::unknown_protocol;
+use crate::protocols;
 use clap::{Args, Subcommand};
 use meridian_core::node::Setup;
-use meridian_core::{NodeRole, Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_core::{Cluster, NodeRole, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_server::{Addresses, Host, HostConfig};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Options every runtime command shares.
@@ -32,12 +32,21 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// The protocol's cluster for these arguments.
-    pub fn setup<P: Protocol>(&self) -> Result<Setup, String> {
+    /// The protocol's setup for these arguments.
+    pub fn setup<P: Protocol>(&self) -> Result<Setup<P>, String> {
         let topology = Topology::load(&self.topology).map_err(|e| e.to_string())?;
         let config = ProtocolConfig::parse(&self.protocol_opts)
             .map_err(|e| format!("--protocol-opts: {e}"))?;
         meridian_sim::setup::<P>(topology, config, Procedures::new())
+    }
+
+    /// The cluster `--protocol` forms for these arguments (its options checked).
+    pub fn cluster(&self) -> Result<Arc<Cluster>, String> {
+        let protocol = protocols::find(&self.protocol)?;
+        let topology = Topology::load(&self.topology).map_err(|e| e.to_string())?;
+        let config = ProtocolConfig::parse(&self.protocol_opts)
+            .map_err(|e| format!("--protocol-opts: {e}"))?;
+        (protocol.cluster)(topology, &config)
     }
 
     pub fn check(&self) -> Result<(), String> {
@@ -100,15 +109,17 @@ pub fn server(args: ServerArgs) -> ExitCode {
     if let Err(e) = init_logging(&args.log_level).and_then(|_| args.cluster.check()) {
         return bad_input(e);
     }
-    let protocol = args.cluster.protocol.clone();
-    let result = with_protocol!(protocol.as_str(), P => tokio_runtime().block_on(serve::<P>(&args)), Err(unknown_protocol(&protocol)));
-    match result {
+    let protocol = match protocols::select(&args.cluster.protocol) {
+        Ok(entry) => entry,
+        Err(code) => return code,
+    };
+    match (protocol.serve)(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => bad_input(e),
     }
 }
 
-async fn serve<P: Protocol>(args: &ServerArgs) -> Result<(), String>
+pub(crate) async fn serve<P: Protocol>(args: &ServerArgs) -> Result<(), String>
 where
     P::Node: Send,
 {
@@ -208,9 +219,12 @@ fn file_name(node: &str) -> String {
 
 fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     up.cluster.check()?;
+    if let Err(code) = protocols::select(&up.cluster.protocol) {
+        return Ok(code);
+    }
     let protocol = up.cluster.protocol.clone();
-    let setup = with_protocol!(protocol.as_str(), P => up.cluster.setup::<P>(), Err(unknown_protocol(&protocol)))?;
-    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let cluster = up.cluster.cluster()?;
+    let addresses = Addresses::from_topology(&cluster)?;
     let run_dir = &up.run.run_dir;
     for sub in ["pids", "logs", "data"] {
         std::fs::create_dir_all(run_dir.join(sub))
@@ -227,7 +241,7 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     .join("\n");
     std::fs::write(saved_args_path(run_dir), saved).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    for info in &setup.cluster.nodes {
+    for info in &cluster.nodes {
         let name = file_name(&info.name);
         let log = std::fs::File::create(run_dir.join("logs").join(format!("{name}.log")))
             .map_err(|e| e.to_string())?;
@@ -254,7 +268,7 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut waiting: Vec<usize> = (0..setup.cluster.nodes.len()).collect();
+    let mut waiting: Vec<usize> = (0..cluster.nodes.len()).collect();
     while !waiting.is_empty() && Instant::now() < deadline {
         waiting.retain(|&i| http_get(addresses.metrics[i], "/status").is_none());
         std::thread::sleep(Duration::from_millis(100));
@@ -262,7 +276,7 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     if !waiting.is_empty() {
         let names: Vec<&str> = waiting
             .iter()
-            .map(|&i| setup.cluster.nodes[i].name.as_str())
+            .map(|&i| cluster.nodes[i].name.as_str())
             .collect();
         eprintln!(
             "error: not answering after 20 s: {} (see {}/logs)",
@@ -273,8 +287,8 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     }
     println!(
         "{} nodes of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
-        setup.cluster.nodes.len(),
-        setup.cluster.topology.name,
+        cluster.nodes.len(),
+        cluster.topology.name,
         up.cluster.wan_scale,
         run_dir.display()
     );
@@ -355,15 +369,14 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         protocol_opts: lines.next().unwrap_or_default().to_string(),
         wan_scale: 0.0,
     };
-    let protocol = args.protocol.clone();
-    let setup = with_protocol!(protocol.as_str(), P => args.setup::<P>(), Err(unknown_protocol(&protocol)))?;
-    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let cluster = args.cluster()?;
+    let addresses = Addresses::from_topology(&cluster)?;
     let pids = pid_files(run_dir).unwrap_or_default();
-    let mut up = vec![false; setup.cluster.nodes.len()];
+    let mut up = vec![false; cluster.nodes.len()];
     // What each live node believes leads its shard (node id), from its /status.
-    let mut belief: Vec<Option<u64>> = vec![None; setup.cluster.nodes.len()];
+    let mut belief: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
     println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
-    for info in &setup.cluster.nodes {
+    for info in &cluster.nodes {
         let pid = pids
             .iter()
             .find(|(n, _, _)| *n == file_name(&info.name))
@@ -383,34 +396,31 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         println!(
             "{:<18} {:<6} {:>8}  {state}",
             info.name,
-            setup.cluster.topology.region_name(info.region),
+            cluster.topology.region_name(info.region),
             pid.map_or("-".to_string(), |p| p.to_string())
         );
     }
-    for (s, replicas) in setup.cluster.shards.iter().enumerate() {
-        let configured = setup
-            .cluster
-            .initial_leader(meridian_core::ShardId(s as u32));
+    for (s, replicas) in cluster.shards.iter().enumerate() {
+        let configured = cluster.initial_leader(meridian_core::ShardId(s as u32));
         let live = replicas.iter().filter(|r| up[r.index()]).count();
         let (leader, how) = reported_leader(replicas, &up, &belief)
             .map(|(leader, votes)| (leader, format!("reported by {votes}/{live} live replicas")))
             .unwrap_or((configured, "configured; not reported".to_string()));
         println!(
             "shard{s}: leader {} ({}, {how}), {live}/{} replicas up",
-            setup.cluster.node(leader).name,
+            cluster.node(leader).name,
             if up[leader.index()] { "up" } else { "DOWN" },
             replicas.len()
         );
     }
-    let coordinators_up = setup
-        .cluster
+    let coordinators_up = cluster
         .nodes
         .iter()
         .filter(|n| matches!(n.role, NodeRole::Coordinator { .. }) && up[n.id.index()])
         .count();
     println!(
         "coordinators: {coordinators_up}/{} up",
-        setup.cluster.coordinators.len()
+        cluster.coordinators.len()
     );
     Ok(if up.iter().all(|u| *u) {
         ExitCode::SUCCESS

@@ -1,6 +1,6 @@
 //! `meridian sim` and `meridian sim swarm`.
 
-use crate::protocols::{self, with_protocol};
+use crate::protocols;
 use crate::{bad_input, EXIT_BAD_INPUT};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -113,7 +113,7 @@ pub struct RunArgs {
 
 /// Everything a run needs, validated.
 #[derive(Clone)]
-struct Plan {
+pub(crate) struct Plan {
     args: RunArgs,
     topology: Topology,
     options: SimOptions,
@@ -200,16 +200,8 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
     })
 }
 
-pub fn unknown_protocol(name: &str) -> String {
-    let known: Vec<String> = protocols::names()
-        .iter()
-        .map(|(n, g)| format!("{n} ({g})"))
-        .collect();
-    format!("unknown protocol `{name}` (known: {})", known.join(", "))
-}
-
 /// The outcome of one simulated run, ready to print.
-struct RunResult {
+pub(crate) struct RunResult {
     report: SimReport,
     check: Option<meridian_check::CheckReport>,
     model: Option<Model>,
@@ -222,8 +214,8 @@ impl RunResult {
     }
 }
 
-fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, String> {
-    let setup: Setup = meridian_sim::setup::<P>(
+pub(crate) fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunResult, String> {
+    let setup: Setup<P> = meridian_sim::setup::<P>(
         plan.topology.clone(),
         plan.protocol_config.clone(),
         meridian_workload::procedures(),
@@ -280,12 +272,15 @@ fn progress_bar(enabled: bool, end_ns: u64) -> ProgressBar {
 }
 
 fn run_one(args: RunArgs) -> ExitCode {
+    let protocol = match protocols::select(&args.protocol) {
+        Ok(entry) => entry,
+        Err(code) => return code,
+    };
     let plan = match parse_plan(&args) {
         Ok(p) => p,
         Err(e) => return bad_input(e),
     };
-    let result = with_protocol!(args.protocol.as_str(), P => simulate::<P>(&plan, !plan.json), Err(unknown_protocol(&args.protocol)));
-    let result = match result {
+    let result = match (protocol.simulate)(&plan, !plan.json) {
         Ok(r) => r,
         Err(e) => return bad_input(e),
     };
@@ -555,15 +550,17 @@ fn run_swarm(swarm: SwarmArgs) -> ExitCode {
     if swarm.seeds == 0 {
         return bad_input("--seeds: must be at least 1");
     }
+    let protocol = match protocols::select(&swarm.run.protocol) {
+        Ok(entry) => entry,
+        Err(code) => return code,
+    };
     let plan = match parse_plan(&swarm.run) {
         Ok(p) => p,
         Err(e) => return bad_input(e),
     };
-    if !protocols::names()
-        .iter()
-        .any(|(n, _)| *n == swarm.run.protocol)
-    {
-        return bad_input(unknown_protocol(&swarm.run.protocol));
+    // Refuse bad options once, before any seed runs.
+    if let Err(e) = (protocol.cluster)(plan.topology.clone(), &plan.protocol_config) {
+        return bad_input(format!("--protocol-opts: {e}"));
     }
     let jobs = swarm
         .jobs
@@ -586,9 +583,12 @@ fn run_swarm(swarm: SwarmArgs) -> ExitCode {
                 let Some(&seed) = seeds.get(i) else { break };
                 let mut seed_plan = plan.clone();
                 seed_plan.options.seed = seed;
-                let outcome = with_protocol!(plan.args.protocol.as_str(), P => simulate::<P>(&seed_plan, false), Err(unknown_protocol(&plan.args.protocol)));
+                let outcome = (protocol.simulate)(&seed_plan, false);
                 bar.inc(1);
-                results.lock().expect("no poisoned lock").push((seed, outcome));
+                results
+                    .lock()
+                    .expect("no poisoned lock")
+                    .push((seed, outcome));
             });
         }
     });

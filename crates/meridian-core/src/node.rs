@@ -18,7 +18,7 @@
 
 use crate::fault_model::FaultModel;
 use crate::ids::{NodeId, RegionId, RequestId, ShardId};
-use crate::topology::{Cluster, ReplicaKind};
+use crate::topology::{Cluster, ReplicaKind, Topology};
 use crate::txn::{AbortReason, ClientRequest, ClientResponse, Outcome, Procedures};
 use rand_chacha::ChaCha8Rng;
 use serde::de::DeserializeOwned;
@@ -261,8 +261,9 @@ pub fn parse_key_values(text: &str) -> Result<BTreeMap<String, String>, String> 
     Ok(options)
 }
 
-/// Protocol options (`key=value` pairs from the CLI or an experiment file), with typed getters
-/// that turn a malformed value into an error naming the key.
+/// Protocol options as given (`key=value` pairs from the CLI or an experiment file): the raw
+/// carrier a protocol's [`Protocol::parse_options`] reads, with typed getters that turn a
+/// malformed value into an error naming the key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProtocolConfig {
     options: BTreeMap<String, String>,
@@ -307,22 +308,87 @@ impl ProtocolConfig {
     }
 }
 
-/// What every node of a protocol is built from.
-#[derive(Clone, Debug)]
-pub struct Setup {
+/// What every node of protocol `P` is built from: the cluster (with the protocol's
+/// services placed), the stored procedures, and the protocol's options, parsed once by
+/// [`Setup::new`] so that no node build can meet an option it cannot read.
+pub struct Setup<P: Protocol> {
     pub cluster: Arc<Cluster>,
-    pub config: ProtocolConfig,
+    pub options: P::Options,
     pub procedures: Arc<Procedures>,
 }
 
-/// A protocol: a name, the isolation level it promises, and how to build its nodes.
-pub trait Protocol: 'static {
+// Derived impls would demand `P: Clone + Debug` of the protocol's unit type; only the
+// fields need them.
+impl<P: Protocol> Clone for Setup<P> {
+    fn clone(&self) -> Self {
+        Setup {
+            cluster: self.cluster.clone(),
+            options: self.options.clone(),
+            procedures: self.procedures.clone(),
+        }
+    }
+}
+
+impl<P: Protocol> Debug for Setup<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("protocol", &P::NAME)
+            .field("cluster", &self.cluster.topology.name)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Protocol> Setup<P> {
+    /// Places the protocol's services on `topology` and parses `raw` into `P::Options`:
+    /// the one place options are read, so a bad or unknown one is refused here, by name.
+    pub fn new(
+        topology: Topology,
+        raw: &ProtocolConfig,
+        procedures: Procedures,
+    ) -> Result<Setup<P>, String> {
+        let plain = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
+        let services = P::services(&plain);
+        let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
+        check_deployment::<P>(&cluster)?;
+        let options = P::parse_options(raw, &cluster)?;
+        Ok(Setup {
+            cluster: Arc::new(cluster),
+            options,
+            procedures: Arc::new(procedures),
+        })
+    }
+}
+
+/// What a finished run measured, for a protocol's analytical model
+/// ([`Protocol::predict`]); drivers fill it without knowing which protocol uses what.
+#[derive(Clone, Copy, Debug)]
+pub struct RunSummary<'a> {
+    pub cluster: &'a Cluster,
+    /// The workload's name (`microbench`, `tpcc`…) and its options.
+    pub workload: &'a str,
+    pub workload_options: &'a BTreeMap<String, String>,
+    /// Transactions committed while the load ran, and how long it ran.
+    pub committed: u64,
+    pub load_s: f64,
+    /// The mean latency of the committed transactions, in ms.
+    pub mean_latency_ms: f64,
+}
+
+/// A protocol: a name, the isolation level it promises, its options, and how to build its
+/// nodes.
+pub trait Protocol: Sized + 'static {
     type Node: Node;
+    /// The protocol's options, typed: parsed once by [`Protocol::parse_options`] and handed
+    /// to every [`Protocol::build`] through [`Setup::options`].
+    type Options: Clone + Debug + Send + Sync + 'static;
 
     /// The name used by `--protocol`.
     const NAME: &'static str;
     /// The checker model the protocol promises (`strict-serializable`, `snapshot-isolation`…).
     const GUARANTEE: &'static str;
+    /// Every option key [`Protocol::parse_options`] accepts, as `--protocol help` lists them.
+    const OPTIONS: &'static [&'static str];
 
     /// Extra service nodes the protocol needs (name, region), e.g. a view manager or an
     /// oracle. They are placed after the replicas and coordinators.
@@ -330,22 +396,28 @@ pub trait Protocol: 'static {
         Vec::new()
     }
 
-    /// Validates the options before any node is built.
-    fn check_config(config: &ProtocolConfig) -> Result<(), String>;
-
-    /// Validates the options against the cluster (e.g. a mode that relies on the clocks'
-    /// guaranteed error bound), after [`Protocol::check_config`].
-    fn check_setup(_cluster: &Cluster, _config: &ProtocolConfig) -> Result<(), String> {
-        Ok(())
-    }
+    /// Parses `key=value` options for `cluster` (defaults may scale with its round trips;
+    /// a mode may need its clocks' guaranteed error bound). An unknown key or a bad value
+    /// is an error naming it.
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Self::Options, String>;
 
     /// Builds node `node`, fresh (`recovered` empty) or after a crash from its durable records.
-    fn build(node: NodeId, setup: &Setup, recovered: &[<Self::Node as Node>::Record])
-        -> Self::Node;
+    fn build(
+        node: NodeId,
+        setup: &Setup<Self>,
+        recovered: &[<Self::Node as Node>::Record],
+    ) -> Self::Node;
 
     /// The physical latency bound, in ms, for a transaction from `coordinator` touching
     /// `shards`: what the report's `bound_ms` and `p50_wrtt` are measured against.
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64;
+
+    /// An optional hook: the protocol's analytical model of a finished run (named
+    /// predictions, e.g. Clock-SI's §IV delay and abort rates), reported beside what was
+    /// measured. Empty when the protocol has no model or the run is outside it.
+    fn predict(_run: &RunSummary<'_>, _options: &Self::Options) -> BTreeMap<String, f64> {
+        BTreeMap::new()
+    }
 
     /// The replica kinds the protocol runs (topology `kinds`); a topology with any other
     /// is refused at setup ([`check_deployment`]) rather than silently mis-modelled.

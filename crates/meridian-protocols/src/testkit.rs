@@ -87,11 +87,13 @@ enum Event<M, T> {
     },
 }
 
-type Build<N> = fn(NodeId, &Setup, &[<N as Node>::Record]) -> N;
+/// Builds a node from its records, with the protocol's setup (and parsed options) inside.
+type Build<N> = Box<dyn Fn(NodeId, &[<N as Node>::Record]) -> N>;
 
 /// The test driver of a protocol whose nodes are `N`.
 pub(crate) struct Driver<N: Node> {
-    pub setup: Setup,
+    pub cluster: Arc<Cluster>,
+    pub procedures: Arc<Procedures>,
     build: Build<N>,
     nodes: Vec<Option<N>>,
     pub records: Vec<Vec<N::Record>>,
@@ -161,19 +163,13 @@ where
         clock_base_ns: u64,
     ) -> Self {
         let topology = Topology::parse("test", topology).expect("test topology");
-        let plain = Cluster::without_services(&topology).expect("test cluster");
-        let cluster = Arc::new(Cluster::new(topology, &P::services(&plain)).expect("services"));
         let config = ProtocolConfig::parse(options).expect("options parse");
-        P::check_config(&config).expect("valid options");
-        let setup = Setup {
-            cluster,
-            config,
-            procedures: Arc::new(procedures),
-        };
+        let setup = Setup::<P>::new(topology, &config, procedures).expect("valid options");
         let n = setup.cluster.nodes.len();
         let mut driver = Driver {
-            setup,
-            build: P::build,
+            cluster: setup.cluster.clone(),
+            procedures: setup.procedures.clone(),
+            build: Box::new(move |node, records| P::build(node, &setup, records)),
             nodes: (0..n).map(|_| None).collect(),
             records: vec![Vec::new(); n],
             epochs: vec![0; n],
@@ -207,11 +203,11 @@ where
     // ---- the cluster --------------------------------------------------------------------
 
     pub(crate) fn coordinator_node(&self, index: usize) -> NodeId {
-        self.setup.cluster.coordinators[index]
+        self.cluster.coordinators[index]
     }
 
     pub(crate) fn server_node(&self, shard: u32) -> NodeId {
-        self.setup.cluster.initial_leader(ShardId(shard))
+        self.cluster.initial_leader(ShardId(shard))
     }
 
     /// The node's state (`None` while crashed).
@@ -228,7 +224,7 @@ where
     pub(crate) fn key_on(&self, shard: u32, name: &str) -> Key {
         (0..)
             .map(|i| Key::from(format!("{name}{i}")))
-            .find(|k| self.setup.cluster.partitioner.shard_of(k) == ShardId(shard))
+            .find(|k| self.cluster.partitioner.shard_of(k) == ShardId(shard))
             .expect("some key lands on every shard")
     }
 
@@ -351,7 +347,7 @@ where
 
     /// Rebuilds the node from its records and runs `on_start`.
     pub(crate) fn restart(&mut self, node: NodeId) {
-        let built = (self.build)(node, &self.setup, &self.records[node.index()]);
+        let built = (self.build)(node, &self.records[node.index()]);
         self.nodes[node.index()] = Some(built);
         self.with_node(node, |n, ctx| n.on_start(ctx));
     }

@@ -105,7 +105,7 @@ type Msg<P> = <<P as Protocol>::Node as Node>::Msg;
 
 /// Nodes of protocol `P` running in this process.
 pub struct Host<P: Protocol> {
-    setup: Setup,
+    setup: Setup<P>,
     inboxes: Vec<Option<mpsc::Sender<Inbound<Msg<P>>>>>,
     metrics: Vec<Arc<NodeMetrics>>,
     stop: CancellationToken,
@@ -138,7 +138,7 @@ where
     /// Starts `hosted` (node ids of `setup.cluster`) with `config`. Must run inside a
     /// tokio runtime.
     pub async fn start(
-        setup: Setup,
+        setup: Setup<P>,
         hosted: &[NodeId],
         config: HostConfig,
     ) -> Result<Host<P>, HostError> {
@@ -314,7 +314,7 @@ fn routes<P: Protocol>(
 /// Builds node `id` from its durable log (if any) and wraps it in its event loop.
 fn build_node<P: Protocol>(
     id: NodeId,
-    setup: &Setup,
+    setup: &Setup<P>,
     config: &HostConfig,
     routes: Vec<Route<Msg<P>>>,
     metrics: Arc<NodeMetrics>,

@@ -31,17 +31,17 @@ fn free_addresses(n: usize) -> Addresses {
     }
 }
 
-fn setup<P: Protocol>(topology: &str) -> Setup {
+fn setup<P: Protocol>(topology: &str) -> Setup<P> {
     let topology = Topology::load(topology).unwrap();
     meridian_sim::setup::<P>(topology, ProtocolConfig::default(), Procedures::new()).unwrap()
 }
 
-fn key(setup: &Setup, name: &str) -> (meridian_core::ShardId, SmallBytes) {
+fn key<P: Protocol>(setup: &Setup<P>, name: &str) -> (meridian_core::ShardId, SmallBytes) {
     let k = SmallBytes::copy_from_slice(name.as_bytes());
     (setup.cluster.partitioner.shard_of(&k), k)
 }
 
-fn add_txn(setup: &Setup, names: &[&str], by: i64) -> Txn {
+fn add_txn<P: Protocol>(setup: &Setup<P>, names: &[&str], by: i64) -> Txn {
     let mut pieces: Vec<Piece> = Vec::new();
     for name in names {
         let (shard, k) = key(setup, name);
@@ -62,7 +62,7 @@ fn last_int(results: &[PieceResult]) -> i64 {
     decode_int(&out.unwrap()).unwrap()
 }
 
-async fn start<P: Protocol>(setup: &Setup, config: HostConfig) -> Host<P>
+async fn start<P: Protocol>(setup: &Setup<P>, config: HostConfig) -> Host<P>
 where
     P::Node: Send,
 {

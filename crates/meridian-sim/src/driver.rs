@@ -19,7 +19,6 @@ use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use std::collections::VecDeque;
 use std::hash::Hasher;
-use std::sync::Arc;
 
 /// Local clocks read `EPOCH_NS + true time + error`: a realistic wall-clock value, far
 /// enough from zero that no clock error makes a reading negative.
@@ -104,23 +103,13 @@ pub struct Progress {
     pub committed: u64,
 }
 
-/// Builds the protocol's cluster (with its services) from a topology and checks its options.
+/// Builds the protocol's cluster (with its services) from a topology and parses its options.
 pub fn setup<P: Protocol>(
     topology: Topology,
     config: ProtocolConfig,
     procedures: Procedures,
-) -> Result<Setup, String> {
-    P::check_config(&config)?;
-    let plain = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
-    let services = P::services(&plain);
-    let cluster = Cluster::new(topology, &services).map_err(|e| e.to_string())?;
-    meridian_core::node::check_deployment::<P>(&cluster)?;
-    P::check_setup(&cluster, &config)?;
-    Ok(Setup {
-        cluster: Arc::new(cluster),
-        config,
-        procedures: Arc::new(procedures),
-    })
+) -> Result<Setup<P>, String> {
+    Setup::new(topology, &config, procedures)
 }
 
 enum Event<M, T> {
@@ -223,7 +212,7 @@ struct Client {
 }
 
 struct Sim<'w, P: Protocol> {
-    setup: Setup,
+    setup: Setup<P>,
     options: SimOptions,
     now_ns: u64,
     seq: u64,
@@ -253,7 +242,7 @@ struct Sim<'w, P: Protocol> {
 
 /// Runs `workload` against protocol `P` on `setup` and returns what happened.
 pub fn run<P: Protocol>(
-    setup: &Setup,
+    setup: &Setup<P>,
     workload: &mut dyn Workload,
     options: &SimOptions,
     progress: &mut dyn FnMut(Progress),
@@ -288,7 +277,7 @@ pub fn run<P: Protocol>(
 const AUDIT_TXN_LIMIT_NS: u64 = 30 * NS_PER_S;
 
 impl<'w, P: Protocol> Sim<'w, P> {
-    fn new(setup: Setup, workload: &'w mut dyn Workload, options: SimOptions) -> Self {
+    fn new(setup: Setup<P>, workload: &'w mut dyn Workload, options: SimOptions) -> Self {
         let cluster = setup.cluster.clone();
         let slots = cluster
             .nodes

@@ -39,7 +39,7 @@ enum Msg {
 type Map = FxHashMap<Key, Value>;
 
 struct Toy {
-    setup: Setup,
+    setup: Setup<ToyProtocol>,
     store: Map,
     pending: FxHashMap<u64, (RequestId, Vec<Option<PieceResult>>)>,
     next: u64,
@@ -188,16 +188,21 @@ impl Toy {
 struct ToyProtocol;
 impl Protocol for ToyProtocol {
     type Node = Toy;
+    type Options = ();
     const NAME: &'static str = "toy";
     const GUARANTEE: &'static str = "none";
     const REPLICA_KINDS: &'static [meridian_core::ReplicaKind] = &[
         meridian_core::ReplicaKind::Voter,
         meridian_core::ReplicaKind::Backup,
     ];
-    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-        config.check_known(&[])
+    const OPTIONS: &'static [&'static str] = &[];
+    fn parse_options(
+        raw: &ProtocolConfig,
+        _cluster: &meridian_core::Cluster,
+    ) -> Result<(), String> {
+        raw.check_known(Self::OPTIONS)
     }
-    fn build(_node: NodeId, setup: &Setup, _recovered: &[()]) -> Toy {
+    fn build(_node: NodeId, setup: &Setup<Self>, _recovered: &[()]) -> Toy {
         Toy {
             setup: setup.clone(),
             store: Map::default(),

@@ -192,11 +192,12 @@ pub use replicated::Member;
 pub use server::Server;
 pub use wire::{Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer, TsPurpose};
 
-use meridian_core::node::{Ctx, Setup};
+use meridian_core::node::{Ctx, RunSummary, Setup};
 use meridian_core::txn::ClientRequest;
 use meridian_core::{
     Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
 };
+use std::collections::BTreeMap;
 
 /// The service name of conventional SI's timestamp oracle.
 pub const ORACLE_SERVICE: &str = "ts-oracle";
@@ -222,10 +223,14 @@ pub enum SiNode {
     Inert,
 }
 
-fn build(node: NodeId, setup: &Setup, recovered: &[Record], conventional: bool) -> SiNode {
+fn build<P: Protocol<Options = Options>>(
+    node: NodeId,
+    setup: &Setup<P>,
+    recovered: &[Record],
+    conventional: bool,
+) -> SiNode {
     let cluster = &setup.cluster;
-    let opts = Options::for_cluster(&setup.config, cluster)
-        .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
+    let opts = setup.options.clone();
     match &cluster.node(node).role {
         NodeRole::Replica { shard, .. } if opts.replicated => SiNode::Member(Box::new(
             Member::restore(node, *shard, cluster, opts, !conventional, recovered),
@@ -270,45 +275,54 @@ fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-    Options::parse(config, 100.0).map(|_| ())
-}
-
 impl Protocol for ClockSi {
     type Node = SiNode;
+    type Options = Options;
 
     const NAME: &'static str = "clock-si";
     const GUARANTEE: &'static str = "snapshot-isolation";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
 
-    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-        check_config(config)
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
     }
 
-    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> SiNode {
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> SiNode {
         build(node, setup, recovered, false)
     }
 
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
         bound_ms(cluster, coordinator, shards)
     }
+
+    /// The §IV model ([`model`]) for a MicroBench run, its Δ the one the first
+    /// coordinator's transactions used.
+    fn predict(run: &RunSummary<'_>, options: &Options) -> BTreeMap<String, f64> {
+        let delta_ns = options.delta_for(run.cluster, run.cluster.coordinators[0]);
+        model::microbench_params(run, delta_ns as f64 / 1e6)
+            .map(|params| model::predictions(&params))
+            .unwrap_or_default()
+    }
 }
 
 impl Protocol for ConventionalSi {
     type Node = SiNode;
+    type Options = Options;
 
     const NAME: &'static str = "conventional-si";
     const GUARANTEE: &'static str = "snapshot-isolation";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
 
     /// One timestamp oracle, in the first region.
     fn services(_cluster: &Cluster) -> Vec<(String, RegionId)> {
         vec![(ORACLE_SERVICE.to_string(), RegionId(0))]
     }
 
-    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-        check_config(config)
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
     }
 
-    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> SiNode {
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> SiNode {
         build(node, setup, recovered, true)
     }
 

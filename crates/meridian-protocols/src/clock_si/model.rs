@@ -13,6 +13,10 @@
 //! `examples/clock_si_model.rs` runs the simulator over database size and Δ and prints
 //! these curves beside the measured ones (Figs. 9–12).
 
+use meridian_core::node::RunSummary;
+use meridian_core::ShardId;
+use std::collections::BTreeMap;
+
 /// The model's inputs (§IV-A). Times in ms, rates per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
@@ -125,6 +129,47 @@ fn erf(x: f64) -> f64 {
                 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let y = 1.0 - poly * (-x * x).exp();
     y.copysign(x)
+}
+
+/// The model's inputs measured on a MicroBench run (as in `examples/clock_si_model.rs`):
+/// DBSize = shards × keys per shard, R = W = the keys a MicroBench transaction touches (one
+/// per shard, up to 3), TPS_u = committed per second of load, L_r = L_u = their mean
+/// latency, RRD = the round trip from the first coordinator to shard 0's leader, S = 0 (the
+/// simulator's log write is instantaneous). None for other workloads or an idle run.
+pub fn microbench_params(run: &RunSummary<'_>, delta_ms: f64) -> Option<Params> {
+    if run.workload != "microbench" || run.committed == 0 {
+        return None;
+    }
+    let keys_per_shard: f64 = run
+        .workload_options
+        .get("keys_per_shard")
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(1_000_000.0);
+    let cluster = run.cluster;
+    let shards = f64::from(cluster.shard_count());
+    Some(Params {
+        db_size: shards * keys_per_shard,
+        reads: shards.min(3.0),
+        writes: shards.min(3.0),
+        tps_u: run.committed as f64 / run.load_s,
+        read_txn_ms: run.mean_latency_ms,
+        update_txn_ms: run.mean_latency_ms,
+        rrd_ms: cluster.rtt_ms(cluster.coordinators[0], cluster.initial_leader(ShardId(0))),
+        sync_commit_ms: 0.0,
+        delta_ms,
+    })
+}
+
+/// The predictions a report shows beside the measured figures, by name.
+pub fn predictions(params: &Params) -> BTreeMap<String, f64> {
+    BTreeMap::from([
+        (
+            "delay_probability".to_string(),
+            params.pending_commit_delay_probability(),
+        ),
+        ("delay_ms".to_string(), params.pending_commit_delay_ms()),
+        ("abort_rate".to_string(), params.abort_probability()),
+    ])
 }
 
 #[cfg(test)]

@@ -468,7 +468,7 @@ fn conventional_si_takes_both_timestamps_from_the_oracle() {
     assert_eq!(c.tiebreak, 0, "an oracle timestamp");
     d.run_for(5 * MS);
     // The oracle restarts and keeps going up.
-    let oracle = d.setup.cluster.services(ORACLE_SERVICE)[0];
+    let oracle = d.cluster.services(ORACLE_SERVICE)[0];
     d.crash(oracle);
     d.offsets[oracle.index()] = -1_000 * MS_I;
     d.restart(oracle);
@@ -520,7 +520,7 @@ fn replicated_partitions_elect_the_placed_leader_and_commit_through_raft() {
     assert!(d.now - start >= 4 * MS, "{} ms", (d.now - start) / MS);
     d.run_for(50 * MS);
     // Every member of shard 0 holds the prepare and commit records.
-    for &replica in d.setup.cluster.replicas(ShardId(0)) {
+    for &replica in d.cluster.replicas(ShardId(0)) {
         assert!(member(&d, replica).committed_records() >= 2, "{replica}");
     }
     // A local commit, then a read at a snapshot above both.
@@ -548,7 +548,7 @@ fn a_replicated_partition_survives_its_leaders_crash() {
     d.crash(old);
     d.run_for(1_000 * MS);
     assert_eq!(d.counters[counters::PARTITION_TAKEOVERS], 3, "a new leader");
-    let leader = d.setup.cluster.replicas(ShardId(0))[1..]
+    let leader = d.cluster.replicas(ShardId(0))[1..]
         .iter()
         .copied()
         .find(|&r| member(&d, r).leads())

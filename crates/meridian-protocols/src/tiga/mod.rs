@@ -21,7 +21,7 @@
 //! | §5.7 Table 3 / Fig. 14, clocks | `examples/tiga_figures.rs clocks` (p50 and checker verdict per clock profile) |
 //! | Appendix E slow-reply inquiry | option `slow_replies`; `coordinator.rs` `inquire_slow`, `Inflight::wants_slow`; `server.rs` `on_slow_inquiry`, `apply_sync` |
 //! | §6 timestamp initialization: super quorum vs simple quorum | `headroom.rs` [`Estimator::plan`] with `path=auto` (`slow_tail_ns`) |
-//! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::check_setup`](Protocol::check_setup) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
+//! | §6 coordination-free mode with a guaranteed clock bound ε | option `coordination=free,epsilon_ms=ε`; `server.rs` `check_agreement` (ε wait instead of the second round), `release_deferred`; refused by [`Tiga::parse_options`](Protocol::parse_options) unless every clock guarantees ε; `tests/tiga_inversion.rs` |
 //! | §3.8 preventive vs detective | `view.rs` `choose_preventive`: per view, from the view's leaders' OWDs against `colocation_threshold_ms`; carried in [`View::preventive`] |
 //! | §4 view manager (Alg. 4) | `view.rs` [`ViewManager`]: three replicas (`vm0..2`) on [`crate::raft_group`] (the `raft` crate); heartbeats, `detect_failures`, `find_new_leaders`, `next_view`, broadcast |
 //! | §4 g-view/l-view checks, status NORMAL/VIEWCHANGE/RECOVERING | `wire.rs` [`Msg::g_view`]; `server.rs` `on_message`/`on_normal_message`; coordinator `in_view` |
@@ -448,67 +448,72 @@ pub fn leaders_colocated(cluster: &Cluster, threshold_ms: f64) -> bool {
     view::colocated(cluster, &leaders, threshold_ms)
 }
 
+/// The coordination-free mode (§6) is only correct if every clock's error is guaranteed:
+/// refused unless every replica's and coordinator's clock profile bounds its error by b
+/// with 2·b ≤ `epsilon_ms`, and no clock step is scheduled.
+fn check_epsilon(cluster: &Cluster, options: &Options) -> Result<(), String> {
+    let Some(epsilon_ns) = options.epsilon_ns else {
+        return Ok(());
+    };
+    let epsilon_ms = epsilon_ns as f64 / 1e6;
+    for node in &cluster.nodes {
+        if matches!(node.role, NodeRole::Service { .. }) {
+            continue;
+        }
+        match node.clock.params.error_bound_ms {
+            Some(b) if 2.0 * b <= epsilon_ms => {}
+            Some(b) => {
+                return Err(format!(
+                    "tiga coordination=free: {}'s clock ({}) guarantees ±{b} ms, so two \
+                     clocks may differ by {} ms > epsilon_ms = {epsilon_ms}",
+                    node.name,
+                    node.clock.name,
+                    2.0 * b
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "tiga coordination=free needs clocks with a guaranteed error bound; \
+                     {}'s clock profile `{}` has none (huygens and perfect do)",
+                    node.name, node.clock.name
+                ))
+            }
+        }
+    }
+    if !cluster.clock_steps.is_empty() {
+        return Err(
+            "tiga coordination=free: the topology schedules clock steps, which \
+                    break the clocks' error bound"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 impl Protocol for Tiga {
     type Node = TigaNode;
+    type Options = Options;
 
     const NAME: &'static str = "tiga";
     const GUARANTEE: &'static str = "strict-serializable";
+    const OPTIONS: &'static [&'static str] = OPTIONS;
 
     /// The view manager's three replicas (§4).
     fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
         view::placement(cluster)
     }
 
-    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-        Options::parse(config).map(|_| ())
+    /// Parses the options, then refuses the coordination-free mode (§6) unless every
+    /// replica's and coordinator's clock guarantees an error bound b with 2·b ≤ `epsilon_ms`
+    /// and no clock step is scheduled.
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        let options = Options::parse(raw)?;
+        check_epsilon(cluster, &options)?;
+        Ok(options)
     }
-
-    /// The coordination-free mode (§6) is only correct if every clock's error is
-    /// guaranteed: refused unless every replica's and coordinator's clock profile bounds
-    /// its error by b with 2·b ≤ `epsilon_ms`, and no clock step is scheduled.
-    fn check_setup(cluster: &Cluster, config: &ProtocolConfig) -> Result<(), String> {
-        let Some(epsilon_ns) = Options::parse(config)?.epsilon_ns else {
-            return Ok(());
-        };
-        let epsilon_ms = epsilon_ns as f64 / 1e6;
-        for node in &cluster.nodes {
-            if matches!(node.role, NodeRole::Service { .. }) {
-                continue;
-            }
-            match node.clock.params.error_bound_ms {
-                Some(b) if 2.0 * b <= epsilon_ms => {}
-                Some(b) => {
-                    return Err(format!(
-                        "tiga coordination=free: {}'s clock ({}) guarantees ±{b} ms, so two \
-                         clocks may differ by {} ms > epsilon_ms = {epsilon_ms}",
-                        node.name,
-                        node.clock.name,
-                        2.0 * b
-                    ))
-                }
-                None => {
-                    return Err(format!(
-                        "tiga coordination=free needs clocks with a guaranteed error bound; \
-                         {}'s clock profile `{}` has none (huygens and perfect do)",
-                        node.name, node.clock.name
-                    ))
-                }
-            }
-        }
-        if !cluster.clock_steps.is_empty() {
-            return Err(
-                "tiga coordination=free: the topology schedules clock steps, which \
-                        break the clocks' error bound"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-
-    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> TigaNode {
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> TigaNode {
         let cluster = &setup.cluster;
-        let opts = Options::parse(&setup.config)
-            .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
+        let opts = setup.options.clone();
         match &cluster.node(node).role {
             NodeRole::Replica { .. } => {
                 let restarted = recovered.iter().any(|r| matches!(r, Record::ServerStarted));

@@ -15,15 +15,16 @@ fn key(s: &str) -> SmallBytes {
 }
 
 /// A harness around shard 0's second replica (a follower in the initial view).
-fn follower_of_shard_0(s: &Setup) -> Harness {
+fn follower_of_shard_0(s: &Setup<Tiga>) -> Harness {
     Harness::new(s, s.cluster.replicas(ShardId(0))[1])
 }
 
-fn setup(config: &str) -> Setup {
+fn setup(config: &str) -> Setup<Tiga> {
     let cluster = Cluster::new(Topology::load("gcp-tiga").unwrap(), &[]).unwrap();
+    let options = Tiga::parse_options(&ProtocolConfig::parse(config).unwrap(), &cluster).unwrap();
     Setup {
         cluster: Arc::new(cluster),
-        config: ProtocolConfig::parse(config).unwrap(),
+        options,
         procedures: Arc::new(Procedures::new()),
     }
 }
@@ -36,7 +37,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(setup: &Setup, id: NodeId) -> Harness {
+    fn new(setup: &Setup<Tiga>, id: NodeId) -> Harness {
         Harness {
             node: Tiga::build(id, setup, &[]),
             rng: NodeRng::seed_from_u64(1),
@@ -478,10 +479,11 @@ fn leader_and_follower_fast_replies_carry_equal_hashes() {
 
 #[test]
 fn options_are_checked() {
-    assert!(Tiga::check_config(&ProtocolConfig::parse("delta_ms=5").unwrap()).is_ok());
-    assert!(Tiga::check_config(&ProtocolConfig::parse("detla_ms=5").unwrap()).is_err());
-    assert!(Tiga::check_config(&ProtocolConfig::parse("approach=maybe").unwrap()).is_err());
-    let err = |text: &str| Tiga::check_config(&ProtocolConfig::parse(text).unwrap()).unwrap_err();
+    let parse = |text: &str| Options::parse(&ProtocolConfig::parse(text).unwrap());
+    assert!(parse("delta_ms=5").is_ok());
+    assert!(parse("detla_ms=5").is_err());
+    assert!(parse("approach=maybe").is_err());
+    let err = |text: &str| parse(text).unwrap_err();
     assert!(err("headroom=huge").contains("paper"));
     assert!(err("path=fastest").contains("auto"));
     assert!(err("adaptive_percentile=150").contains("0..=100"));
@@ -489,7 +491,7 @@ fn options_are_checked() {
     assert!(err("coordination=free").contains("epsilon_ms"));
     assert!(err("coordination=free,epsilon_ms=-1").contains("non-negative"));
     let ok = "headroom=paper,headroom_offset_ms=-20,path=auto,coordination=free,epsilon_ms=0.1";
-    assert!(Tiga::check_config(&ProtocolConfig::parse(ok).unwrap()).is_ok());
+    assert!(parse(ok).is_ok());
     let s = setup("");
     assert!(leaders_colocated(&s.cluster, 10.0));
 }
@@ -497,7 +499,7 @@ fn options_are_checked() {
 fn plan_for(config: &str, coordinator: usize) -> Plan {
     let s = setup(config);
     let c = &s.cluster;
-    let opts = Options::parse(&s.config).unwrap();
+    let opts = s.options.clone();
     let shards = [ShardId(0), ShardId(1), ShardId(2)];
     let leaders: Vec<NodeId> = shards.iter().map(|&s| c.initial_leader(s)).collect();
     Estimator::new(c.coordinators[coordinator], c.nodes.len()).plan(c, &shards, &leaders, &opts)
@@ -711,7 +713,7 @@ struct MiniShard {
 }
 
 impl MiniShard {
-    fn new(s: &Setup) -> MiniShard {
+    fn new(s: &Setup<Tiga>) -> MiniShard {
         let nodes = s
             .cluster
             .replicas(ShardId(0))
@@ -762,7 +764,7 @@ impl MiniShard {
     /// The other shards' leaders (not simulated: no transaction here involves them) tell
     /// their GC floors, as they would twice a second: far ahead, so shard 0's own floor
     /// bounds its truncation.
-    fn floors_from_other_shards(&mut self, s: &Setup, now: u64) {
+    fn floors_from_other_shards(&mut self, s: &Setup<Tiga>, now: u64) {
         for h in 0..self.nodes.len() {
             let g_view = self.nodes[h].server().view().g_view;
             for other in 1..s.cluster.shard_count() {
@@ -984,7 +986,7 @@ fn a_piece_aborting_on_one_shard_aborts_the_transaction_on_every_shard() {
         // Followers apply the same decision once the commit-point passes it.
         d.run_for(2_000 * MS);
         for shard in [0, 1] {
-            for &r in &d.setup.cluster.replicas(ShardId(shard)).to_vec() {
+            for &r in &d.cluster.replicas(ShardId(shard)).to_vec() {
                 let Some(TigaNode::Server(s)) = d.node(r) else {
                     panic!("replica {r}");
                 };

@@ -127,8 +127,11 @@ pub enum TwoPlNode {
 impl Protocol for TwoPlTwoPc {
     type Node = TwoPlNode;
 
+    type Options = Options;
+
     const NAME: &'static str = "2pl-2pc";
     const GUARANTEE: &'static str = "strict-serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
     /// Only a shard's initial leader holds data; its other replicas are inert whatever
     /// their kind, so any placement runs (the reference on K2's and Aurogon's layouts).
     const REPLICA_KINDS: &'static [meridian_core::ReplicaKind] = &[
@@ -137,15 +140,13 @@ impl Protocol for TwoPlTwoPc {
         meridian_core::ReplicaKind::Backup,
     ];
 
-    fn check_config(config: &ProtocolConfig) -> Result<(), String> {
-        // Durations are checked against a nominal RTT; `build` scales them to the cluster.
-        Options::parse(config, 100.0).map(|_| ())
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
     }
 
-    fn build(node: NodeId, setup: &Setup, recovered: &[Record]) -> TwoPlNode {
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> TwoPlNode {
         let cluster = &setup.cluster;
-        let opts = Options::for_cluster(&setup.config, cluster)
-            .unwrap_or_else(|e| panic!("options passed check_config but not build: {e}"));
+        let opts = setup.options.clone();
         match cluster.node(node).role {
             NodeRole::Replica { shard, .. } if cluster.initial_leader(shard) == node => {
                 let procedures = setup.procedures.clone();

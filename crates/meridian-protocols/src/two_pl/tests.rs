@@ -159,7 +159,7 @@ fn cross_shard_transaction_commits_through_2pc_and_applies_only_on_commit() {
     assert_eq!(d.coordinator(0).pending_commits(), 0);
     // Replicas that are not their shard's initial leader take no part.
     for shard in 0..2u32 {
-        for &replica in &d.setup.cluster.shards[shard as usize][1..] {
+        for &replica in &d.cluster.shards[shard as usize][1..] {
             assert_eq!(d.delivered[replica.index()], 0);
         }
     }
@@ -588,7 +588,7 @@ fn a_silent_unprepared_server_aborts_and_releases_its_locks() {
     // Its coordinator dies: nobody will ever tell shard 0 about the transaction again.
     d.crash(d.coordinator_node(0));
     d.drop_held();
-    let idle = Options::for_cluster(&d.setup.config, &d.setup.cluster)
+    let idle = Options::for_cluster(&ProtocolConfig::default(), &d.cluster)
         .unwrap()
         .idle_timeout_ns;
     d.run_for(idle - 100 * MS);
@@ -690,8 +690,8 @@ fn checkpoints_restore_the_same_state() {
         .rposition(|r| matches!(r, Record::ServerCheckpoint(_)))
         .expect("checkpoints were written");
     // The suffix from the latest checkpoint alone rebuilds the same store.
-    let opts = Options::for_cluster(&d.setup.config, &d.setup.cluster).unwrap();
-    let rebuilt = Server::restore(s0, opts, d.setup.procedures.clone(), &records[last..]);
+    let opts = Options::for_cluster(&ProtocolConfig::default(), &d.cluster).unwrap();
+    let rebuilt = Server::restore(s0, opts, d.procedures.clone(), &records[last..]);
     assert_eq!(rebuilt.store_snapshot(), before);
     d.crash(s0);
     d.restart(s0);
@@ -736,7 +736,10 @@ fn unsupported_invalid_and_excess_requests_are_refused() {
 
 #[test]
 fn options_are_checked() {
-    let check = |text: &str| TwoPlTwoPc::check_config(&ProtocolConfig::parse(text).unwrap());
+    let topology = Topology::parse("t", crate::testkit::TOPOLOGY).unwrap();
+    let cluster = Cluster::new(topology, &[]).unwrap();
+    let check =
+        |text: &str| TwoPlTwoPc::parse_options(&ProtocolConfig::parse(text).unwrap(), &cluster);
     assert!(check("").is_ok());
     assert!(check("unsafe_early_release=true,retry_ms=5,max_waiters_per_key=0").is_ok());
     assert!(check("retry_ms=5,exec_timeout_ms=50,idle_timeout_ms=100,query_ms=20").is_ok());
@@ -797,12 +800,8 @@ region = "A"
 #[test]
 fn non_coordinators_refuse_client_requests() {
     let topology = Topology::parse("t", crate::testkit::TOPOLOGY).unwrap();
-    let cluster = Arc::new(Cluster::new(topology, &[]).unwrap());
-    let setup = Setup {
-        cluster,
-        config: ProtocolConfig::default(),
-        procedures: Arc::new(Procedures::new()),
-    };
+    let setup =
+        Setup::<TwoPlTwoPc>::new(topology, &ProtocolConfig::default(), Procedures::new()).unwrap();
     // Node 1 is shard 0's second replica: inert.
     let mut node = TwoPlTwoPc::build(NodeId(1), &setup, &[]);
     assert!(matches!(node, TwoPlNode::Inert));
