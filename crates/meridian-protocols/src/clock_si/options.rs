@@ -3,7 +3,7 @@
 use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
 
 /// Every option these protocols understand; anything else is refused by name.
-pub const OPTIONS: [&str; 8] = [
+pub const OPTIONS: [&str; 9] = [
     "delta_ms",
     "replicated",
     "retry_ms",
@@ -12,6 +12,7 @@ pub const OPTIONS: [&str; 8] = [
     "session_idle_ms",
     "gc_lag_ms",
     "checkpoint_every",
+    "raft_log_limit",
 ];
 
 /// How the snapshot age Δ (Algorithm 1 line 2) is chosen.
@@ -47,6 +48,9 @@ pub struct Options {
     /// Each partition is a Raft group of its shard's replicas (`replicated`; false: the
     /// paper's one server per partition).
     pub replicated: bool,
+    /// Replicated mode: a member compacts its Raft log behind a snapshot once it holds more
+    /// than this many entries (`raft_log_limit`; 1024; 0: never, the log grows for the run).
+    pub raft_log_limit: Option<u64>,
     /// How far ahead of its clock floor a partition's durable clock lease reaches: a
     /// restarted (or new leader) partition issues timestamps up to this far ahead of what
     /// was issued before. 100 ms; replicated, at least 8 × the largest RTT, so that a
@@ -85,6 +89,7 @@ impl Options {
             return Err("protocol option `checkpoint_every` must be at least 1".to_string());
         }
         let replicated = config.get("replicated", false)?;
+        let raft_log_limit = Some(config.get("raft_log_limit", 1024u64)?).filter(|&l| l > 0);
         Ok(Options {
             delta,
             retry_ns: ms_to_ns(retry_ms),
@@ -94,6 +99,7 @@ impl Options {
             gc_lag_ns: ms_to_ns(gc_lag_ms),
             checkpoint_every,
             replicated,
+            raft_log_limit,
             clock_lease_ns: if replicated {
                 ms_to_ns((8.0 * max_rtt_ms).max(100.0))
             } else {

@@ -567,3 +567,68 @@ fn a_replicated_partition_survives_its_leaders_crash() {
     let t3 = d.begin(0, Some(c2));
     assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
 }
+
+/// Commits `n` single-key transactions on shard 0 through coordinator 0.
+fn commit_many(d: &mut Driver, n: usize) -> Timestamp {
+    let x = d.key_on(0, "x");
+    let mut last = None;
+    for i in 0..n {
+        let t = d.begin(0, last);
+        d.put(0, t, &x, &format!("x{i}"));
+        last = Some(committed_ts(&d.commit(0, t)).0);
+    }
+    d.run_for(50 * MS);
+    last.expect("n > 0")
+}
+
+#[test]
+fn raft_logs_stay_under_the_limit_and_grow_without_it() {
+    const LIMIT: u64 = 16;
+    let peak = |d: &Driver| {
+        d.setup
+            .cluster
+            .replicas(ShardId(0))
+            .iter()
+            .map(|&r| member(d, r).raft_log().1.entries)
+            .max()
+            .unwrap()
+    };
+    let mut d = replicated(&format!("raft_log_limit={LIMIT}"));
+    d.run_for(500 * MS);
+    commit_many(&mut d, 200);
+    // Between two drains a member appends a handful of entries (a proposal, a clock lease).
+    assert!(peak(&d) <= LIMIT + 8, "peak {} entries", peak(&d));
+    let compactions = d.counters[counters::RAFT_COMPACTIONS];
+    assert!(compactions >= 200 / LIMIT, "{compactions} compactions");
+    let mut d = replicated("raft_log_limit=0");
+    d.run_for(500 * MS);
+    commit_many(&mut d, 200);
+    assert!(peak(&d) >= 200, "peak {} entries without a limit", peak(&d));
+    assert_eq!(d.counters.get(counters::RAFT_COMPACTIONS), None);
+}
+
+#[test]
+fn a_follower_that_missed_compacted_entries_catches_up_from_a_snapshot() {
+    let mut d = replicated("raft_log_limit=16");
+    d.run_for(500 * MS);
+    let x = d.key_on(0, "x");
+    let follower = d.setup.cluster.replicas(ShardId(0))[1];
+    d.crash(follower);
+    let c = commit_many(&mut d, 100);
+    d.restart(follower);
+    d.run_for(500 * MS);
+    assert!(d.counters[counters::RAFT_SNAPSHOTS_SENT] >= 1);
+    assert!(d.counters[counters::RAFT_SNAPSHOTS_RESTORED] >= 1);
+    let leader = d.server_node(0);
+    assert_eq!(
+        member(&d, follower).committed_log(),
+        member(&d, leader).committed_log(),
+        "the follower holds the leader's committed records"
+    );
+    // With the old leader gone for good, the caught-up follower and the third member
+    // serve the latest write.
+    d.crash(leader);
+    d.run_for(1_000 * MS);
+    let t = d.begin(1, Some(c));
+    assert_eq!(read_value(&d.get(1, t, &x)).as_deref(), Some("x99"));
+}
