@@ -8,6 +8,8 @@
 use super::counters;
 use super::options::Options;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
+use crate::kit::quorum::Votes;
+use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step, Value,
@@ -38,7 +40,7 @@ enum State {
     },
     /// Algorithm 2 lines 12–15: `Some(prepare ts)` per participant once it voted yes.
     Preparing {
-        votes: BTreeMap<NodeId, Option<Timestamp>>,
+        votes: Votes<Timestamp>,
     },
     /// Conventional SI: every participant prepared; waiting for the oracle's commit ts.
     AwaitingCommitTs {
@@ -114,15 +116,6 @@ impl KvAccess for Overlay<'_> {
     }
 }
 
-/// A decided commit not yet acknowledged by every participant.
-#[derive(Debug)]
-struct Decision {
-    commit_ts: Timestamp,
-    waiting: Vec<NodeId>,
-    retries: u32,
-    timer: Option<TimerId>,
-}
-
 /// A coordinator node.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -137,7 +130,8 @@ pub struct Coordinator {
     incarnation: u32,
     next_counter: u64,
     sessions: FxHashMap<TxnId, Session>,
-    commits: FxHashMap<TxnId, Decision>,
+    /// Decided commits (their commit timestamps) not yet acknowledged by every participant.
+    commits: Decisions<Timestamp>,
     since_checkpoint: usize,
     /// Per shard, the replica believed to lead it (replicated mode; else the only one).
     leaders: Vec<NodeId>,
@@ -165,47 +159,25 @@ impl Coordinator {
         let start = records
             .iter()
             .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let mut last_incarnation = None;
-        let mut pending: BTreeMap<TxnId, (Timestamp, Vec<NodeId>)> = BTreeMap::new();
-        if let Some(Record::CoordCheckpoint {
-            incarnation,
-            pending: p,
-        }) = start.map(|i| &records[i])
-        {
-            last_incarnation = Some(*incarnation);
-            for (txn, ts, nodes) in p {
-                pending.insert(*txn, (*ts, nodes.clone()));
-            }
-        }
+        let checkpoint = match start.map(|i| &records[i]) {
+            Some(Record::CoordCheckpoint {
+                incarnation,
+                pending,
+            }) => Some((*incarnation, pending.clone())),
+            _ => None,
+        };
         let tail = &records[start.map_or(0, |i| i + 1)..];
-        for record in tail {
-            match record {
-                Record::Started { incarnation } => last_incarnation = Some(*incarnation),
-                Record::Decided {
-                    txn,
-                    commit_ts,
-                    participants,
-                } => {
-                    pending.insert(*txn, (*commit_ts, participants.clone()));
-                }
-                Record::Acked { txn } => {
-                    pending.remove(txn);
-                }
-                other => panic!("log of coordinator {id} holds {other:?}"),
-            }
-        }
-        let commits = pending
-            .into_iter()
-            .map(|(txn, (commit_ts, waiting))| {
-                let d = Decision {
-                    commit_ts,
-                    waiting,
-                    retries: 0,
-                    timer: None,
-                };
-                (txn, d)
-            })
-            .collect();
+        let logged = tail.iter().map(|record| match record {
+            Record::Started { incarnation } => Logged::Started(*incarnation),
+            Record::Decided {
+                txn,
+                commit_ts,
+                participants,
+            } => Logged::Decided(*txn, *commit_ts, participants.clone()),
+            Record::Acked { txn } => Logged::Acked(*txn),
+            other => panic!("log of coordinator {id} holds {other:?}"),
+        });
+        let (commits, incarnation) = Decisions::recover(checkpoint, logged);
         let delta_ns = opts.delta_for(&cluster, id);
         Coordinator {
             id,
@@ -213,7 +185,7 @@ impl Coordinator {
             procedures,
             oracle,
             delta_ns,
-            incarnation: last_incarnation.map_or(0, |i| i + 1),
+            incarnation,
             next_counter: 0,
             sessions: FxHashMap::default(),
             commits,
@@ -230,9 +202,7 @@ impl Coordinator {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
-        let mut txns: Vec<TxnId> = self.commits.keys().copied().collect();
-        txns.sort_unstable();
-        for txn in txns {
+        for txn in self.commits.txns() {
             self.send_commits(ctx, txn);
         }
         self.settle(ctx);
@@ -493,7 +463,7 @@ impl Coordinator {
             State::CommittingLocal { node: nodes[0] }
         } else {
             State::Preparing {
-                votes: nodes.into_iter().map(|n| (n, None)).collect(),
+                votes: Votes::all(nodes),
             }
         };
         self.send_step(ctx, txn);
@@ -562,18 +532,16 @@ impl Coordinator {
                 );
             }
             State::Preparing { votes } => {
-                for (node, vote) in votes {
-                    if vote.is_none() {
-                        let writes = self.writes_for(s, *node);
-                        ctx.send(
-                            self.route(*node),
-                            Msg::Prepare {
-                                txn,
-                                snapshot,
-                                writes,
-                            },
-                        );
-                    }
+                for node in votes.missing() {
+                    let writes = self.writes_for(s, node);
+                    ctx.send(
+                        self.route(node),
+                        Msg::Prepare {
+                            txn,
+                            snapshot,
+                            writes,
+                        },
+                    );
                 }
             }
             State::AwaitingCommitTs { .. } => {
@@ -644,7 +612,7 @@ impl Coordinator {
             ctx.cancel_timer(timer);
         }
         let participants: Vec<NodeId> = match &s.state {
-            State::Preparing { votes } => votes.keys().copied().collect(),
+            State::Preparing { votes } => votes.members().collect(),
             State::AwaitingCommitTs { participants } => participants.clone(),
             _ => Vec::new(),
         };
@@ -749,25 +717,20 @@ impl Coordinator {
         let State::Preparing { votes } = &mut s.state else {
             return;
         };
-        let Some(vote) = votes.get_mut(&from) else {
+        if !votes.is_member(from) {
             return;
-        };
+        }
         let prepare_ts = match result {
             Ok(ts) => ts,
             Err(reason) => return self.abort(ctx, txn, reason),
         };
-        *vote = Some(prepare_ts);
-        if votes.values().any(Option::is_none) {
+        votes.record(from, prepare_ts);
+        if !votes.complete() {
             return;
         }
         // Line 18: the commit timestamp is the largest prepare timestamp.
-        let max_prepare = votes
-            .values()
-            .flatten()
-            .copied()
-            .max()
-            .expect("participants");
-        let participants: Vec<NodeId> = votes.keys().copied().collect();
+        let max_prepare = votes.replies().copied().max().expect("participants");
+        let participants: Vec<NodeId> = votes.members().collect();
         if self.oracle.is_some() {
             if let Some(timer) = s.timer.take() {
                 ctx.cancel_timer(timer);
@@ -820,13 +783,7 @@ impl Coordinator {
                 participants: participants.clone(),
             },
         );
-        let d = Decision {
-            commit_ts,
-            waiting: participants,
-            retries: 0,
-            timer: None,
-        };
-        self.commits.insert(txn, d);
+        self.commits.decide(txn, commit_ts, participants);
         self.send_commits(ctx, txn);
         let outcome = Outcome::Committed {
             results: s.one_shot.take().map(|o| o.results).unwrap_or_default(),
@@ -837,29 +794,24 @@ impl Coordinator {
     }
 
     fn send_commits(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let d = &self.commits[&txn];
-        for &node in &d.waiting {
-            ctx.send(
-                self.route(node),
-                Msg::Commit {
-                    txn,
-                    commit_ts: d.commit_ts,
-                },
-            );
-        }
-        let after = if d.retries < self.opts.max_retries {
-            self.opts.retry_ns
-        } else {
-            self.opts.retry_ns.saturating_mul(4)
+        let Some(&commit_ts) = self.commits.decision(txn) else {
+            return;
         };
-        let timer = ctx.set_timer(after, Timer::Commit(txn));
-        self.commits.get_mut(&txn).expect("pending").timer = Some(timer);
+        for &node in self.commits.waiting(txn) {
+            ctx.send(self.route(node), Msg::Commit { txn, commit_ts });
+        }
+        let resend = Resend {
+            retry_ns: self.opts.retry_ns,
+            max_retries: self.opts.max_retries,
+            slow_ns: self.opts.retry_ns.saturating_mul(4),
+        };
+        let timer = ctx.set_timer(self.commits.resend_after(txn, resend), Timer::Commit(txn));
+        self.commits.armed(txn, timer);
     }
 
     fn commit_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        if let Some(d) = self.commits.get_mut(&txn) {
-            d.retries = d.retries.saturating_add(1);
-            for partition in d.waiting.clone() {
+        if self.commits.retry(txn) {
+            for partition in self.commits.waiting(txn).to_vec() {
                 self.rotate(partition);
             }
             self.send_commits(ctx, txn);
@@ -867,15 +819,10 @@ impl Coordinator {
     }
 
     fn on_commit_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
-        let Some(d) = self.commits.get_mut(&txn) else {
-            return;
-        };
-        d.waiting.retain(|n| *n != from);
-        if d.waiting.is_empty() {
-            if let Some(timer) = d.timer.take() {
+        if let Some(timer) = self.commits.acknowledge(txn, from) {
+            if let Some(timer) = timer {
                 ctx.cancel_timer(timer);
             }
-            self.commits.remove(&txn);
             self.persist(ctx, Record::Acked { txn });
         }
     }
@@ -883,24 +830,16 @@ impl Coordinator {
     /// A partition asks about a prepared transaction (a blocked read, or recovery): the
     /// commit timestamp if decided, nothing while undecided, else presumed abort.
     fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
-        if let Some(d) = self.commits.get(&txn) {
-            ctx.send(
-                from,
-                Msg::Commit {
-                    txn,
-                    commit_ts: d.commit_ts,
-                },
-            );
-            return;
-        }
         let undecided = self.sessions.get(&txn).is_some_and(|s| {
             matches!(
                 s.state,
                 State::Preparing { .. } | State::AwaitingCommitTs { .. }
             )
         });
-        if !undecided {
-            ctx.send(from, Msg::Abort { txn });
+        match self.commits.inquiry(txn, undecided) {
+            Inquiry::Commit(&commit_ts) => ctx.send(from, Msg::Commit { txn, commit_ts }),
+            Inquiry::PresumedAbort => ctx.send(from, Msg::Abort { txn }),
+            Inquiry::Undecided => {}
         }
     }
 
@@ -925,11 +864,7 @@ impl Coordinator {
         match &self.sessions[&txn].state {
             State::Reading { node, .. } | State::CommittingLocal { node } => vec![*node],
             State::Prefetching { pending } => pending.values().map(|(_, n)| *n).collect(),
-            State::Preparing { votes } => votes
-                .iter()
-                .filter(|(_, v)| v.is_none())
-                .map(|(n, _)| *n)
-                .collect(),
+            State::Preparing { votes } => votes.missing().collect(),
             _ => Vec::new(),
         }
     }
@@ -979,7 +914,7 @@ impl Coordinator {
             }
             return self.send_step(ctx, txn);
         }
-        if let Some(timer) = self.commits.get_mut(&txn).and_then(|d| d.timer.take()) {
+        if let Some(timer) = self.commits.disarm(txn) {
             ctx.cancel_timer(timer);
             self.send_commits(ctx, txn);
         }
@@ -996,12 +931,7 @@ impl Coordinator {
         if self.since_checkpoint < self.opts.checkpoint_every {
             return;
         }
-        let mut pending: Vec<(TxnId, Timestamp, Vec<NodeId>)> = self
-            .commits
-            .iter()
-            .map(|(txn, d)| (*txn, d.commit_ts, d.waiting.clone()))
-            .collect();
-        pending.sort_unstable_by_key(|(txn, _, _)| *txn);
+        let pending = self.commits.checkpoint();
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,

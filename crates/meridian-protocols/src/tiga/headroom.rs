@@ -8,7 +8,7 @@
 //! the delay of a reply; it only ranks the two paths.
 
 use super::options::{HeadroomMode, Options, PathChoice};
-use super::super_quorum;
+use crate::kit::quorum::super_quorum;
 use meridian_core::{Cluster, NodeId, ShardId};
 use std::collections::VecDeque;
 

@@ -1,0 +1,17 @@
+//! # The protocol kit: mechanisms several protocols share, each written once
+//!
+//! Every piece is sans-IO and deterministic (no clock, thread, socket or global RNG): it
+//! holds state and says what to do; the protocol owns its messages, timers and records.
+//!
+//! | piece | what it is | used by |
+//! |---|---|---|
+//! | [`two_pc`] | two-phase commit's coordinator side with recovery: the decision log, COMMIT resent until acknowledged (with back-off), presumed-abort answers to inquiries, rebuild under a new incarnation | `2pl-2pc`, `clock-si` / `conventional-si` |
+//! | [`quorum`] | replies of a known member set counted toward all / a majority / a super quorum of matching replies (one per member, strangers ignored); `majority`, `super_quorum` sizes | 2PC votes of `2pl-2pc` and `clock-si`; Tiga's super-quorum size (fast path, headroom planning) |
+//! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
+//!
+//! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
+//! copying them per protocol is how 2PL and Clock-SI came to hold two 2PC implementations.
+
+pub mod quorum;
+pub mod raft_group;
+pub mod two_pc;
