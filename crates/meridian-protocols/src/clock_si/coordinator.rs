@@ -6,8 +6,10 @@
 //! Conventional SI takes both timestamps from the oracle instead.
 
 use super::counters;
+use super::options::Delta;
 use super::options::Options;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
+use crate::kit::owd::OwdEstimator;
 use crate::kit::quorum::Votes;
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
@@ -125,8 +127,12 @@ pub struct Coordinator {
     procedures: Arc<Procedures>,
     /// Conventional SI: the timestamp oracle. Clock-SI: `None`.
     oracle: Option<NodeId>,
-    /// Δ of Algorithm 1 line 2 for transactions starting here.
+    /// Δ of Algorithm 1 line 2 for transactions starting here (`delta_ms=measured`: the
+    /// starting point, until reads have measured it).
     delta_ns: u64,
+    /// `delta_ms=measured`: §V-F's samples per partition, from this coordinator's reads,
+    /// and when each outstanding read was sent (bounded, see [`MAX_TIMED_READS`]).
+    owd: Option<(OwdEstimator, FxHashMap<(TxnId, u64), u64>)>,
     incarnation: u32,
     next_counter: u64,
     sessions: FxHashMap<TxnId, Session>,
@@ -135,6 +141,26 @@ pub struct Coordinator {
     since_checkpoint: usize,
     /// Per shard, the replica believed to lead it (replicated mode; else the only one).
     leaders: Vec<NodeId>,
+}
+
+/// Samples per partition the measured Δ is drawn from.
+const OWD_WINDOW: usize = 256;
+/// Outstanding timed reads a coordinator remembers; past it (replies lost with their
+/// sessions) it forgets them all, losing a few samples.
+const MAX_TIMED_READS: usize = 1 << 14;
+
+/// Notes when a read is (re)sent, for `delta_ms=measured`; a retransmission restarts it.
+fn time_read(
+    owd: &mut Option<(OwdEstimator, FxHashMap<(TxnId, u64), u64>)>,
+    ctx: &Cx<'_>,
+    read: (TxnId, u64),
+) {
+    if let Some((_, sent)) = owd {
+        if sent.len() >= MAX_TIMED_READS {
+            sent.clear();
+        }
+        sent.insert(read, ctx.now_ns());
+    }
 }
 
 fn respond(ctx: &mut Cx<'_>, request: Option<RequestId>, response: ClientResponse) {
@@ -179,12 +205,19 @@ impl Coordinator {
         });
         let (commits, incarnation) = Decisions::recover(checkpoint, logged);
         let delta_ns = opts.delta_for(&cluster, id);
+        let owd = (opts.delta == Delta::Measured).then(|| {
+            (
+                OwdEstimator::new(id, cluster.nodes.len()),
+                FxHashMap::default(),
+            )
+        });
         Coordinator {
             id,
             opts,
             procedures,
             oracle,
             delta_ns,
+            owd,
             incarnation,
             next_counter: 0,
             sessions: FxHashMap::default(),
@@ -231,7 +264,11 @@ impl Coordinator {
                 op,
                 result,
                 waited_ns,
-            } => self.on_read_reply(ctx, txn, op, result, waited_ns),
+                arrived_ns,
+            } => {
+                self.sample(ctx, from, (txn, op), arrived_ns);
+                self.on_read_reply(ctx, txn, op, result, waited_ns)
+            }
             Msg::LocalDone { txn, result } => self.on_local_done(ctx, from, txn, result),
             Msg::Vote { txn, result } => self.on_vote(ctx, from, txn, result),
             Msg::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
@@ -361,7 +398,7 @@ impl Coordinator {
         // (§III-E). The paper blocks Begin until the clock passes LatestTime; here every
         // partition already delays a request until its own clock passes the snapshot
         // (Algorithm 1 lines 19–22), which gives the same guarantee without blocking.
-        let clock = ctx.now_ns().saturating_sub(self.delta_ns);
+        let clock = ctx.now_ns().saturating_sub(self.snapshot_age_ns());
         let after_seen = latest_seen.map_or(0, |t| t.time_ns + 1);
         s.snapshot = Timestamp::new(clock.max(after_seen), 0);
         self.sessions.insert(txn, s);
@@ -502,6 +539,7 @@ impl Coordinator {
             State::Idle => return,
             State::Prefetching { pending } => {
                 for (op, (key, node)) in pending {
+                    time_read(&mut self.owd, ctx, (txn, *op));
                     let msg = Msg::Read {
                         txn,
                         op: *op,
@@ -512,6 +550,7 @@ impl Coordinator {
                 }
             }
             State::Reading { op, key, node } => {
+                time_read(&mut self.owd, ctx, (txn, *op));
                 let msg = Msg::Read {
                     txn,
                     op: *op,
@@ -620,6 +659,41 @@ impl Coordinator {
             ctx.send(self.route(node), Msg::Abort { txn });
         }
         respond(ctx, s.request.take(), aborted(reason));
+    }
+
+    // ---- snapshot age (§III-C) ----------------------------------------------------------
+
+    /// Δ for a transaction starting now: fixed, or (`delta_ms=measured`) §III-C's
+    /// max(CW, SK_max − RRD/2) over the partitions with measured terms: CW = RRD (S = 0
+    /// in this substrate: no synchronous disk write), RRD = the median forward plus back
+    /// delay (the clock offset cancels), SK − RRD/2 = the negated low tail (1st
+    /// percentile) of t₂ − t₁. Before a partition's first sample, the topology's figures.
+    fn snapshot_age_ns(&self) -> u64 {
+        let Some((owd, _)) = &self.owd else {
+            return self.delta_ns;
+        };
+        let c = &self.cluster;
+        (0..c.shard_count())
+            .map(|s| c.initial_leader(ShardId(s)))
+            .map(|p| {
+                let rrd = owd.forward_ns(c, p, 50.0) + owd.back_ns(c, p, 50.0);
+                let skew = owd
+                    .forward_signed_ns(p, 1.0)
+                    .map_or(0, |f| (-f).max(0) as u64);
+                rrd.max(skew)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A read reply from `partition`: one t₂ − t₁ sample (and one back sample) if the
+    /// read was timed.
+    fn sample(&mut self, ctx: &Cx<'_>, partition: NodeId, read: (TxnId, u64), arrived_ns: u64) {
+        if let Some((owd, sent)) = &mut self.owd {
+            if let Some(sent_ns) = sent.remove(&read) {
+                owd.record(partition, (sent_ns, arrived_ns, ctx.now_ns()), OWD_WINDOW);
+            }
+        }
     }
 
     // ---- replies ------------------------------------------------------------------------

@@ -23,6 +23,13 @@ pub enum Delta {
     /// `delta_ms=auto`: §III-C's Δ = max(CW, SK_max − RRD/2), computed per coordinator
     /// (see [`Options::delta_for`]).
     Auto,
+    /// `delta_ms=measured`: the same rule with both terms measured rather than taken from
+    /// the topology, as §III-C suggests ("these two values can be measured and distributed
+    /// periodically"): per partition, RRD from the coordinator's reads (S = 0 here) and
+    /// SK − RRD/2 as the negated low tail of §V-F's t₂ − t₁ samples (partition clock at a
+    /// read's arrival minus coordinator clock at its sending), via the kit's
+    /// one-way-delay estimator; the topology until the first samples.
+    Measured,
 }
 
 /// Parsed options. Durations default to multiples of the topology's largest round trip.
@@ -64,10 +71,11 @@ impl Options {
         config.check_known(&OPTIONS)?;
         let delta = match config.get::<String>("delta_ms", "0".to_string())?.as_str() {
             "auto" => Delta::Auto,
+            "measured" => Delta::Measured,
             text => {
                 let ms: f64 = text
                     .parse()
-                    .map_err(|_| format!("protocol option `delta_ms` has bad value `{text}` (a number of ms, or `auto`)"))?;
+                    .map_err(|_| format!("protocol option `delta_ms` has bad value `{text}` (a number of ms, `auto` or `measured`)"))?;
                 if !(ms.is_finite() && (0.0..=1e6).contains(&ms)) {
                     return Err(format!(
                         "protocol option `delta_ms` must be in 0..=1000000, got {ms}"
@@ -124,7 +132,8 @@ impl Options {
     pub fn delta_for(&self, cluster: &Cluster, coordinator: NodeId) -> u64 {
         match self.delta {
             Delta::Fixed(ns) => ns,
-            Delta::Auto => {
+            // Measured per transaction by the coordinator; this is its starting point.
+            Delta::Auto | Delta::Measured => {
                 let rtts: Vec<f64> = (0..cluster.shard_count())
                     .map(|s| {
                         cluster.rtt_ms(

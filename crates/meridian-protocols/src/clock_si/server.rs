@@ -357,6 +357,7 @@ impl Server {
             Err(_) => Err(AbortReason::Failure),
         };
         let waited_ns = self.served(ctx, txn, op);
+        let arrived_ns = ctx.now_ns().saturating_sub(waited_ns);
         ctx.send(
             from,
             Msg::ReadReply {
@@ -364,6 +365,7 @@ impl Server {
                 op,
                 result,
                 waited_ns,
+                arrived_ns,
             },
         );
     }

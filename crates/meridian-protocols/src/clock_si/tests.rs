@@ -70,6 +70,7 @@ fn options_parse_refuse_unknown_and_auto_delta_follows_section_iii_c() {
     assert_eq!(parse("").unwrap().delta, Delta::Fixed(0));
     assert_eq!(parse("delta_ms=5").unwrap().delta, Delta::Fixed(5 * MS));
     assert_eq!(parse("delta_ms=auto").unwrap().delta, Delta::Auto);
+    assert_eq!(parse("delta_ms=measured").unwrap().delta, Delta::Measured);
     assert!(parse("delta_ms=-1").is_err());
     assert!(parse("delta_ms=soon").is_err());
     assert!(parse("retry_ms=0").is_err());
@@ -96,6 +97,34 @@ fn delta_makes_snapshots_older_by_delta() {
     let (snapshot, path) = committed_ts(&o);
     assert_eq!(path, CommitPath::ReadOnly);
     assert!(snapshot.time_ns <= before - 40 * MS && snapshot.time_ns >= before - 41 * MS);
+}
+
+/// Coordinator 0's clock runs 50 ms ahead of both partitions'; a read of shard 0, then a
+/// later transaction's read of shard 1 (whose floor is still low): how long the second
+/// waited, and how many reads waited for the clock.
+fn second_read_wait(options: &str) -> (u64, u64) {
+    let mut d = Driver::si(false, options);
+    let c = d.coord(0);
+    d.offsets[c.index()] = 50 * MS_I;
+    let t = d.begin(0, None);
+    d.get(0, t, &d.key_on(0, "k"));
+    d.commit(0, t);
+    let t2 = d.begin(0, None);
+    let start = d.now;
+    d.get(0, t2, &d.key_on(1, "j"));
+    (d.now - start, d.counters[counters::READS_DELAYED_BY_CLOCK])
+}
+
+#[test]
+fn a_measured_delta_learns_the_skew_and_spares_later_reads_the_clock_wait() {
+    // §III-C: Δ = max(CW, SK − RRD/2); with Δ = 0 both reads wait about 49 ms.
+    let (waited, delayed) = second_read_wait("");
+    assert!(waited >= 48 * MS, "Δ = 0: waited {} ms", waited / MS);
+    assert_eq!(delayed, 2);
+    // Measured: the first read's sample (t₂ − t₁ = 1 ms − 50 ms) makes Δ ≈ 49 ms.
+    let (waited, delayed) = second_read_wait("delta_ms=measured");
+    assert!(waited < 5 * MS, "measured Δ: waited {} ms", waited / MS);
+    assert_eq!(delayed, 1, "only the read before any sample waited");
 }
 
 // ---- Algorithm 1 ----------------------------------------------------------------------

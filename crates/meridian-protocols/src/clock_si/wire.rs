@@ -55,6 +55,9 @@ pub enum Msg {
         result: Result<Option<Value>, AbortReason>,
         /// How long the partition held the read back (Algorithm 1's delays), local ns.
         waited_ns: u64,
+        /// The partition's clock when the read arrived (§V-F's t₂; `delta_ms=measured`
+        /// turns it into a one-way-delay-plus-skew sample).
+        arrived_ns: u64,
     },
     LocalDone {
         txn: TxnId,

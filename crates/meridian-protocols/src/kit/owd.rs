@@ -49,11 +49,17 @@ impl Window {
 
     /// The `percentile` of the samples (nearest rank), clamped at 0.
     fn estimate(&self, percentile: f64) -> Option<u64> {
+        self.signed(percentile).map(|x| x.max(0) as u64)
+    }
+
+    /// The `percentile` of the samples (nearest rank).
+    fn signed(&self, percentile: f64) -> Option<i64> {
         if self.sorted.is_empty() {
             return None;
         }
-        let rank = ((percentile / 100.0) * (self.sorted.len() - 1) as f64).round();
-        Some(self.sorted[rank as usize].max(0) as u64)
+        let rank =
+            ((percentile.clamp(0.0, 100.0) / 100.0) * (self.sorted.len() - 1) as f64).round();
+        Some(self.sorted[rank as usize])
     }
 }
 
@@ -96,6 +102,15 @@ impl OwdEstimator {
             .get(peer.index())
             .and_then(|s| s.forward.estimate(percentile))
             .unwrap_or_else(|| topology_ns(cluster, self.me, peer))
+    }
+
+    /// The forward samples' `percentile`, unclamped (negative when the peer's clock is
+    /// behind by more than the delay: what a clock-gated peer would make a message wait);
+    /// `None` before the first sample.
+    pub fn forward_signed_ns(&self, peer: NodeId, percentile: f64) -> Option<i64> {
+        self.samples
+            .get(peer.index())
+            .and_then(|s| s.forward.signed(percentile))
     }
 
     /// The delay of a reply from `peer`, likewise.
