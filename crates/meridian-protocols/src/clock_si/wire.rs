@@ -137,9 +137,9 @@ pub enum Timer {
     Session(TxnId),
     /// Coordinator: retransmit COMMIT to participants that have not acknowledged.
     Commit(TxnId),
-    /// Server: a request that had to wait for the local clock to pass its snapshot
-    /// (Algorithm 1 lines 19–22) is handled again.
-    Redeliver { from: NodeId, msg: Box<Msg> },
+    /// Server: the local clock should have passed `at_ns`: the requests held for it
+    /// (Algorithm 1 lines 19–22, the kit's clock gate) are handled again.
+    ClockPassed { at_ns: u64 },
     /// Server: periodic housekeeping (queries for prepared transactions, GC, forgetting).
     Tick,
     /// Replicated mode: the Raft group's clock.

@@ -5,7 +5,7 @@
 //! order and conflict checks stay Tiga's, the wake-up is this [`WakeTimer`]) and, in
 //! coordination-free mode (§6), until it passes T.t + ε ([`ClockGate`]). Clock-SI's
 //! partitions delay a read or an update until their clock passes its snapshot (Algorithm 1
-//! lines 19–22); they arm one timer per delayed message, see the kit's module note.
+//! lines 19–22): both hold items in a [`ClockGate`] and arm one [`WakeTimer`].
 //!
 //! Timers may fire a little early or late relative to the clock (drift, steps), so release
 //! always re-reads the clock: [`ClockGate::pop_due`] takes only what `now` has passed.
