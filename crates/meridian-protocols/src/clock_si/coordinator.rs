@@ -132,7 +132,7 @@ pub struct Coordinator {
     delta_ns: u64,
     /// `delta_ms=measured`: §V-F's samples per partition, from this coordinator's reads,
     /// and when each outstanding read was sent (bounded, see [`MAX_TIMED_READS`]).
-    owd: Option<(OwdEstimator, FxHashMap<(TxnId, u64), u64>)>,
+    owd: Option<TimedReads>,
     incarnation: u32,
     next_counter: u64,
     sessions: FxHashMap<TxnId, Session>,
@@ -143,6 +143,9 @@ pub struct Coordinator {
     leaders: Vec<NodeId>,
 }
 
+/// `delta_ms=measured`: the samples, and when each outstanding read (txn, op) was sent.
+type TimedReads = (OwdEstimator, FxHashMap<(TxnId, u64), u64>);
+
 /// Samples per partition the measured Δ is drawn from.
 const OWD_WINDOW: usize = 256;
 /// Outstanding timed reads a coordinator remembers; past it (replies lost with their
@@ -150,11 +153,7 @@ const OWD_WINDOW: usize = 256;
 const MAX_TIMED_READS: usize = 1 << 14;
 
 /// Notes when a read is (re)sent, for `delta_ms=measured`; a retransmission restarts it.
-fn time_read(
-    owd: &mut Option<(OwdEstimator, FxHashMap<(TxnId, u64), u64>)>,
-    ctx: &Cx<'_>,
-    read: (TxnId, u64),
-) {
+fn time_read(owd: &mut Option<TimedReads>, ctx: &Cx<'_>, read: (TxnId, u64)) {
     if let Some((_, sent)) = owd {
         if sent.len() >= MAX_TIMED_READS {
             sent.clear();

@@ -44,6 +44,10 @@ pub enum Inquiry<'a, D> {
     PresumedAbort,
 }
 
+/// A pending decision as a checkpoint holds it: the transaction, its decision, and the
+/// participants that have not acknowledged.
+pub type PendingDecision<D> = (TxnId, D, Vec<NodeId>);
+
 /// What a coordinator's log says about its commit decisions, in order.
 #[derive(Debug)]
 pub enum Logged<D> {
@@ -73,7 +77,7 @@ impl<D: Clone> Decisions<D> {
     /// Rebuilds the decisions from a checkpoint's `(incarnation, pending)` and the records
     /// after it; returns them with the incarnation to run as (one past the last logged).
     pub fn recover(
-        checkpoint: Option<(u32, Vec<(TxnId, D, Vec<NodeId>)>)>,
+        checkpoint: Option<(u32, Vec<PendingDecision<D>>)>,
         tail: impl IntoIterator<Item = Logged<D>>,
     ) -> (Decisions<D>, u32) {
         let mut last_incarnation = None;
@@ -101,7 +105,7 @@ impl<D: Clone> Decisions<D> {
     }
 
     /// The decisions still pending, by id (what a checkpoint records).
-    pub fn checkpoint(&self) -> Vec<(TxnId, D, Vec<NodeId>)> {
+    pub fn checkpoint(&self) -> Vec<PendingDecision<D>> {
         let mut pending: Vec<_> = self
             .pending
             .iter()
