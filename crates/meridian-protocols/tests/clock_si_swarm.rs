@@ -402,3 +402,39 @@ fn read_only_transactions_avoid_the_oracle_round_trip() {
         );
     }
 }
+
+/// Replicated partitions with a small Raft log limit, under random faults (crashes of
+/// leaders and followers, partitions, loss): every member's log stays near the limit (the
+/// per-member peaks, summed, stay under members × (limit + slack); without compaction one
+/// member alone holds hundreds of entries in this run), members that fell behind catch up
+/// from snapshots, and the history is still snapshot isolation.
+#[test]
+fn replicated_raft_logs_stay_bounded_under_faults_and_laggards_catch_up_by_snapshot() {
+    const LIMIT: u64 = 32;
+    const SLACK: u64 = 16;
+    let run = |limit: u64| {
+        let config =
+            ProtocolConfig::parse(&format!("replicated=true,raft_log_limit={limit}")).unwrap();
+        simulate_with::<ClockSi>(config, 7, None, true, "list-append", interactive(), 60)
+    };
+    let report = run(LIMIT);
+    let verdict = check(&report.history, Model::SnapshotIsolation);
+    assert!(verdict.valid, "{verdict}");
+    assert!(report.invariant.is_ok(), "{:?}", report.invariant);
+    let counter = |r: &SimReport, name: &str| r.counters.get(name).copied().unwrap_or(0);
+    let members = counter(&report, "raft_members");
+    let peak = counter(&report, "raft_log_peak_entries");
+    eprintln!("{:?}", report.counters);
+    assert!(members >= 9, "{members} member incarnations");
+    assert!(peak <= members * (LIMIT + SLACK), "peaks sum to {peak}");
+    assert!(counter(&report, "raft_compactions") > 0);
+    assert!(counter(&report, "raft_snapshots_sent") > 0);
+    assert!(counter(&report, "raft_snapshots_restored") > 0);
+    let unbounded = run(0);
+    let peak = counter(&unbounded, "raft_log_peak_entries");
+    let members = counter(&unbounded, "raft_members");
+    assert!(
+        peak > members * (LIMIT + SLACK),
+        "without compaction: {peak}"
+    );
+}

@@ -6,8 +6,12 @@
 //! Conventional SI takes both timestamps from the oracle instead.
 
 use super::counters;
+use super::options::Delta;
 use super::options::Options;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
+use crate::kit::owd::OwdEstimator;
+use crate::kit::quorum::Votes;
+use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step, Value,
@@ -38,7 +42,7 @@ enum State {
     },
     /// Algorithm 2 lines 12–15: `Some(prepare ts)` per participant once it voted yes.
     Preparing {
-        votes: BTreeMap<NodeId, Option<Timestamp>>,
+        votes: Votes<Timestamp>,
     },
     /// Conventional SI: every participant prepared; waiting for the oracle's commit ts.
     AwaitingCommitTs {
@@ -114,15 +118,6 @@ impl KvAccess for Overlay<'_> {
     }
 }
 
-/// A decided commit not yet acknowledged by every participant.
-#[derive(Debug)]
-struct Decision {
-    commit_ts: Timestamp,
-    waiting: Vec<NodeId>,
-    retries: u32,
-    timer: Option<TimerId>,
-}
-
 /// A coordinator node.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -132,15 +127,39 @@ pub struct Coordinator {
     procedures: Arc<Procedures>,
     /// Conventional SI: the timestamp oracle. Clock-SI: `None`.
     oracle: Option<NodeId>,
-    /// Δ of Algorithm 1 line 2 for transactions starting here.
+    /// Δ of Algorithm 1 line 2 for transactions starting here (`delta_ms=measured`: the
+    /// starting point, until reads have measured it).
     delta_ns: u64,
+    /// `delta_ms=measured`: §V-F's samples per partition, from this coordinator's reads,
+    /// and when each outstanding read was sent (bounded, see [`MAX_TIMED_READS`]).
+    owd: Option<TimedReads>,
     incarnation: u32,
     next_counter: u64,
     sessions: FxHashMap<TxnId, Session>,
-    commits: FxHashMap<TxnId, Decision>,
+    /// Decided commits (their commit timestamps) not yet acknowledged by every participant.
+    commits: Decisions<Timestamp>,
     since_checkpoint: usize,
     /// Per shard, the replica believed to lead it (replicated mode; else the only one).
     leaders: Vec<NodeId>,
+}
+
+/// `delta_ms=measured`: the samples, and when each outstanding read (txn, op) was sent.
+type TimedReads = (OwdEstimator, FxHashMap<(TxnId, u64), u64>);
+
+/// Samples per partition the measured Δ is drawn from.
+const OWD_WINDOW: usize = 256;
+/// Outstanding timed reads a coordinator remembers; past it (replies lost with their
+/// sessions) it forgets them all, losing a few samples.
+const MAX_TIMED_READS: usize = 1 << 14;
+
+/// Notes when a read is (re)sent, for `delta_ms=measured`; a retransmission restarts it.
+fn time_read(owd: &mut Option<TimedReads>, ctx: &Cx<'_>, read: (TxnId, u64)) {
+    if let Some((_, sent)) = owd {
+        if sent.len() >= MAX_TIMED_READS {
+            sent.clear();
+        }
+        sent.insert(read, ctx.now_ns());
+    }
 }
 
 fn respond(ctx: &mut Cx<'_>, request: Option<RequestId>, response: ClientResponse) {
@@ -165,55 +184,40 @@ impl Coordinator {
         let start = records
             .iter()
             .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let mut last_incarnation = None;
-        let mut pending: BTreeMap<TxnId, (Timestamp, Vec<NodeId>)> = BTreeMap::new();
-        if let Some(Record::CoordCheckpoint {
-            incarnation,
-            pending: p,
-        }) = start.map(|i| &records[i])
-        {
-            last_incarnation = Some(*incarnation);
-            for (txn, ts, nodes) in p {
-                pending.insert(*txn, (*ts, nodes.clone()));
-            }
-        }
+        let checkpoint = match start.map(|i| &records[i]) {
+            Some(Record::CoordCheckpoint {
+                incarnation,
+                pending,
+            }) => Some((*incarnation, pending.clone())),
+            _ => None,
+        };
         let tail = &records[start.map_or(0, |i| i + 1)..];
-        for record in tail {
-            match record {
-                Record::Started { incarnation } => last_incarnation = Some(*incarnation),
-                Record::Decided {
-                    txn,
-                    commit_ts,
-                    participants,
-                } => {
-                    pending.insert(*txn, (*commit_ts, participants.clone()));
-                }
-                Record::Acked { txn } => {
-                    pending.remove(txn);
-                }
-                other => panic!("log of coordinator {id} holds {other:?}"),
-            }
-        }
-        let commits = pending
-            .into_iter()
-            .map(|(txn, (commit_ts, waiting))| {
-                let d = Decision {
-                    commit_ts,
-                    waiting,
-                    retries: 0,
-                    timer: None,
-                };
-                (txn, d)
-            })
-            .collect();
+        let logged = tail.iter().map(|record| match record {
+            Record::Started { incarnation } => Logged::Started(*incarnation),
+            Record::Decided {
+                txn,
+                commit_ts,
+                participants,
+            } => Logged::Decided(*txn, *commit_ts, participants.clone()),
+            Record::Acked { txn } => Logged::Acked(*txn),
+            other => panic!("log of coordinator {id} holds {other:?}"),
+        });
+        let (commits, incarnation) = Decisions::recover(checkpoint, logged);
         let delta_ns = opts.delta_for(&cluster, id);
+        let owd = (opts.delta == Delta::Measured).then(|| {
+            (
+                OwdEstimator::new(id, cluster.nodes.len()),
+                FxHashMap::default(),
+            )
+        });
         Coordinator {
             id,
             opts,
             procedures,
             oracle,
             delta_ns,
-            incarnation: last_incarnation.map_or(0, |i| i + 1),
+            owd,
+            incarnation,
             next_counter: 0,
             sessions: FxHashMap::default(),
             commits,
@@ -230,9 +234,7 @@ impl Coordinator {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
-        let mut txns: Vec<TxnId> = self.commits.keys().copied().collect();
-        txns.sort_unstable();
-        for txn in txns {
+        for txn in self.commits.txns() {
             self.send_commits(ctx, txn);
         }
         self.settle(ctx);
@@ -261,7 +263,11 @@ impl Coordinator {
                 op,
                 result,
                 waited_ns,
-            } => self.on_read_reply(ctx, txn, op, result, waited_ns),
+                arrived_ns,
+            } => {
+                self.sample(ctx, from, (txn, op), arrived_ns);
+                self.on_read_reply(ctx, txn, op, result, waited_ns)
+            }
             Msg::LocalDone { txn, result } => self.on_local_done(ctx, from, txn, result),
             Msg::Vote { txn, result } => self.on_vote(ctx, from, txn, result),
             Msg::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
@@ -391,7 +397,7 @@ impl Coordinator {
         // (§III-E). The paper blocks Begin until the clock passes LatestTime; here every
         // partition already delays a request until its own clock passes the snapshot
         // (Algorithm 1 lines 19–22), which gives the same guarantee without blocking.
-        let clock = ctx.now_ns().saturating_sub(self.delta_ns);
+        let clock = ctx.now_ns().saturating_sub(self.snapshot_age_ns());
         let after_seen = latest_seen.map_or(0, |t| t.time_ns + 1);
         s.snapshot = Timestamp::new(clock.max(after_seen), 0);
         self.sessions.insert(txn, s);
@@ -493,7 +499,7 @@ impl Coordinator {
             State::CommittingLocal { node: nodes[0] }
         } else {
             State::Preparing {
-                votes: nodes.into_iter().map(|n| (n, None)).collect(),
+                votes: Votes::all(nodes),
             }
         };
         self.send_step(ctx, txn);
@@ -532,6 +538,7 @@ impl Coordinator {
             State::Idle => return,
             State::Prefetching { pending } => {
                 for (op, (key, node)) in pending {
+                    time_read(&mut self.owd, ctx, (txn, *op));
                     let msg = Msg::Read {
                         txn,
                         op: *op,
@@ -542,6 +549,7 @@ impl Coordinator {
                 }
             }
             State::Reading { op, key, node } => {
+                time_read(&mut self.owd, ctx, (txn, *op));
                 let msg = Msg::Read {
                     txn,
                     op: *op,
@@ -562,18 +570,16 @@ impl Coordinator {
                 );
             }
             State::Preparing { votes } => {
-                for (node, vote) in votes {
-                    if vote.is_none() {
-                        let writes = self.writes_for(s, *node);
-                        ctx.send(
-                            self.route(*node),
-                            Msg::Prepare {
-                                txn,
-                                snapshot,
-                                writes,
-                            },
-                        );
-                    }
+                for node in votes.missing() {
+                    let writes = self.writes_for(s, node);
+                    ctx.send(
+                        self.route(node),
+                        Msg::Prepare {
+                            txn,
+                            snapshot,
+                            writes,
+                        },
+                    );
                 }
             }
             State::AwaitingCommitTs { .. } => {
@@ -644,7 +650,7 @@ impl Coordinator {
             ctx.cancel_timer(timer);
         }
         let participants: Vec<NodeId> = match &s.state {
-            State::Preparing { votes } => votes.keys().copied().collect(),
+            State::Preparing { votes } => votes.members().collect(),
             State::AwaitingCommitTs { participants } => participants.clone(),
             _ => Vec::new(),
         };
@@ -652,6 +658,41 @@ impl Coordinator {
             ctx.send(self.route(node), Msg::Abort { txn });
         }
         respond(ctx, s.request.take(), aborted(reason));
+    }
+
+    // ---- snapshot age (§III-C) ----------------------------------------------------------
+
+    /// Δ for a transaction starting now: fixed, or (`delta_ms=measured`) §III-C's
+    /// max(CW, SK_max − RRD/2) over the partitions with measured terms: CW = RRD (S = 0
+    /// in this substrate: no synchronous disk write), RRD = the median forward plus back
+    /// delay (the clock offset cancels), SK − RRD/2 = the negated low tail (1st
+    /// percentile) of t₂ − t₁. Before a partition's first sample, the topology's figures.
+    fn snapshot_age_ns(&self) -> u64 {
+        let Some((owd, _)) = &self.owd else {
+            return self.delta_ns;
+        };
+        let c = &self.cluster;
+        (0..c.shard_count())
+            .map(|s| c.initial_leader(ShardId(s)))
+            .map(|p| {
+                let rrd = owd.forward_ns(c, p, 50.0) + owd.back_ns(c, p, 50.0);
+                let skew = owd
+                    .forward_signed_ns(p, 1.0)
+                    .map_or(0, |f| (-f).max(0) as u64);
+                rrd.max(skew)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A read reply from `partition`: one t₂ − t₁ sample (and one back sample) if the
+    /// read was timed.
+    fn sample(&mut self, ctx: &Cx<'_>, partition: NodeId, read: (TxnId, u64), arrived_ns: u64) {
+        if let Some((owd, sent)) = &mut self.owd {
+            if let Some(sent_ns) = sent.remove(&read) {
+                owd.record(partition, (sent_ns, arrived_ns, ctx.now_ns()), OWD_WINDOW);
+            }
+        }
     }
 
     // ---- replies ------------------------------------------------------------------------
@@ -749,25 +790,20 @@ impl Coordinator {
         let State::Preparing { votes } = &mut s.state else {
             return;
         };
-        let Some(vote) = votes.get_mut(&from) else {
+        if !votes.is_member(from) {
             return;
-        };
+        }
         let prepare_ts = match result {
             Ok(ts) => ts,
             Err(reason) => return self.abort(ctx, txn, reason),
         };
-        *vote = Some(prepare_ts);
-        if votes.values().any(Option::is_none) {
+        votes.record(from, prepare_ts);
+        if !votes.complete() {
             return;
         }
         // Line 18: the commit timestamp is the largest prepare timestamp.
-        let max_prepare = votes
-            .values()
-            .flatten()
-            .copied()
-            .max()
-            .expect("participants");
-        let participants: Vec<NodeId> = votes.keys().copied().collect();
+        let max_prepare = votes.replies().copied().max().expect("participants");
+        let participants: Vec<NodeId> = votes.members().collect();
         if self.oracle.is_some() {
             if let Some(timer) = s.timer.take() {
                 ctx.cancel_timer(timer);
@@ -820,13 +856,7 @@ impl Coordinator {
                 participants: participants.clone(),
             },
         );
-        let d = Decision {
-            commit_ts,
-            waiting: participants,
-            retries: 0,
-            timer: None,
-        };
-        self.commits.insert(txn, d);
+        self.commits.decide(txn, commit_ts, participants);
         self.send_commits(ctx, txn);
         let outcome = Outcome::Committed {
             results: s.one_shot.take().map(|o| o.results).unwrap_or_default(),
@@ -837,29 +867,24 @@ impl Coordinator {
     }
 
     fn send_commits(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let d = &self.commits[&txn];
-        for &node in &d.waiting {
-            ctx.send(
-                self.route(node),
-                Msg::Commit {
-                    txn,
-                    commit_ts: d.commit_ts,
-                },
-            );
-        }
-        let after = if d.retries < self.opts.max_retries {
-            self.opts.retry_ns
-        } else {
-            self.opts.retry_ns.saturating_mul(4)
+        let Some(&commit_ts) = self.commits.decision(txn) else {
+            return;
         };
-        let timer = ctx.set_timer(after, Timer::Commit(txn));
-        self.commits.get_mut(&txn).expect("pending").timer = Some(timer);
+        for &node in self.commits.waiting(txn) {
+            ctx.send(self.route(node), Msg::Commit { txn, commit_ts });
+        }
+        let resend = Resend {
+            retry_ns: self.opts.retry_ns,
+            max_retries: self.opts.max_retries,
+            slow_ns: self.opts.retry_ns.saturating_mul(4),
+        };
+        let timer = ctx.set_timer(self.commits.resend_after(txn, resend), Timer::Commit(txn));
+        self.commits.armed(txn, timer);
     }
 
     fn commit_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        if let Some(d) = self.commits.get_mut(&txn) {
-            d.retries = d.retries.saturating_add(1);
-            for partition in d.waiting.clone() {
+        if self.commits.retry(txn) {
+            for partition in self.commits.waiting(txn).to_vec() {
                 self.rotate(partition);
             }
             self.send_commits(ctx, txn);
@@ -867,15 +892,10 @@ impl Coordinator {
     }
 
     fn on_commit_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
-        let Some(d) = self.commits.get_mut(&txn) else {
-            return;
-        };
-        d.waiting.retain(|n| *n != from);
-        if d.waiting.is_empty() {
-            if let Some(timer) = d.timer.take() {
+        if let Some(timer) = self.commits.acknowledge(txn, from) {
+            if let Some(timer) = timer {
                 ctx.cancel_timer(timer);
             }
-            self.commits.remove(&txn);
             self.persist(ctx, Record::Acked { txn });
         }
     }
@@ -883,24 +903,16 @@ impl Coordinator {
     /// A partition asks about a prepared transaction (a blocked read, or recovery): the
     /// commit timestamp if decided, nothing while undecided, else presumed abort.
     fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId) {
-        if let Some(d) = self.commits.get(&txn) {
-            ctx.send(
-                from,
-                Msg::Commit {
-                    txn,
-                    commit_ts: d.commit_ts,
-                },
-            );
-            return;
-        }
         let undecided = self.sessions.get(&txn).is_some_and(|s| {
             matches!(
                 s.state,
                 State::Preparing { .. } | State::AwaitingCommitTs { .. }
             )
         });
-        if !undecided {
-            ctx.send(from, Msg::Abort { txn });
+        match self.commits.inquiry(txn, undecided) {
+            Inquiry::Commit(&commit_ts) => ctx.send(from, Msg::Commit { txn, commit_ts }),
+            Inquiry::PresumedAbort => ctx.send(from, Msg::Abort { txn }),
+            Inquiry::Undecided => {}
         }
     }
 
@@ -925,11 +937,7 @@ impl Coordinator {
         match &self.sessions[&txn].state {
             State::Reading { node, .. } | State::CommittingLocal { node } => vec![*node],
             State::Prefetching { pending } => pending.values().map(|(_, n)| *n).collect(),
-            State::Preparing { votes } => votes
-                .iter()
-                .filter(|(_, v)| v.is_none())
-                .map(|(n, _)| *n)
-                .collect(),
+            State::Preparing { votes } => votes.missing().collect(),
             _ => Vec::new(),
         }
     }
@@ -979,7 +987,7 @@ impl Coordinator {
             }
             return self.send_step(ctx, txn);
         }
-        if let Some(timer) = self.commits.get_mut(&txn).and_then(|d| d.timer.take()) {
+        if let Some(timer) = self.commits.disarm(txn) {
             ctx.cancel_timer(timer);
             self.send_commits(ctx, txn);
         }
@@ -996,12 +1004,7 @@ impl Coordinator {
         if self.since_checkpoint < self.opts.checkpoint_every {
             return;
         }
-        let mut pending: Vec<(TxnId, Timestamp, Vec<NodeId>)> = self
-            .commits
-            .iter()
-            .map(|(txn, d)| (*txn, d.commit_ts, d.waiting.clone()))
-            .collect();
-        pending.sort_unstable_by_key(|(txn, _, _)| *txn);
+        let pending = self.commits.checkpoint();
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,

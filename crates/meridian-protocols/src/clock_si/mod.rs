@@ -27,7 +27,7 @@
 //! * `oracle.rs` — conventional SI's timestamp authority (§I, §V-A).
 //! * `replicated.rs` — not in the paper: a partition as a Raft group (see below).
 //! * `model.rs` — §IV's analytical model; `counters.rs` — what the protocol counts.
-//! * `options.rs` — `delta_ms` (Δ, with §III-C's `auto` rule) and the timeouts.
+//! * `options.rs` — `delta_ms` (Δ, with §III-C's `auto` and `measured` rules) and the timeouts.
 //! * `wire.rs` — messages, timers, records.
 //!
 //! ## Roles and placement (faithful mode)
@@ -168,9 +168,13 @@
 //! the slowest vote (longer windows, more delays).
 //!
 //! ## Options (`ProtocolConfig`)
-//! `delta_ms` (a number, default 0, or `auto`), `replicated` (false), `retry_ms`,
-//! `max_retries`, `query_ms`, `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see
-//! [`Options`]).
+//! `delta_ms` (a number, default 0, `auto`, or `measured`: §III-C's rule with its terms
+//! measured by the kit's one-way-delay estimator from the coordinator's reads),
+//! `replicated` (false), `raft_log_limit` (1024 entries; replicated mode compacts each
+//! partition's Raft log behind a snapshot past it, 0 = never), `retry_ms`, `max_retries`,
+//! `query_ms`, `session_idle_ms`, `gc_lag_ms`, `checkpoint_every` (see [`Options`]).
+//! Two-phase commit's coordinator side and the vote count are the kit's
+//! ([`crate::kit::two_pc`], [`crate::kit::quorum`]), shared with `2pl-2pc`.
 
 mod coordinator;
 mod options;

@@ -3,7 +3,7 @@
 use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
 
 /// Every option these protocols understand; anything else is refused by name.
-pub const OPTIONS: [&str; 8] = [
+pub const OPTIONS: [&str; 9] = [
     "delta_ms",
     "replicated",
     "retry_ms",
@@ -12,6 +12,7 @@ pub const OPTIONS: [&str; 8] = [
     "session_idle_ms",
     "gc_lag_ms",
     "checkpoint_every",
+    "raft_log_limit",
 ];
 
 /// How the snapshot age Δ (Algorithm 1 line 2) is chosen.
@@ -22,6 +23,13 @@ pub enum Delta {
     /// `delta_ms=auto`: §III-C's Δ = max(CW, SK_max − RRD/2), computed per coordinator
     /// (see [`Options::delta_for`]).
     Auto,
+    /// `delta_ms=measured`: the same rule with both terms measured rather than taken from
+    /// the topology, as §III-C suggests ("these two values can be measured and distributed
+    /// periodically"): per partition, RRD from the coordinator's reads (S = 0 here) and
+    /// SK − RRD/2 as the negated low tail of §V-F's t₂ − t₁ samples (partition clock at a
+    /// read's arrival minus coordinator clock at its sending), via the kit's
+    /// one-way-delay estimator; the topology until the first samples.
+    Measured,
 }
 
 /// Parsed options. Durations default to multiples of the topology's largest round trip.
@@ -47,6 +55,9 @@ pub struct Options {
     /// Each partition is a Raft group of its shard's replicas (`replicated`; false: the
     /// paper's one server per partition).
     pub replicated: bool,
+    /// Replicated mode: a member compacts its Raft log behind a snapshot once it holds more
+    /// than this many entries (`raft_log_limit`; 1024; 0: never, the log grows for the run).
+    pub raft_log_limit: Option<u64>,
     /// How far ahead of its clock floor a partition's durable clock lease reaches: a
     /// restarted (or new leader) partition issues timestamps up to this far ahead of what
     /// was issued before. 100 ms; replicated, at least 8 × the largest RTT, so that a
@@ -60,10 +71,11 @@ impl Options {
         config.check_known(&OPTIONS)?;
         let delta = match config.get::<String>("delta_ms", "0".to_string())?.as_str() {
             "auto" => Delta::Auto,
+            "measured" => Delta::Measured,
             text => {
                 let ms: f64 = text
                     .parse()
-                    .map_err(|_| format!("protocol option `delta_ms` has bad value `{text}` (a number of ms, or `auto`)"))?;
+                    .map_err(|_| format!("protocol option `delta_ms` has bad value `{text}` (a number of ms, `auto` or `measured`)"))?;
                 if !(ms.is_finite() && (0.0..=1e6).contains(&ms)) {
                     return Err(format!(
                         "protocol option `delta_ms` must be in 0..=1000000, got {ms}"
@@ -85,6 +97,7 @@ impl Options {
             return Err("protocol option `checkpoint_every` must be at least 1".to_string());
         }
         let replicated = config.get("replicated", false)?;
+        let raft_log_limit = Some(config.get("raft_log_limit", 1024u64)?).filter(|&l| l > 0);
         Ok(Options {
             delta,
             retry_ns: ms_to_ns(retry_ms),
@@ -94,6 +107,7 @@ impl Options {
             gc_lag_ns: ms_to_ns(gc_lag_ms),
             checkpoint_every,
             replicated,
+            raft_log_limit,
             clock_lease_ns: if replicated {
                 ms_to_ns((8.0 * max_rtt_ms).max(100.0))
             } else {
@@ -118,7 +132,8 @@ impl Options {
     pub fn delta_for(&self, cluster: &Cluster, coordinator: NodeId) -> u64 {
         match self.delta {
             Delta::Fixed(ns) => ns,
-            Delta::Auto => {
+            // Measured per transaction by the coordinator; this is its starting point.
+            Delta::Auto | Delta::Measured => {
                 let rtts: Vec<f64> = (0..cluster.shard_count())
                     .map(|s| {
                         cluster.rtt_ms(

@@ -21,7 +21,7 @@
 use super::options::Options;
 use super::server::Server;
 use super::wire::{Cx, Msg, Record, Timer};
-use crate::raft_group::{RaftGroup, RaftTiming};
+use crate::raft_group::{LogSize, RaftGroup, RaftTiming};
 use meridian_core::node::Effect;
 use meridian_core::txn::Key;
 use meridian_core::{Cluster, NodeId, ShardId, TxnId};
@@ -152,8 +152,11 @@ pub struct Member {
     clock_si: bool,
     raft: RaftGroup,
     tick_ns: u64,
-    /// The committed server records from the last checkpoint on: what a new leader restores.
+    /// The committed server records from the last checkpoint on: what a new leader restores,
+    /// and the state machine a Raft snapshot holds.
     log: Vec<Record>,
+    /// The longest Raft log this incarnation held (reported through the counters).
+    peak: LogSize,
     led: Option<Led>,
     epochs: u64,
 }
@@ -200,8 +203,11 @@ impl Member {
                 other => panic!("log of replica {id} holds {other:?}"),
             })
             .collect();
-        let raft = RaftGroup::new(id, members.clone(), timing, &raft_records)
+        let mut raft = RaftGroup::new(id, members.clone(), timing, &raft_records)
             .unwrap_or_else(|e| panic!("replica {id} of {shard}: {e}"));
+        if let Some(limit) = opts.raft_log_limit {
+            raft = raft.with_log_limit(limit);
+        }
         Member {
             id,
             tick_ns: tick_ns(cluster, &members),
@@ -209,6 +215,7 @@ impl Member {
             clock_si,
             raft,
             log: Vec::new(),
+            peak: LogSize::default(),
             led: None,
             epochs: 0,
         }
@@ -216,7 +223,8 @@ impl Member {
 
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         ctx.set_timer(self.tick_ns, Timer::RaftTick);
-        // A restarted member re-applies its committed log here.
+        ctx.count(super::counters::RAFT_MEMBERS, 1);
+        // A restarted member restores its snapshot and re-applies its committed log here.
         self.pump(ctx);
     }
 
@@ -352,20 +360,57 @@ impl Member {
     fn pump(&mut self, ctx: &mut Cx<'_>) {
         loop {
             let out = self.raft.drain();
-            for record in out.records {
-                ctx.persist(Record::Raft(record));
+            persist(ctx, out.records);
+            if out.snapshots_sent > 0 {
+                ctx.count(super::counters::RAFT_SNAPSHOTS_SENT, out.snapshots_sent);
             }
             for (to, m) in out.messages {
                 ctx.send(to, Msg::Raft(m));
+            }
+            if let Some(snapshot) = out.snapshot {
+                self.log = serde_json::from_slice(&snapshot).expect("our snapshots decode");
+                ctx.count(super::counters::RAFT_SNAPSHOTS_RESTORED, 1);
             }
             for command in &out.committed {
                 let command: Command =
                     serde_json::from_slice(command).expect("the log holds only our commands");
                 self.apply(ctx, command);
             }
+            self.compact(ctx);
             if !self.follow_leadership() {
                 return;
             }
+        }
+    }
+
+    /// Notes the log's peak size, then, if it is over its limit, compacts it behind a
+    /// snapshot of the committed records (everything drained so far is applied).
+    fn compact(&mut self, ctx: &mut Cx<'_>) {
+        let size = self.raft.log_size();
+        if size.entries > self.peak.entries {
+            ctx.count(
+                super::counters::RAFT_LOG_PEAK_ENTRIES,
+                size.entries - self.peak.entries,
+            );
+            self.peak.entries = size.entries;
+        }
+        if size.bytes > self.peak.bytes {
+            ctx.count(
+                super::counters::RAFT_LOG_PEAK_BYTES,
+                size.bytes - self.peak.bytes,
+            );
+            self.peak.bytes = size.bytes;
+        }
+        if !self.raft.wants_snapshot() {
+            return;
+        }
+        let data = serde_json::to_vec(&self.log).expect("records always encode");
+        match self.raft.compact(data) {
+            Ok(record) => {
+                ctx.count(super::counters::RAFT_COMPACTIONS, 1);
+                persist(ctx, vec![record]);
+            }
+            Err(e) => panic!("replica {}: {e}", self.id),
         }
     }
 
@@ -449,6 +494,17 @@ impl Member {
     }
 }
 
+/// Persists the group's records, a snapshot as a checkpoint (it subsumes the others).
+fn persist(ctx: &mut Cx<'_>, records: Vec<crate::raft_group::RaftRecord>) {
+    for record in records {
+        if record.is_checkpoint() {
+            ctx.checkpoint(Record::Raft(record));
+        } else {
+            ctx.persist(Record::Raft(record));
+        }
+    }
+}
+
 #[cfg(test)]
 impl Member {
     /// Leads and serves.
@@ -459,5 +515,15 @@ impl Member {
     /// Committed server records held since the last checkpoint.
     pub(crate) fn committed_records(&self) -> usize {
         self.log.len()
+    }
+
+    /// The committed server records, as JSON (what a snapshot carries).
+    pub(crate) fn committed_log(&self) -> String {
+        serde_json::to_string(&self.log).expect("records encode")
+    }
+
+    /// The Raft log it holds now, and the longest it held.
+    pub(crate) fn raft_log(&self) -> (LogSize, LogSize) {
+        (self.raft.log_size(), self.peak)
     }
 }

@@ -6,6 +6,7 @@
 use super::counters;
 use super::options::Options;
 use super::wire::{Cx, Finished, Msg, PreparedTxn, Record, ServerSnapshot, Timer};
+use crate::kit::clock_gate::{ClockGate, WakeTimer};
 use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{AbortReason, Key, Value};
 use meridian_core::{NodeId, Timestamp, TxnId};
@@ -59,6 +60,13 @@ pub struct Server {
     /// reported to the coordinator and counted (§IV's delay probability and duration).
     waiting: FxHashMap<(TxnId, u64), Wait>,
     since_checkpoint: usize,
+    /// Requests waiting for the local clock to pass their snapshot (Algorithm 1 lines
+    /// 19–22), by arrival number, and the one wake-up for the earliest: the kit's clock
+    /// gate, as Tiga's servers use it.
+    gate: ClockGate<u64>,
+    gated: FxHashMap<u64, (NodeId, Msg)>,
+    arrivals: u64,
+    wake: WakeTimer,
 }
 
 /// A read that had to wait (Algorithm 1): since when (local time) and why.
@@ -85,6 +93,10 @@ impl Server {
             blocked: FxHashMap::default(),
             waiting: FxHashMap::default(),
             since_checkpoint: 0,
+            gate: ClockGate::default(),
+            gated: FxHashMap::default(),
+            arrivals: 0,
+            wake: WakeTimer::default(),
         };
         let start = records
             .iter()
@@ -224,7 +236,7 @@ impl Server {
 
     pub(crate) fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
         match timer {
-            Timer::Redeliver { from, msg } => return self.on_message(ctx, from, *msg),
+            Timer::ClockPassed { at_ns } => return self.clock_passed(ctx, at_ns),
             Timer::Tick => self.tick(ctx),
             other => panic!("partition {} fired {other:?}", self.id),
         }
@@ -255,9 +267,11 @@ impl Server {
         msg: impl FnOnce() -> Msg,
     ) -> bool {
         match self.clock_wait(ctx, snapshot) {
-            Some(wait) => {
-                let msg = Box::new(msg());
-                ctx.set_timer(wait, Timer::Redeliver { from, msg });
+            Some(_) => {
+                self.arrivals += 1;
+                self.gate.hold(snapshot.time_ns, self.arrivals);
+                self.gated.insert(self.arrivals, (from, msg()));
+                self.arm_wake(ctx);
                 true
             }
             None => {
@@ -267,6 +281,33 @@ impl Server {
                 false
             }
         }
+    }
+
+    /// Arms the wake-up for the earliest held request: once the clock has passed it.
+    fn arm_wake(&mut self, ctx: &mut Cx<'_>) {
+        let Some(at) = self.gate.next_ns().map(|t| t + 1) else {
+            return;
+        };
+        if self.wake.needs(at) {
+            if let Some(superseded) = self.wake.take() {
+                ctx.cancel_timer(superseded);
+            }
+            let wait = at.saturating_sub(ctx.now_ns()).max(1);
+            let id = ctx.set_timer(wait, Timer::ClockPassed { at_ns: at });
+            self.wake.arm(at, id);
+        }
+    }
+
+    /// The wake-up for `at_ns`: handles again every held request the clock has passed
+    /// (a timer may fire early: the rest wait for the re-armed one).
+    fn clock_passed(&mut self, ctx: &mut Cx<'_>, at_ns: u64) {
+        self.wake.fired(at_ns);
+        while let Some(arrival) = self.gate.pop_due(ctx.now_ns()) {
+            if let Some((from, msg)) = self.gated.remove(&arrival) {
+                self.on_message(ctx, from, msg);
+            }
+        }
+        self.arm_wake(ctx);
     }
 
     /// Raises the floor to `t_ns`, renewing the durable lease when the floor reaches it —
@@ -357,6 +398,7 @@ impl Server {
             Err(_) => Err(AbortReason::Failure),
         };
         let waited_ns = self.served(ctx, txn, op);
+        let arrived_ns = ctx.now_ns().saturating_sub(waited_ns);
         ctx.send(
             from,
             Msg::ReadReply {
@@ -364,6 +406,7 @@ impl Server {
                 op,
                 result,
                 waited_ns,
+                arrived_ns,
             },
         );
     }

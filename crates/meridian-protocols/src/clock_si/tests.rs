@@ -70,6 +70,7 @@ fn options_parse_refuse_unknown_and_auto_delta_follows_section_iii_c() {
     assert_eq!(parse("").unwrap().delta, Delta::Fixed(0));
     assert_eq!(parse("delta_ms=5").unwrap().delta, Delta::Fixed(5 * MS));
     assert_eq!(parse("delta_ms=auto").unwrap().delta, Delta::Auto);
+    assert_eq!(parse("delta_ms=measured").unwrap().delta, Delta::Measured);
     assert!(parse("delta_ms=-1").is_err());
     assert!(parse("delta_ms=soon").is_err());
     assert!(parse("retry_ms=0").is_err());
@@ -96,6 +97,34 @@ fn delta_makes_snapshots_older_by_delta() {
     let (snapshot, path) = committed_ts(&o);
     assert_eq!(path, CommitPath::ReadOnly);
     assert!(snapshot.time_ns <= before - 40 * MS && snapshot.time_ns >= before - 41 * MS);
+}
+
+/// Coordinator 0's clock runs 50 ms ahead of both partitions'; a read of shard 0, then a
+/// later transaction's read of shard 1 (whose floor is still low): how long the second
+/// waited, and how many reads waited for the clock.
+fn second_read_wait(options: &str) -> (u64, u64) {
+    let mut d = Driver::si(false, options);
+    let c = d.coord(0);
+    d.offsets[c.index()] = 50 * MS_I;
+    let t = d.begin(0, None);
+    d.get(0, t, &d.key_on(0, "k"));
+    d.commit(0, t);
+    let t2 = d.begin(0, None);
+    let start = d.now;
+    d.get(0, t2, &d.key_on(1, "j"));
+    (d.now - start, d.counters[counters::READS_DELAYED_BY_CLOCK])
+}
+
+#[test]
+fn a_measured_delta_learns_the_skew_and_spares_later_reads_the_clock_wait() {
+    // §III-C: Δ = max(CW, SK − RRD/2); with Δ = 0 both reads wait about 49 ms.
+    let (waited, delayed) = second_read_wait("");
+    assert!(waited >= 48 * MS, "Δ = 0: waited {} ms", waited / MS);
+    assert_eq!(delayed, 2);
+    // Measured: the first read's sample (t₂ − t₁ = 1 ms − 50 ms) makes Δ ≈ 49 ms.
+    let (waited, delayed) = second_read_wait("delta_ms=measured");
+    assert!(waited < 5 * MS, "measured Δ: waited {} ms", waited / MS);
+    assert_eq!(delayed, 1, "only the read before any sample waited");
 }
 
 // ---- Algorithm 1 ----------------------------------------------------------------------
@@ -566,4 +595,69 @@ fn a_replicated_partition_survives_its_leaders_crash() {
     assert!(!member(&d, old).leads());
     let t3 = d.begin(0, Some(c2));
     assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
+}
+
+/// Commits `n` single-key transactions on shard 0 through coordinator 0.
+fn commit_many(d: &mut Driver, n: usize) -> Timestamp {
+    let x = d.key_on(0, "x");
+    let mut last = None;
+    for i in 0..n {
+        let t = d.begin(0, last);
+        d.put(0, t, &x, &format!("x{i}"));
+        last = Some(committed_ts(&d.commit(0, t)).0);
+    }
+    d.run_for(50 * MS);
+    last.expect("n > 0")
+}
+
+#[test]
+fn raft_logs_stay_under_the_limit_and_grow_without_it() {
+    const LIMIT: u64 = 16;
+    let peak = |d: &Driver| {
+        d.setup
+            .cluster
+            .replicas(ShardId(0))
+            .iter()
+            .map(|&r| member(d, r).raft_log().1.entries)
+            .max()
+            .unwrap()
+    };
+    let mut d = replicated(&format!("raft_log_limit={LIMIT}"));
+    d.run_for(500 * MS);
+    commit_many(&mut d, 200);
+    // Between two drains a member appends a handful of entries (a proposal, a clock lease).
+    assert!(peak(&d) <= LIMIT + 8, "peak {} entries", peak(&d));
+    let compactions = d.counters[counters::RAFT_COMPACTIONS];
+    assert!(compactions >= 200 / LIMIT, "{compactions} compactions");
+    let mut d = replicated("raft_log_limit=0");
+    d.run_for(500 * MS);
+    commit_many(&mut d, 200);
+    assert!(peak(&d) >= 200, "peak {} entries without a limit", peak(&d));
+    assert_eq!(d.counters.get(counters::RAFT_COMPACTIONS), None);
+}
+
+#[test]
+fn a_follower_that_missed_compacted_entries_catches_up_from_a_snapshot() {
+    let mut d = replicated("raft_log_limit=16");
+    d.run_for(500 * MS);
+    let x = d.key_on(0, "x");
+    let follower = d.setup.cluster.replicas(ShardId(0))[1];
+    d.crash(follower);
+    let c = commit_many(&mut d, 100);
+    d.restart(follower);
+    d.run_for(500 * MS);
+    assert!(d.counters[counters::RAFT_SNAPSHOTS_SENT] >= 1);
+    assert!(d.counters[counters::RAFT_SNAPSHOTS_RESTORED] >= 1);
+    let leader = d.server_node(0);
+    assert_eq!(
+        member(&d, follower).committed_log(),
+        member(&d, leader).committed_log(),
+        "the follower holds the leader's committed records"
+    );
+    // With the old leader gone for good, the caught-up follower and the third member
+    // serve the latest write.
+    d.crash(leader);
+    d.run_for(1_000 * MS);
+    let t = d.begin(1, Some(c));
+    assert_eq!(read_value(&d.get(1, t, &x)).as_deref(), Some("x99"));
 }

@@ -55,6 +55,9 @@ pub enum Msg {
         result: Result<Option<Value>, AbortReason>,
         /// How long the partition held the read back (Algorithm 1's delays), local ns.
         waited_ns: u64,
+        /// The partition's clock when the read arrived (§V-F's t₂; `delta_ms=measured`
+        /// turns it into a one-way-delay-plus-skew sample).
+        arrived_ns: u64,
     },
     LocalDone {
         txn: TxnId,
@@ -134,9 +137,9 @@ pub enum Timer {
     Session(TxnId),
     /// Coordinator: retransmit COMMIT to participants that have not acknowledged.
     Commit(TxnId),
-    /// Server: a request that had to wait for the local clock to pass its snapshot
-    /// (Algorithm 1 lines 19–22) is handled again.
-    Redeliver { from: NodeId, msg: Box<Msg> },
+    /// Server: the local clock should have passed `at_ns`: the requests held for it
+    /// (Algorithm 1 lines 19–22, the kit's clock gate) are handled again.
+    ClockPassed { at_ns: u64 },
     /// Server: periodic housekeeping (queries for prepared transactions, GC, forgetting).
     Tick,
     /// Replicated mode: the Raft group's clock.

@@ -5,56 +5,13 @@
 //! coordinator clock at sending) is exactly the headroom a transaction needed to reach that
 //! server before its timestamp: clock error is measured along with the delay (§5.7). A
 //! *back* sample (coordinator clock at the reply's receipt − server clock at receipt) is
-//! the delay of a reply; it only ranks the two paths.
+//! the delay of a reply; it only ranks the two paths. The samples and their percentiles
+//! are the kit's one-way-delay estimator ([`crate::kit::owd`]); the plans are Tiga's.
 
 use super::options::{HeadroomMode, Options, PathChoice};
-use super::super_quorum;
+use crate::kit::owd::{topology_ns, OwdEstimator};
+use crate::kit::quorum::super_quorum;
 use meridian_core::{Cluster, NodeId, ShardId};
-use std::collections::VecDeque;
-
-/// The recent probe samples of one server, in ns (signed: clock error can make them
-/// negative).
-#[derive(Clone, Debug, Default)]
-struct Samples {
-    forward: Window,
-    back: Window,
-}
-
-/// A sliding window of samples, also kept sorted: every transaction reads percentiles of
-/// up to 9 servers' windows, far more often than a probe changes one.
-#[derive(Clone, Debug, Default)]
-struct Window {
-    arrival: VecDeque<i64>,
-    sorted: Vec<i64>,
-}
-
-impl Window {
-    fn push(&mut self, sample: i64, window: usize) {
-        self.arrival.push_back(sample);
-        let at = self.sorted.partition_point(|&x| x < sample);
-        self.sorted.insert(at, sample);
-        while self.arrival.len() > window {
-            let old = self.arrival.pop_front().expect("non-empty");
-            let at = self.sorted.partition_point(|&x| x < old);
-            assert_eq!(
-                self.sorted.get(at),
-                Some(&old),
-                "sorted window lost a sample"
-            );
-            self.sorted.remove(at);
-        }
-        debug_assert_eq!(self.arrival.len(), self.sorted.len());
-    }
-
-    /// The `percentile` of the samples (nearest rank), clamped at 0.
-    fn estimate(&self, percentile: f64) -> Option<u64> {
-        if self.sorted.is_empty() {
-            return None;
-        }
-        let rank = ((percentile / 100.0) * (self.sorted.len() - 1) as f64).round();
-        Some(self.sorted[rank as usize].max(0) as u64)
-    }
-}
 
 /// Which quorum a transaction's timestamp was planned for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,47 +35,34 @@ pub struct Plan {
     pub fast_done_ns: u64,
 }
 
-/// Per-server OWD samples and the estimates drawn from them.
+/// Per-server OWD samples (the kit's [`OwdEstimator`]) and the plans drawn from them.
 #[derive(Clone, Debug)]
 pub struct Estimator {
-    me: NodeId,
-    samples: Vec<Samples>,
+    owd: OwdEstimator,
 }
 
 impl Estimator {
     pub fn new(me: NodeId, nodes: usize) -> Estimator {
         Estimator {
-            me,
-            samples: vec![Samples::default(); nodes],
+            owd: OwdEstimator::new(me, nodes),
         }
     }
 
     /// Records one probe round trip `(sent, at server, received)`: the first and last are
     /// the coordinator's clock, the middle one the server's clock when the probe arrived.
-    pub fn record(
-        &mut self,
-        server: NodeId,
-        (sent_ns, server_ns, received_ns): (u64, u64, u64),
-        window: usize,
-    ) {
-        let s = &mut self.samples[server.index()];
-        s.forward.push(server_ns as i64 - sent_ns as i64, window);
-        s.back.push(received_ns as i64 - server_ns as i64, window);
+    pub fn record(&mut self, server: NodeId, probe: (u64, u64, u64), window: usize) {
+        self.owd.record(server, probe, window);
     }
 
     /// The forward OWD estimate to `server`: the `percentile` of the recent samples,
     /// clamped at 0; before the first sample, the topology's mean one-way delay.
     pub fn forward_ns(&self, cluster: &Cluster, server: NodeId, percentile: f64) -> u64 {
-        let w = &self.samples[server.index()].forward;
-        w.estimate(percentile)
-            .unwrap_or_else(|| topology_ns(cluster, self.me, server))
+        self.owd.forward_ns(cluster, server, percentile)
     }
 
     /// The median delay of a reply from `server`.
     fn back_ns(&self, cluster: &Cluster, server: NodeId) -> u64 {
-        let w = &self.samples[server.index()].back;
-        w.estimate(50.0)
-            .unwrap_or_else(|| topology_ns(cluster, server, self.me))
+        self.owd.back_ns(cluster, server, 50.0)
     }
 
     /// The timestamp plan for a transaction on `shards` (§3.1; §6 when `opts.path` is
@@ -221,10 +165,6 @@ impl Estimator {
         }
         tail
     }
-}
-
-fn topology_ns(cluster: &Cluster, from: NodeId, to: NodeId) -> u64 {
-    (cluster.one_way_ms(from, to) * 1e6) as u64
 }
 
 fn offset(headroom_ns: u64, offset_ns: i64) -> u64 {

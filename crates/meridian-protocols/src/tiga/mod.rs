@@ -422,10 +422,8 @@ use meridian_core::{
     Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
 };
 
-/// Size of Tiga's fast-path super quorum: 1 + f + ⌈f/2⌉ (§3.1, §3.4).
-pub fn super_quorum(f: usize) -> usize {
-    1 + f + f.div_ceil(2)
-}
+/// Size of Tiga's fast-path super quorum: 1 + f + ⌈f/2⌉ (§3.1, §3.4), from the kit.
+pub use crate::kit::quorum::super_quorum;
 
 /// Tiga. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]

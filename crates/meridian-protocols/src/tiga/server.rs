@@ -17,9 +17,10 @@ use super::wire::{
     FAST_REPLIES_BATCH_MAX, NOTES_BATCH_MAX, SUBMITS_BATCH_MAX,
 };
 use super::TigaNode;
+use crate::kit::clock_gate::{ClockGate, WakeTimer};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, KeyList, PieceResult, Procedures};
-use meridian_core::{Cluster, NodeId, NodeRole, ShardId, TimerId, Timestamp, TxnId};
+use meridian_core::{Cluster, NodeId, NodeRole, ShardId, Timestamp, TxnId};
 use meridian_store::{
     entry_hash, footprint, key_state_hash, Hash160, LogPayload, MvStore, OrderedLog,
 };
@@ -194,8 +195,8 @@ pub struct Server {
     store: MvStore,
     last_assigned_ns: u64,
     /// The one tracked wake-up: its instant and timer (cancelled when an earlier one is
-    /// needed, so a server has at most one pending).
-    wake: Option<(u64, TimerId)>,
+    /// needed, so a server has at most one pending): the kit's [`WakeTimer`].
+    wake: WakeTimer,
     // ---- leader ----
     /// Timestamp notifications per transaction: the largest per shard, whether that
     /// leader is sealed at it, and (sealed) its abort vote there.
@@ -207,7 +208,7 @@ pub struct Server {
     sealed: BTreeSet<TxnId>,
     /// Coordination-free mode (§6): agreed transactions waiting for the clock to pass
     /// T.t + ε, by that time.
-    deferred: BTreeSet<(u64, TxnId)>,
+    deferred: ClockGate<TxnId>,
     /// The release stream: the log entries in the order this leader released them (from
     /// the latest cut on).
     stream: truncate::PosList,
@@ -281,12 +282,12 @@ impl Server {
             marks: FxHashMap::default(),
             store: MvStore::new(),
             last_assigned_ns: 0,
-            wake: None,
+            wake: WakeTimer::default(),
             notes: FxHashMap::default(),
             notices: Vec::new(),
             replies_out: Vec::new(),
             sealed: BTreeSet::new(),
-            deferred: BTreeSet::new(),
+            deferred: ClockGate::default(),
             stream: Default::default(),
             sync_sent: 0,
             follower_sync: FxHashMap::default(),
@@ -495,9 +496,7 @@ impl Server {
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaNode>, timer: Timer) {
         match timer {
             Timer::Wake { at_ns } => {
-                if self.wake.is_some_and(|(at, _)| at == at_ns) {
-                    self.wake = None;
-                }
+                self.wake.fired(at_ns);
                 self.release_deferred(ctx);
                 self.process(ctx);
             }
@@ -673,12 +672,12 @@ impl Server {
             .find(|(_, id)| self.txns[id].state != State::Sealed)
             .map(|(ts, _)| ts.time_ns);
         if let Some(at) = next {
-            if self.wake.is_none_or(|(w, _)| at < w) {
-                if let Some((_, superseded)) = self.wake {
+            if self.wake.needs(at) {
+                if let Some(superseded) = self.wake.take() {
                     ctx.cancel_timer(superseded);
                 }
                 let id = ctx.set_timer(at - now, Timer::Wake { at_ns: at });
-                self.wake = Some((at, id));
+                self.wake.arm(at, id);
             }
         }
     }
@@ -839,7 +838,7 @@ impl Server {
             let at = own.time_ns + epsilon;
             let now = ctx.now_ns();
             if now <= at {
-                self.deferred.insert((at, id));
+                self.deferred.hold(at, id);
                 ctx.set_timer(at + 1 - now, Timer::Wake { at_ns: at + 1 });
                 return;
             }
@@ -858,11 +857,7 @@ impl Server {
             return;
         }
         let now = ctx.now_ns();
-        while let Some(&(at, id)) = self.deferred.first() {
-            if at >= now {
-                break;
-            }
-            self.deferred.remove(&(at, id));
+        while let Some(id) = self.deferred.pop_due(now) {
             // A view change may have dropped or replaced it meanwhile.
             if self.txns.contains_key(&id) {
                 self.check_agreement(ctx, id);

@@ -2,13 +2,15 @@
 //! as their value dependencies resolve) and two-phase commit, and answers its client.
 
 use super::options::Options;
-use super::vecmap::{VecMap, VecSet};
+use super::vecmap::VecMap;
 use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToServer};
+use crate::kit::quorum::Votes;
+use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome};
 use meridian_core::txn::{Op, Operand, Piece, PieceBody, PieceResult, Txn};
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, TxnId};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -16,7 +18,7 @@ enum Phase {
     /// Pieces go out as their inputs arrive.
     Executing,
     /// Every piece has a result; collecting votes.
-    Preparing { yes: VecSet<NodeId> },
+    Preparing { yes: Votes<()> },
     /// A one-round transaction timed out: asking its server whether it committed.
     Resolving,
 }
@@ -69,14 +71,6 @@ struct CoordTxn {
     timer: TimerId,
 }
 
-/// A committed transaction whose participants have not all acknowledged.
-#[derive(Debug)]
-struct PendingCommit {
-    waiting: VecSet<NodeId>,
-    retries: u32,
-    timer: Option<TimerId>,
-}
-
 /// What a retransmission tick does.
 enum TickStep {
     Abort,
@@ -105,7 +99,7 @@ pub struct Coordinator {
     oldest: u64,
     /// Committed transactions not yet acknowledged by every participant (and restored from
     /// the log after a restart): the decisions a server may still ask for.
-    commits: FxHashMap<TxnId, PendingCommit>,
+    commits: Decisions<()>,
     since_checkpoint: usize,
     checkpoint_due: bool,
 }
@@ -122,43 +116,30 @@ impl Coordinator {
         let start = records
             .iter()
             .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let mut last_incarnation = None;
-        let mut pending: BTreeMap<TxnId, Vec<NodeId>> = BTreeMap::new();
-        if let Some(Record::CoordCheckpoint {
-            incarnation,
-            pending: p,
-        }) = start.map(|i| &records[i])
-        {
-            last_incarnation = Some(*incarnation);
-            pending.extend(p.iter().cloned());
-        }
-        let tail = &records[start.map_or(0, |i| i + 1)..];
-        for record in tail {
-            match record {
-                Record::Started { incarnation } => last_incarnation = Some(*incarnation),
-                Record::Decided { txn, participants } => {
-                    pending.insert(*txn, participants.clone());
-                }
-                other => panic!("log of coordinator {id} holds {other:?}"),
+        let checkpoint = match start.map(|i| &records[i]) {
+            Some(Record::CoordCheckpoint {
+                incarnation,
+                pending,
+            }) => {
+                let pending = pending.iter().map(|(t, p)| (*t, (), p.clone())).collect();
+                Some((*incarnation, pending))
             }
-        }
-        let commits = pending
-            .into_iter()
-            .map(|(txn, participants)| {
-                let waiting = participants.into_iter().collect();
-                let commit = PendingCommit {
-                    waiting,
-                    retries: 0,
-                    timer: None,
-                };
-                (txn, commit)
-            })
-            .collect();
+            _ => None,
+        };
+        let tail = &records[start.map_or(0, |i| i + 1)..];
+        let logged = tail.iter().map(|record| match record {
+            Record::Started { incarnation } => Logged::Started(*incarnation),
+            Record::Decided { txn, participants } => {
+                Logged::Decided(*txn, (), participants.clone())
+            }
+            other => panic!("log of coordinator {id} holds {other:?}"),
+        });
+        let (commits, incarnation) = Decisions::recover(checkpoint, logged);
         Coordinator {
             id,
             opts,
             cluster,
-            incarnation: last_incarnation.map_or(0, |i| i + 1),
+            incarnation,
             next_counter: 0,
             txns: FxHashMap::default(),
             undecided: VecDeque::new(),
@@ -173,9 +154,7 @@ impl Coordinator {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
-        let mut restored: Vec<TxnId> = self.commits.keys().copied().collect();
-        restored.sort_unstable();
-        for txn in restored {
+        for txn in self.commits.txns() {
             self.send_commits(ctx, txn, self.opts.retry_ns);
         }
         self.settle(ctx);
@@ -444,7 +423,9 @@ impl Coordinator {
             .txns
             .get_mut(&id)
             .expect("preparing a live transaction");
-        t.phase = Phase::Preparing { yes: VecSet::new() };
+        t.phase = Phase::Preparing {
+            yes: Votes::all(t.participants.keys().copied()),
+        };
         t.retries = 0;
         self.send_prepares(ctx, id);
     }
@@ -456,7 +437,7 @@ impl Coordinator {
             panic!("{id}: PREPARE outside the prepare phase");
         };
         for (node, pieces) in t.participants.iter() {
-            if !yes.contains(node) {
+            if !yes.replied(*node) {
                 let body = ToServer::Prepare {
                     txn: id,
                     incarnation: *t
@@ -485,8 +466,8 @@ impl Coordinator {
             // The participant lost the transaction's locks (restart, timeout).
             return self.abort(ctx, id, AbortReason::Failure);
         }
-        votes.insert(from);
-        if votes.len() == t.participants.len() {
+        votes.record(from, ());
+        if votes.complete() {
             self.decide_commit(ctx, id);
         }
     }
@@ -505,12 +486,7 @@ impl Coordinator {
                 participants: participants.clone(),
             },
         );
-        let commit = PendingCommit {
-            waiting: participants.into_iter().collect(),
-            retries: 0,
-            timer: None,
-        };
-        self.commits.insert(id, commit);
+        self.commits.decide(id, (), participants);
         self.send_commits(ctx, id, self.opts.retry_ns);
         let results = t
             .results
@@ -528,24 +504,17 @@ impl Coordinator {
     /// Sends COMMIT to the participants that have not acknowledged and arms the retry.
     fn send_commits(&mut self, ctx: &mut Cx<'_>, id: TxnId, retry_after_ns: u64) {
         let horizon = self.horizon();
-        for &node in self.commits[&id].waiting.iter() {
+        for &node in self.commits.waiting(id) {
             let body = ToServer::Commit { txn: id };
             ctx.send(node, Msg::ToServer { horizon, body });
         }
         let timer = ctx.set_timer(retry_after_ns, Timer::Commit(id));
-        self.commits.get_mut(&id).expect("pending").timer = Some(timer);
+        self.commits.armed(id, timer);
     }
 
     fn on_commit_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId) {
-        let Some(commit) = self.commits.get_mut(&id) else {
-            return;
-        };
-        commit.waiting.remove(&from);
-        if commit.waiting.is_empty() {
-            if let Some(timer) = commit.timer {
-                ctx.cancel_timer(timer);
-            }
-            self.commits.remove(&id);
+        if let Some(Some(timer)) = self.commits.acknowledge(id, from) {
+            ctx.cancel_timer(timer);
         }
     }
 
@@ -553,10 +522,10 @@ impl Coordinator {
     /// (and the transaction not undecided here), the answer is abort — this covers
     /// transactions of earlier incarnations that were lost in a crash.
     fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId) {
-        if self.commits.contains_key(&id) {
-            self.send_server(ctx, from, ToServer::Commit { txn: id });
-        } else if !self.txns.contains_key(&id) {
-            self.send_server(ctx, from, ToServer::Abort { txn: id });
+        match self.commits.inquiry(id, self.txns.contains_key(&id)) {
+            Inquiry::Commit(()) => self.send_server(ctx, from, ToServer::Commit { txn: id }),
+            Inquiry::PresumedAbort => self.send_server(ctx, from, ToServer::Abort { txn: id }),
+            Inquiry::Undecided => {}
         }
     }
 
@@ -641,15 +610,15 @@ impl Coordinator {
     /// then anyway (a prepared participant may still ask), so this costs no extra memory, and
     /// it lets the entry go once an acknowledgement finally gets through.
     fn commit_tick(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
-        let Some(commit) = self.commits.get_mut(&id) else {
+        if !self.commits.retry(id) {
             return;
+        }
+        let resend = Resend {
+            retry_ns: self.opts.retry_ns,
+            max_retries: self.opts.max_retries,
+            slow_ns: self.opts.idle_timeout_ns,
         };
-        commit.retries = commit.retries.saturating_add(1);
-        let after = if commit.retries < self.opts.max_retries {
-            self.opts.retry_ns
-        } else {
-            self.opts.idle_timeout_ns
-        };
+        let after = self.commits.resend_after(id, resend);
         self.send_commits(ctx, id, after);
     }
 
@@ -668,12 +637,12 @@ impl Coordinator {
         if !self.checkpoint_due {
             return;
         }
-        let mut pending: Vec<(TxnId, Vec<NodeId>)> = self
+        let pending: Vec<(TxnId, Vec<NodeId>)> = self
             .commits
-            .iter()
-            .map(|(txn, c)| (*txn, c.waiting.iter().copied().collect()))
+            .checkpoint()
+            .into_iter()
+            .map(|(txn, (), waiting)| (txn, waiting))
             .collect();
-        pending.sort_unstable_by_key(|(txn, _)| *txn);
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,

@@ -1,6 +1,6 @@
-//! Small ordered maps and sets as sorted vectors.
+//! Small ordered maps as sorted vectors (votes are the kit's `quorum::Votes`).
 //!
-//! A transaction's locks, writes and results, its participants and their votes hold a handful
+//! A transaction's locks, writes and results and its participants hold a handful
 //! of entries. A sorted vector keeps the `BTreeMap` semantics the protocol relies on (key
 //! order when iterating, one entry per key) without a node allocation per map, and a binary
 //! search over a few contiguous entries beats walking a tree.
@@ -99,75 +99,10 @@ impl<K: Ord, V> FromIterator<(K, V)> for VecMap<K, V> {
     }
 }
 
-/// A set iterated in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct VecSet<K> {
-    items: Vec<K>,
-}
-
-impl<K> Default for VecSet<K> {
-    fn default() -> Self {
-        VecSet { items: Vec::new() }
-    }
-}
-
-impl<K: Ord> VecSet<K> {
-    pub(crate) fn new() -> Self {
-        VecSet::default()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    pub(crate) fn contains(&self, item: &K) -> bool {
-        self.items.binary_search(item).is_ok()
-    }
-
-    /// Adds `item`; whether it was absent.
-    pub(crate) fn insert(&mut self, item: K) -> bool {
-        match self.items.binary_search(&item) {
-            Ok(_) => false,
-            Err(i) => {
-                self.items.insert(i, item);
-                true
-            }
-        }
-    }
-
-    /// Removes `item`; whether it was present.
-    pub(crate) fn remove(&mut self, item: &K) -> bool {
-        match self.items.binary_search(item) {
-            Ok(i) => {
-                self.items.remove(i);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, K> {
-        self.items.iter()
-    }
-}
-
-impl<K: Ord> FromIterator<K> for VecSet<K> {
-    fn from_iter<I: IntoIterator<Item = K>>(iter: I) -> Self {
-        let mut items: Vec<K> = iter.into_iter().collect();
-        items.sort_unstable();
-        items.dedup();
-        VecSet { items }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     #[test]
     fn behaves_like_the_std_ordered_collections() {
@@ -175,7 +110,6 @@ mod tests {
             .map(|i| (((i * 37) % 11) as u8, ((i * 13) % 7) as u8))
             .collect();
         let (mut map, mut model) = (VecMap::new(), BTreeMap::new());
-        let (mut set, mut set_model) = (VecSet::new(), BTreeSet::new());
         for (k, v) in ops {
             match v % 3 {
                 0 => assert_eq!(map.remove(&k), model.remove(&k)),
@@ -188,10 +122,7 @@ mod tests {
                     *model.entry(k).or_insert(0) += v;
                 }
             }
-            assert_eq!(set.insert(v), set_model.insert(v));
-            assert_eq!(set.remove(&k), set_model.remove(&k));
             assert!(map.iter().eq(model.iter()));
-            assert!(set.iter().eq(set_model.iter()));
             assert_eq!(map.get(&k), model.get(&k));
             assert_eq!(map.len(), model.len());
         }

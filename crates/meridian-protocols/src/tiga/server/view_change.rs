@@ -120,7 +120,7 @@ impl Server {
         self.adopt_view(view);
         self.status = Status::ViewChange;
         self.pq.clear();
-        self.wake = None;
+        self.wake.reset();
         self.view_change = ViewChangeState {
             report: Some(report.clone()),
             sent_ns: ctx.now_ns(),
@@ -591,7 +591,7 @@ impl Server {
         self.log = OrderedLog::new();
         self.marks.clear();
         self.store = MvStore::restore(&base.store).expect("checkpoints are cut by replicas");
-        self.wake = None;
+        self.wake.reset();
         self.notes.clear();
         self.sealed.clear();
         self.stream = PosList::starting_at(base.pos);
