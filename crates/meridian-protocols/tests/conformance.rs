@@ -27,7 +27,7 @@ mod clock_si {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "735e3278474e12f8"), (6, "0e119129d41268fa")],
+        golden: &[(5, "b909a33e4d0c415d"), (6, "1ef5649229e1c8e1")],
         broken: Broken::None,
         ..Conformance::new("clock-si-wan", "list-append")
     };

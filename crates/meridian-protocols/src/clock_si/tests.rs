@@ -614,8 +614,7 @@ fn commit_many(d: &mut Driver, n: usize) -> Timestamp {
 fn raft_logs_stay_under_the_limit_and_grow_without_it() {
     const LIMIT: u64 = 16;
     let peak = |d: &Driver| {
-        d.setup
-            .cluster
+        d.cluster
             .replicas(ShardId(0))
             .iter()
             .map(|&r| member(d, r).raft_log().1.entries)
@@ -641,7 +640,7 @@ fn a_follower_that_missed_compacted_entries_catches_up_from_a_snapshot() {
     let mut d = replicated("raft_log_limit=16");
     d.run_for(500 * MS);
     let x = d.key_on(0, "x");
-    let follower = d.setup.cluster.replicas(ShardId(0))[1];
+    let follower = d.cluster.replicas(ShardId(0))[1];
     d.crash(follower);
     let c = commit_many(&mut d, 100);
     d.restart(follower);
