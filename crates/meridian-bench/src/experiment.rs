@@ -629,8 +629,8 @@ fn summarize(
         .collect();
     let mut abort_reasons: BTreeMap<String, u64> = BTreeMap::new();
     for r in runs {
-        for (k, v) in &r.abort_reasons {
-            *abort_reasons.entry(k.clone()).or_default() += v;
+        for (k, v) in r.results.abort_reasons() {
+            *abort_reasons.entry(k).or_default() += v;
         }
     }
     let violations = runs
@@ -645,19 +645,18 @@ fn summarize(
         .collect();
     let mut cdf = BTreeMap::new();
     if let Some(first) = runs.first() {
-        let mut all = Vec::new();
-        for s in &first.regions {
-            cdf.insert(s.region.clone(), cdf_points(&s.latencies_ns));
-            all.extend_from_slice(&s.latencies_ns);
+        for r in &first.results.regions {
+            cdf.insert(r.region.clone(), cdf_points(&r.latency_ns));
         }
-        cdf.insert(ALL.to_string(), cdf_points(&all));
+        let all = first.results.all_regions();
+        cdf.insert(ALL.to_string(), cdf_points(&all.latency_ns));
     }
     PointResult {
         params,
         point,
         metrics: metrics::median_of(&rows),
         abort_reasons,
-        throttled: runs.iter().map(|r| r.throttled).sum::<u64>() / runs.len().max(1) as u64,
+        throttled: runs.iter().map(|r| r.results.throttled).sum::<u64>() / runs.len().max(1) as u64,
         violations,
         cdf,
         counters,
@@ -693,11 +692,10 @@ fn median_timeline(runs: &[RunOutput]) -> Vec<TimeBucket> {
 }
 
 /// The latency distribution as `(ms, fraction ≤)` at 1% steps.
-fn cdf_points(latencies_ns: &[u64]) -> Vec<(f64, f64)> {
-    if latencies_ns.is_empty() {
+fn cdf_points(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
+    if h.is_empty() {
         return Vec::new();
     }
-    let h = metrics::histogram(latencies_ns);
     (1..=100)
         .map(|q| {
             let q = f64::from(q) / 100.0;
@@ -992,7 +990,6 @@ pub fn csv(results: &[PointResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Sample;
 
     const FILE: &str = r#"
 name = "demo"
@@ -1032,14 +1029,22 @@ kind = "cdf"
             };
             let factor = if p.protocol == "a" { 1.0 } else { 2.0 };
             let ms = (rate_tps * factor) as u64 + p.seed; // repeats differ by seed
+            let mut region = crate::RegionResults::new("X");
+            let committed = meridian_core::txn::Outcome::Committed {
+                results: Vec::new(),
+                commit_ts: None,
+                path: meridian_core::CommitPath::Fast,
+            };
+            for _ in 0..10 {
+                region
+                    .totals
+                    .record(&committed, ms * 1_000_000, Some(100.0));
+            }
             Ok(RunOutput {
-                regions: vec![Sample {
-                    region: "X".into(),
-                    committed: 10,
-                    latencies_ns: vec![ms * 1_000_000; 10],
-                    bound_ms: Some(100.0),
-                    ..Sample::default()
-                }],
+                results: crate::Results {
+                    regions: vec![region],
+                    throttled: 0,
+                },
                 load_s: p.duration_ms as f64 / 1000.0,
                 invariant: if p.protocol == "b" && p.seed == 2 {
                     Err("broken".into())

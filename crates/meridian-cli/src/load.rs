@@ -6,14 +6,14 @@ use crate::protocols::with_protocol;
 use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
 use crate::sim::unknown_protocol;
 use clap::Args;
+use meridian_bench::report::{regions_json, RegionJson};
+use meridian_bench::Results;
 use meridian_check::Model;
 use meridian_client::{Client, ClientOptions, Submit};
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::parse_duration_ns;
 use meridian_core::{NodeId, Protocol};
-use meridian_server::{
-    Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, LoadStats, Target,
-};
+use meridian_server::{Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, Target};
 use meridian_workload::WorkloadOptions;
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// instead of hosting every node in this process.
     #[arg(long)]
     remote: bool,
-    /// Workload: microbench, list-append (one-shot), bank.
+    /// Workload: list-append, bank, microbench, ycsb-t, tpcc, tpca, retwis, smallbank
+    /// (stored procedures and interactive transactions run as in the simulator).
     #[arg(long, default_value = "microbench")]
     workload: String,
     /// Workload options, `key=value[,key=value…]`.
@@ -217,7 +218,7 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
     };
     let protocol = plan.args.cluster.protocol.clone();
     let live = plan.args.live;
-    let mut on_tick = |elapsed: Duration, interval: LoadStats| {
+    let mut on_tick = |elapsed: Duration, interval: Results| {
         if live {
             live_line(elapsed, &interval);
         }
@@ -244,7 +245,7 @@ pub struct PointRun {
 
 pub fn run_point<P: Protocol>(
     run: PointRun,
-    on_tick: &mut dyn FnMut(Duration, LoadStats),
+    on_tick: &mut dyn FnMut(Duration, Results),
 ) -> Result<LoadReport, String>
 where
     P::Node: Send,
@@ -282,7 +283,7 @@ where
 async fn drive<P: Protocol>(
     plan: &Plan,
     tick: Duration,
-    on_tick: &mut dyn FnMut(Duration, LoadStats),
+    on_tick: &mut dyn FnMut(Duration, Results),
 ) -> Result<(LoadReport, Setup), String>
 where
     P::Node: Send,
@@ -330,17 +331,18 @@ where
         };
         let cluster = setup.cluster.clone();
         targets.push(Target {
-            region: setup
-                .cluster
-                .topology
-                .region_name(setup.cluster.region_of(coordinator))
-                .to_string(),
             submit,
             bound_ms: Arc::new(move |shards| P::bound_ms(&cluster, coordinator, shards)),
         });
     }
     let stop = CancellationToken::new();
-    let load = Load::start(workload, targets, plan.options.clone(), stop.clone());
+    let load = Load::start(
+        &setup.cluster,
+        workload,
+        targets,
+        plan.options.clone(),
+        stop.clone(),
+    )?;
     let started = std::time::Instant::now();
     let mut tick = tokio::time::interval(tick);
     tick.tick().await;
@@ -366,7 +368,7 @@ where
 }
 
 /// One line, rewritten in place on a terminal: throughput, commit rate, p50/p99 per region.
-fn live_line(elapsed: Duration, interval: &LoadStats) {
+fn live_line(elapsed: Duration, interval: &Results) {
     let finished = interval.finished();
     let committed = interval.committed();
     let rate = if finished == 0 {
@@ -397,20 +399,6 @@ fn live_line(elapsed: Duration, interval: &LoadStats) {
 }
 
 #[derive(Serialize)]
-struct RegionJson {
-    region: String,
-    committed: u64,
-    aborted: u64,
-    unknown: u64,
-    p50_ms: Option<f64>,
-    p90_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    bound_ms: Option<f64>,
-    p50_wrtt: Option<f64>,
-    paths: std::collections::BTreeMap<&'static str, u64>,
-}
-
-#[derive(Serialize)]
 struct BenchJson {
     protocol: String,
     topology: String,
@@ -425,6 +413,8 @@ struct BenchJson {
     aborted: u64,
     unknown: u64,
     abort_reasons: std::collections::BTreeMap<String, u64>,
+    unknown_reasons: std::collections::BTreeMap<String, u64>,
+    /// Per region (then `all`), each broken down by transaction class.
     regions: Vec<RegionJson>,
     model: Option<String>,
     valid: Option<bool>,
@@ -441,8 +431,8 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
     let check = plan
         .model
         .map(|m| meridian_check::check(&report.history, m));
-    let stats = &report.stats;
-    let sum = |f: fn(&meridian_server::RegionLoad) -> u64| stats.regions.iter().map(f).sum::<u64>();
+    let stats = &report.results;
+    let all = stats.all_regions();
     let elapsed_s = report.elapsed.as_secs_f64();
     let json = BenchJson {
         protocol: plan.args.cluster.protocol.clone(),
@@ -452,31 +442,13 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
         remote: plan.args.remote,
         warmup_s: plan.options.warmup.as_secs_f64(),
         elapsed_s,
-        committed: stats.committed(),
-        committed_per_s: stats.committed() as f64 / elapsed_s.max(1e-9),
-        aborted: sum(|r| r.aborted),
-        unknown: sum(|r| r.unknown),
-        abort_reasons: stats.abort_reasons.clone(),
-        regions: stats
-            .regions
-            .iter()
-            .map(|r| RegionJson {
-                region: r.region.clone(),
-                committed: r.committed,
-                aborted: r.aborted,
-                unknown: r.unknown,
-                p50_ms: r.percentile_ms(50.0),
-                p90_ms: r.percentile_ms(90.0),
-                p99_ms: r.percentile_ms(99.0),
-                bound_ms: r.bound_ms(),
-                p50_wrtt: r
-                    .percentile_ms(50.0)
-                    .zip(r.bound_ms())
-                    .filter(|(_, b)| *b > 0.0)
-                    .map(|(p, b)| p / b),
-                paths: r.paths.clone(),
-            })
-            .collect(),
+        committed: all.committed,
+        committed_per_s: all.committed as f64 / elapsed_s.max(1e-9),
+        aborted: all.aborted,
+        unknown: all.unknown,
+        abort_reasons: all.abort_reasons.clone(),
+        unknown_reasons: all.unknown_reasons.clone(),
+        regions: regions_json(&stats.regions, elapsed_s),
         model: plan.model.map(|m| m.to_string()),
         valid: check.as_ref().map(|c| c.valid),
         anomalies: check.as_ref().map_or(0, |c| c.anomalies.len()),
@@ -524,39 +496,12 @@ fn print_table(j: &BenchJson) {
         j.aborted,
         j.unknown
     );
-    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    println!(
-        "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "region",
-        "committed",
-        "aborted",
-        "unknown",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "bound",
-        "p50/WRTT"
-    );
-    for r in &j.regions {
-        println!(
-            "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            r.region,
-            r.committed,
-            r.aborted,
-            r.unknown,
-            ms(r.p50_ms),
-            ms(r.p90_ms),
-            ms(r.p99_ms),
-            ms(r.bound_ms),
-            r.p50_wrtt.map_or("-".to_string(), |v| format!("{v:.2}"))
-        );
-        let paths: Vec<String> = r.paths.iter().map(|(p, n)| format!("{p} {n}")).collect();
-        if !paths.is_empty() {
-            println!("         paths: {}", paths.join(", "));
-        }
-    }
+    print!("{}", meridian_bench::report::table(&j.regions));
     for (reason, count) in &j.abort_reasons {
         println!("  {count:>8} × {reason}");
+    }
+    for (reason, count) in &j.unknown_reasons {
+        println!("  {count:>8} × unknown: {reason}");
     }
     if let Some(invariant) = &j.invariant {
         println!("workload invariant violated: {invariant}");

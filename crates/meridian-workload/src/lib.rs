@@ -61,6 +61,7 @@
 
 pub mod audit;
 pub mod bank;
+pub mod client;
 pub mod list_append;
 pub mod microbench;
 mod options;
@@ -77,6 +78,7 @@ use meridian_core::txn::{Key, Outcome, PieceResult, Txn, Value};
 use meridian_core::{ClientId, Cluster, NodeRng};
 
 pub use bank::Bank;
+pub use client::{place_clients, Class, Classes, ClientInfo, Planned, READ_ONLY, READ_WRITE};
 pub use list_append::ListAppend;
 pub use microbench::MicroBench;
 pub use retwis::Retwis;
@@ -142,13 +144,25 @@ pub enum TxnPlan {
     Interactive(Vec<InteractiveOp>),
 }
 
+impl TxnPlan {
+    /// Whether the plan writes nothing.
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            TxnPlan::OneShot(txn) => txn.is_read_only(),
+            TxnPlan::Interactive(ops) => ops.iter().all(|op| matches!(op, InteractiveOp::Get(_))),
+        }
+    }
+}
+
 /// A generator of transactions for the clients of one run.
 pub trait Workload: Send {
     /// The workload's name (`list-append`, `bank`, `microbench`, ...).
     fn name(&self) -> &str;
 
-    /// The next transaction of `client`, drawn from `rng` (the client's own seeded RNG).
-    fn next(&mut self, client: ClientId, rng: &mut NodeRng) -> TxnPlan;
+    /// The next transaction of `client`, drawn from `rng` (the client's own seeded RNG),
+    /// with its class labels. The client's place (coordinator, region) lets a workload plan
+    /// region-local or cross-region transactions.
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned;
 
     /// The history operations of a finished transaction. `interactive_reads` holds, for an
     /// interactive plan, the value each `Get` (and each `Append`'s internal get) returned, in
@@ -460,6 +474,15 @@ pub(crate) mod test_support {
         meridian_core::Cluster::new(Topology::parse("t", &text).unwrap(), &[]).unwrap()
     }
 
+    /// A client of id `id` at a coordinator of region 0 (generators that ignore the place).
+    pub(crate) fn client(id: impl TryInto<u32>) -> crate::ClientInfo {
+        crate::ClientInfo {
+            id: meridian_core::ClientId(id.try_into().ok().expect("a small client id")),
+            coordinator: meridian_core::NodeId(0),
+            region: meridian_core::RegionId(0),
+        }
+    }
+
     pub(crate) fn rng(seed: u64) -> NodeRng {
         NodeRng::seed_from_u64(seed)
     }
@@ -532,7 +555,7 @@ mod tests {
             assert_eq!(w.name(), name);
             let mut r = rng(1);
             for _ in 0..20 {
-                match w.next(ClientId(0), &mut r) {
+                match w.next(&crate::test_support::client(0), &mut r).plan {
                     TxnPlan::OneShot(txn) => txn.validate(3).unwrap(),
                     TxnPlan::Interactive(ops) => assert!(!ops.is_empty()),
                 }

@@ -24,11 +24,12 @@
 
 use crate::options::Options;
 use crate::zipf::{Zipf, MAX_N};
+use crate::{ClientInfo, Planned};
 use crate::{TxnPlan, Workload, WorkloadOptions};
 use meridian_check::HistOp;
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, Txn, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
 use rand::seq::index;
 
 /// The MicroBench workload.
@@ -86,7 +87,7 @@ impl Workload for MicroBench {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         let mut shards: Vec<u32> = index::sample(rng, self.shards as usize, self.per_txn as usize)
             .into_iter()
             .map(|s| s as u32)
@@ -103,7 +104,7 @@ impl Workload for MicroBench {
                 )
             })
             .collect();
-        TxnPlan::OneShot(Txn { pieces })
+        TxnPlan::OneShot(Txn { pieces }).into()
     }
 
     /// None: see the module docs.
@@ -135,10 +136,12 @@ mod tests {
     fn plans(w: &mut MicroBench, n: usize, seed: u64) -> Vec<Txn> {
         let mut r = rng(seed);
         (0..n)
-            .map(|_| match w.next(ClientId(0), &mut r) {
-                TxnPlan::OneShot(txn) => txn,
-                TxnPlan::Interactive(_) => panic!("one-shot expected"),
-            })
+            .map(
+                |_| match w.next(&crate::test_support::client(0), &mut r).plan {
+                    TxnPlan::OneShot(txn) => txn,
+                    TxnPlan::Interactive(_) => panic!("one-shot expected"),
+                },
+            )
             .collect()
     }
 
