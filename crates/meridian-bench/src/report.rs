@@ -43,11 +43,14 @@ pub fn region_json(r: &RegionResults, load_s: f64) -> RegionJson {
     }
 }
 
-/// Every region, then all of them together (the `all` row).
+/// Every region.
 pub fn regions_json(regions: &[RegionResults], load_s: f64) -> Vec<RegionJson> {
-    let mut rows: Vec<RegionJson> = regions.iter().map(|r| region_json(r, load_s)).collect();
-    rows.push(region_json(&crate::results::all_regions(regions), load_s));
-    rows
+    regions.iter().map(|r| region_json(r, load_s)).collect()
+}
+
+/// All regions together (the `all` row).
+pub fn all_json(regions: &[RegionResults], load_s: f64) -> RegionJson {
+    region_json(&crate::results::all_regions(regions), load_s)
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -74,8 +77,8 @@ fn row(region: &str, class: &str, s: &StatsJson) -> String {
 }
 
 /// The table: per region its totals (class `all`), its classes, and its commit paths; the
-/// all-regions rows last when there is more than one region.
-pub fn table(rows: &[RegionJson]) -> String {
+/// all-regions rows (`all`) last when there is more than one region.
+pub fn table(regions: &[RegionJson], all: &RegionJson) -> String {
     let mut out = format!(
         "{:<8} {:<14} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}\n",
         "region",
@@ -90,15 +93,9 @@ pub fn table(rows: &[RegionJson]) -> String {
         "p50/WRTT",
         "fast"
     );
-    let regions = rows
-        .iter()
-        .filter(|r| r.totals.metrics.region != ALL)
-        .count();
+    let rows = regions.iter().chain((regions.len() > 1).then_some(all));
     for r in rows {
         let region = &r.totals.metrics.region;
-        if region == ALL && regions <= 1 {
-            continue;
-        }
         out.push_str(&row(region, ALL, &r.totals));
         out.push('\n');
         for (class, s) in &r.classes {
@@ -151,13 +148,14 @@ mod tests {
             });
         }
         let rows = regions_json(&results.regions, 2.0);
-        assert_eq!(rows.len(), 3);
-        assert_eq!(rows[2].totals.metrics.region, ALL);
-        let all_status = &rows[2].classes["order-status"].metrics;
+        let all = all_json(&results.regions, 2.0);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(all.totals.metrics.region, ALL);
+        let all_status = &all.classes["order-status"].metrics;
         assert_eq!((all_status.committed, all_status.throughput_tps), (2, 1.0));
         let read_only = &rows[0].classes["read-only"].metrics;
         assert!((read_only.p50_wrtt.unwrap() - 1.0).abs() < 0.01);
-        let text = table(&rows);
+        let text = table(&rows, &all);
         assert!(text.contains("order-status"), "{text}");
         assert_eq!(text.matches("order-status").count(), 3, "{text}");
         let json = serde_json::to_value(&rows[0]).unwrap();

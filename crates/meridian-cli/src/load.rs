@@ -6,7 +6,7 @@ use crate::protocols::with_protocol;
 use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
 use crate::sim::unknown_protocol;
 use clap::Args;
-use meridian_bench::report::{regions_json, RegionJson};
+use meridian_bench::report::{all_json, regions_json, RegionJson};
 use meridian_bench::Results;
 use meridian_check::Model;
 use meridian_client::{Client, ClientOptions, Submit};
@@ -414,8 +414,10 @@ struct BenchJson {
     unknown: u64,
     abort_reasons: std::collections::BTreeMap<String, u64>,
     unknown_reasons: std::collections::BTreeMap<String, u64>,
-    /// Per region (then `all`), each broken down by transaction class.
+    /// Per region, each broken down by transaction class.
     regions: Vec<RegionJson>,
+    /// Every region together, broken down by transaction class.
+    all: RegionJson,
     model: Option<String>,
     valid: Option<bool>,
     anomalies: usize,
@@ -449,6 +451,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
         abort_reasons: all.abort_reasons.clone(),
         unknown_reasons: all.unknown_reasons.clone(),
         regions: regions_json(&stats.regions, elapsed_s),
+        all: all_json(&stats.regions, elapsed_s),
         model: plan.model.map(|m| m.to_string()),
         valid: check.as_ref().map(|c| c.valid),
         anomalies: check.as_ref().map_or(0, |c| c.anomalies.len()),
@@ -496,7 +499,7 @@ fn print_table(j: &BenchJson) {
         j.aborted,
         j.unknown
     );
-    print!("{}", meridian_bench::report::table(&j.regions));
+    print!("{}", meridian_bench::report::table(&j.regions, &j.all));
     for (reason, count) in &j.abort_reasons {
         println!("  {count:>8} × {reason}");
     }

@@ -4,7 +4,7 @@ use crate::protocols::{self, with_protocol};
 use crate::{bad_input, EXIT_BAD_INPUT};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use meridian_bench::report::{regions_json, RegionJson};
+use meridian_bench::report::{all_json, regions_json, RegionJson};
 use meridian_check::Model;
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
@@ -323,8 +323,10 @@ struct ReportJson {
     anomalies: usize,
     anomaly_kinds: Vec<String>,
     invariant: Option<String>,
-    /// Per region (then `all`), each broken down by transaction class.
+    /// Per region, each broken down by transaction class.
     regions: Vec<RegionJson>,
+    /// Every region together, broken down by transaction class.
+    all: RegionJson,
     /// The protocol's own counters (delays, waits, …), summed over its nodes.
     counters: std::collections::BTreeMap<&'static str, u64>,
     /// Outcomes per bucket of virtual time, each transaction where it finished.
@@ -365,10 +367,8 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
             .map(|c| c.anomalies.iter().map(|a| a.kind.to_string()).collect())
             .unwrap_or_default(),
         invariant: r.invariant.clone().err(),
-        regions: regions_json(
-            &r.regions,
-            plan.options.duration_ns as f64 / NS_PER_S as f64,
-        ),
+        regions: regions_json(&r.regions, load_s(plan)),
+        all: all_json(&r.regions, load_s(plan)),
         counters: r.counters.clone(),
         timeline: r.timeline.clone(),
         events: r.events,
@@ -379,6 +379,11 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
         messages_per_s: (r.messages_delivered as f64 / result.wall_s.max(1e-9)).round(),
         trace_hash: format!("{:016x}", r.trace_hash),
     }
+}
+
+/// The time during which clients submitted, s (throughput's denominator).
+fn load_s(plan: &Plan) -> f64 {
+    plan.options.duration_ns as f64 / NS_PER_S as f64
 }
 
 fn print_table(plan: &Plan, result: &RunResult) {
@@ -404,11 +409,11 @@ fn print_table(plan: &Plan, result: &RunResult) {
             .collect();
         println!("abort reasons: {}", reasons.join(", "));
     }
-    let rows = regions_json(
-        &r.regions,
-        plan.options.duration_ns as f64 / NS_PER_S as f64,
+    let (regions, all) = (
+        regions_json(&r.regions, load_s(plan)),
+        all_json(&r.regions, load_s(plan)),
     );
-    print!("{}", meridian_bench::report::table(&rows));
+    print!("{}", meridian_bench::report::table(&regions, &all));
     if !r.counters.is_empty() {
         let counters: Vec<String> = r.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!("protocol counters: {}", counters.join(", "));

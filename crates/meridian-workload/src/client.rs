@@ -46,6 +46,47 @@ pub fn place_clients(cluster: &Cluster, per_coordinator: u32) -> Vec<ClientInfo>
         .collect()
 }
 
+/// The class of a transaction whose every shard is led from the client's region (DAST's
+/// intra-region transaction).
+pub const IRT: &str = "irt";
+/// The class of a transaction that touches a shard led from another region (DAST's
+/// cross-region transaction).
+pub const CRT: &str = "crt";
+
+/// Where each shard is led from, so a workload can tell a client's region-local
+/// transactions (IRT) from its cross-region ones (CRT). By the topology's initial leaders:
+/// a leader that moves (a view change) does not relabel the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Locality {
+    leader_region: Vec<RegionId>,
+}
+
+impl Locality {
+    pub fn new(cluster: &Cluster) -> Locality {
+        Locality {
+            leader_region: (0..cluster.shard_count())
+                .map(|s| cluster.region_of(cluster.initial_leader(meridian_core::ShardId(s))))
+                .collect(),
+        }
+    }
+
+    /// [`IRT`] if every one of `shards` is led from `client`'s region, else [`CRT`].
+    pub fn class(
+        &self,
+        client: &ClientInfo,
+        shards: impl IntoIterator<Item = meridian_core::ShardId>,
+    ) -> &'static str {
+        let local = shards
+            .into_iter()
+            .all(|s| self.leader_region.get(s.index()) == Some(&client.region));
+        if local {
+            IRT
+        } else {
+            CRT
+        }
+    }
+}
+
 /// A class label: static for the usual ones, owned for labels built at run time.
 pub type Class = Cow<'static, str>;
 
@@ -124,6 +165,22 @@ mod tests {
             assert_eq!(client.coordinator, c.coordinators[i % c.coordinators.len()]);
             assert_eq!(client.region, c.region_of(client.coordinator));
         }
+    }
+
+    #[test]
+    fn a_transaction_is_region_local_when_every_shard_is_led_from_the_clients_region() {
+        let c = cluster(2);
+        let locality = Locality::new(&c);
+        let at = |region: u16| ClientInfo {
+            id: ClientId(0),
+            coordinator: c.coordinators[0],
+            region: RegionId(region),
+        };
+        // The test cluster's leaders are all in region A (0).
+        let shards = [meridian_core::ShardId(0), meridian_core::ShardId(1)];
+        assert_eq!(locality.class(&at(0), shards), IRT);
+        assert_eq!(locality.class(&at(1), shards), CRT);
+        assert_eq!(locality.class(&at(1), []), IRT, "nothing remote");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! `meridian-workload`: what clients submit, and how a finished transaction is written into
 //! the history the checker reads.
 //!
-//! A [`Workload`] is a deterministic generator: given a client and the client's seeded RNG it
-//! returns the next [`TxnPlan`]. When the transaction ends, the driver (simulator or runtime)
+//! A [`Workload`] is a deterministic generator: given a client ([`ClientInfo`]: its id,
+//! coordinator and region, placed by [`place_clients`]) and the client's seeded RNG it
+//! returns the next [`TxnPlan`] with its class labels ([`Planned`]: `read-only` or
+//! `read-write`, plus the workload's own, such as TPC-C's profiles or MicroBench's
+//! `irt`/`crt`), which reports break latency down by. When the transaction ends, the driver (simulator or runtime)
 //! asks the workload for the history operations of that transaction ([`Workload::history_ops`])
 //! and, at the end of the run, for any workload-specific invariant
 //! ([`Workload::check_history`], e.g. the bank's constant total).
@@ -78,7 +81,9 @@ use meridian_core::txn::{Key, Outcome, PieceResult, Txn, Value};
 use meridian_core::{ClientId, Cluster, NodeRng};
 
 pub use bank::Bank;
-pub use client::{place_clients, Class, Classes, ClientInfo, Planned, READ_ONLY, READ_WRITE};
+pub use client::{
+    place_clients, Class, Classes, ClientInfo, Locality, Planned, CRT, IRT, READ_ONLY, READ_WRITE,
+};
 pub use list_append::ListAppend;
 pub use microbench::MicroBench;
 pub use retwis::Retwis;
