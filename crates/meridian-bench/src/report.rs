@@ -1,4 +1,4 @@
-//! How `meridian sim` and `meridian bench` print a run's [`Results`]: one JSON shape and
+//! How `meridian sim` and `meridian bench` print a run's [`Results`](crate::Results): one JSON shape and
 //! one table, a row per region and under it a row per transaction class.
 
 use crate::metrics::{of_stats, Metrics, ALL};
