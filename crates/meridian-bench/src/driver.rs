@@ -8,7 +8,8 @@
 //!
 //! Load shapes are the drivers' timing over the same core: closed-loop clients call
 //! [`LoadCore::begin`] again when their transaction ends; open-loop arrivals at a
-//! coordinator take its first idle client ([`LoadCore::idle_client_at`]), so a
+//! coordinator, Poisson ([`interarrival_ns`]), take its first idle client
+//! ([`LoadCore::idle_client_at`]) or are turned away (throttled) when it has none, so a
 //! coordinator has at most as many transactions in flight as it has clients.
 
 use crate::results::Finished;
@@ -290,6 +291,14 @@ fn step_session(
         }
     };
     Ok(ClientRequest::Interactive(step))
+}
+
+/// An open-loop interarrival time, ns: exponential at `rate_tps` arrivals per second (a
+/// Poisson process, Tiga §5.1's open loop), at least 1 ns. Both drivers draw arrivals here,
+/// each from its own RNG.
+pub fn interarrival_ns(rng: &mut impl rand::Rng, rate_tps: f64) -> u64 {
+    let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+    ((-u.ln() / rate_tps) * 1e9).max(1.0) as u64
 }
 
 /// The shards a plan touches, sorted and deduplicated.

@@ -48,6 +48,8 @@
 //! also_scale = 1.0           # multiplies `also` (default: y_scale)
 //! series = "protocol"        # a swept parameter (default: protocol)
 //! region = "SC"              # a coordinator region or "all" (default)
+//! class = "new-order"        # a transaction class label (read-only, read-write, a
+//!                            # workload's own: TPC-C's profiles, irt/crt); default: all
 //! kind = "line"              # "cdf": each point's latency distribution; "timeline": y
 //!                            # (throughput_tps, p50_ms, p99_ms, …) per bucket of time
 //! ```
@@ -109,6 +111,10 @@ pub struct PlotSpec {
     pub series: String,
     #[serde(default = "default_region")]
     pub region: String,
+    /// A transaction class (`read-only`, `new-order`, `crt`, …): the plot shows that class's
+    /// metrics; default: every transaction.
+    #[serde(default)]
+    pub class: Option<String>,
     #[serde(default = "default_kind")]
     pub kind: String,
     /// The y axis label (default: the metric's).
@@ -328,9 +334,9 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
                 p.name
             ));
         }
-        if !is_metric(e) && p.region != ALL {
+        if !is_metric(e) && (p.region != ALL || p.class.is_some()) {
             return Err(format!(
-                "plot `{}`: counters and models are not per region; drop `region`",
+                "plot `{}`: counters and models are not per region or class; drop `region` and `class`",
                 p.name
             ));
         }
@@ -609,7 +615,9 @@ fn summarize(
         let per_run: Vec<f64> = runs
             .iter()
             .zip(&rows)
-            .filter_map(|(run, rows)| evaluate(e, run, rows.last().expect("the all row")))
+            .filter_map(|(run, rows)| {
+                evaluate(e, run, metrics::find(rows, ALL, None).expect("the all row"))
+            })
             .collect();
         if let Some(v) = metrics::median(&mut per_run.clone()) {
             values.insert(e.clone(), v);
@@ -856,7 +864,7 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
 /// One point of a line plot: x (a metric or a swept parameter) against expression `y`
 /// times `scale`.
 fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(f64, f64)> {
-    let m = r.metrics.iter().find(|m| m.region == spec.region)?;
+    let m = metrics::find(&r.metrics, &spec.region, spec.class.as_deref())?;
     let x = if is_metric(&spec.x) {
         m.get(&spec.x)
     } else {
@@ -946,7 +954,8 @@ pub fn timeline_csv(results: &[PointResult]) -> String {
     out
 }
 
-/// One row per point and region: the swept parameters, the region, every metric.
+/// One row per point, region and class (`all`: every transaction): the swept parameters,
+/// the region, every metric.
 pub fn csv(results: &[PointResult]) -> String {
     let keys: Vec<String> = results
         .first()
@@ -958,7 +967,7 @@ pub fn csv(results: &[PointResult]) -> String {
         .cloned()
         .chain(["region".to_string()])
         .chain(METRICS.iter().map(|(m, _)| m.to_string()))
-        .chain(["unknown".to_string(), "throttled".to_string()])
+        .chain(["unknown", "throttled", "class"].map(String::from))
         .collect();
     out.push_str(&header.join(","));
     out.push('\n');
@@ -975,6 +984,7 @@ pub fn csv(results: &[PointResult]) -> String {
             }));
             row.push(m.unknown.to_string());
             row.push(r.throttled.to_string());
+            row.push(m.class.clone().unwrap_or_else(|| ALL.to_string()));
             out.push_str(
                 &row.iter()
                     .map(|c| c.replace(',', ";"))

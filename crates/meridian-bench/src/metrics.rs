@@ -13,6 +13,9 @@ pub const ALL: &str = "all";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     pub region: String,
+    /// The transaction class the row is about; `None`: every transaction of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     pub committed: u64,
     pub aborted: u64,
     pub unknown: u64,
@@ -95,6 +98,7 @@ pub fn of_stats(region: &str, s: &Stats, load_s: f64) -> Metrics {
     let ratio = |part: u64| (finished > 0).then(|| part as f64 / finished as f64);
     Metrics {
         region: region.to_string(),
+        class: None,
         committed: s.committed,
         aborted: s.aborted,
         unknown: s.unknown,
@@ -116,16 +120,30 @@ pub fn of_stats(region: &str, s: &Stats, load_s: f64) -> Metrics {
     }
 }
 
-/// The metrics of one run: one row per region, then the all-regions row.
+/// The metrics of one run: one row per region, then the all-regions row, then a row per
+/// region (all regions last) and transaction class.
 pub fn of_run(run: &RunOutput) -> Vec<Metrics> {
-    let mut rows: Vec<Metrics> = run
-        .results
-        .regions
+    let all = run.results.all_regions();
+    let regions: Vec<&crate::RegionResults> = run.results.regions.iter().chain([&all]).collect();
+    let mut rows: Vec<Metrics> = regions
         .iter()
         .map(|r| of_stats(&r.region, r, run.load_s))
         .collect();
-    rows.push(of_stats(ALL, &run.results.all_regions(), run.load_s));
+    for r in regions {
+        for (class, stats) in &r.classes {
+            rows.push(Metrics {
+                class: Some(class.clone()),
+                ..of_stats(&r.region, stats, run.load_s)
+            });
+        }
+    }
     rows
+}
+
+/// The row of `region` (or [`ALL`]) and `class` (`None`: every transaction).
+pub fn find<'a>(rows: &'a [Metrics], region: &str, class: Option<&str>) -> Option<&'a Metrics> {
+    rows.iter()
+        .find(|m| m.region == region && m.class.as_deref() == class)
 }
 
 /// The median of each metric over repeats, region by region (regions matched by name).
@@ -138,7 +156,7 @@ pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
         .map(|row| {
             let same: Vec<&Metrics> = repeats
                 .iter()
-                .filter_map(|r| r.iter().find(|m| m.region == row.region))
+                .filter_map(|r| find(r, &row.region, row.class.as_deref()))
                 .collect();
             let med = |f: &dyn Fn(&Metrics) -> Option<f64>| {
                 median(&mut same.iter().filter_map(|m| f(m)).collect::<Vec<_>>())
@@ -148,6 +166,7 @@ pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
             };
             Metrics {
                 region: row.region.clone(),
+                class: row.class.clone(),
                 committed: count(&|m| m.committed),
                 aborted: count(&|m| m.aborted),
                 unknown: count(&|m| m.unknown),
@@ -223,6 +242,39 @@ mod tests {
         assert!((all.p90_ms.unwrap() - 200.0).abs() < 0.2, "{all:?}");
         assert_eq!(all.get("throughput_tps"), Some(20.0));
         assert_eq!(all.get("nonsense"), None);
+    }
+
+    #[test]
+    fn class_rows_follow_the_region_rows() {
+        let mut a = region("A", &[10, 20, 30], 5.0);
+        a.classes.insert("payment".into(), a.totals.clone());
+        let run = RunOutput {
+            results: crate::Results {
+                regions: vec![a],
+                throttled: 0,
+            },
+            load_s: 1.0,
+            ..RunOutput::default()
+        };
+        let rows = of_run(&run);
+        let names: Vec<(&str, Option<&str>)> = rows
+            .iter()
+            .map(|m| (m.region.as_str(), m.class.as_deref()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("A", None),
+                (ALL, None),
+                ("A", Some("payment")),
+                (ALL, Some("payment"))
+            ]
+        );
+        let payment = find(&rows, ALL, Some("payment")).unwrap();
+        assert_eq!(payment.committed, 3);
+        assert!((payment.p50_ms.unwrap() - 20.0).abs() < 0.1);
+        let median = median_of(&[rows.clone(), rows]);
+        assert_eq!(find(&median, "A", Some("payment")).unwrap().committed, 3);
     }
 
     #[test]

@@ -45,10 +45,12 @@ pub struct BenchArgs {
     /// cover only the `--duration` after it, the steady state; live lines show both.
     #[arg(long, default_value = "0s")]
     warmup: String,
-    /// Transactions per second over all coordinators, or `max` (as fast as the cap allows).
+    /// Transactions per second over all coordinators (open loop: Poisson arrivals, those
+    /// that find every client of their coordinator busy are throttled), or `max`
+    /// (closed loop: each client submits again as soon as its transaction ends).
     #[arg(long, default_value = "max")]
     rate: String,
-    /// Transactions in flight per coordinator at most.
+    /// Clients per coordinator: its cap of transactions in flight.
     #[arg(long, default_value_t = 64)]
     max_outstanding: usize,
     /// A transaction unanswered this long counts as unknown.
@@ -412,6 +414,8 @@ struct BenchJson {
     committed_per_s: f64,
     aborted: u64,
     unknown: u64,
+    /// Open-loop arrivals turned away because every client of their coordinator was busy.
+    throttled: u64,
     abort_reasons: std::collections::BTreeMap<String, u64>,
     unknown_reasons: std::collections::BTreeMap<String, u64>,
     /// Per region, each broken down by transaction class.
@@ -448,6 +452,7 @@ fn finish(plan: &Plan, report: &LoadReport, setup: &Setup) -> ExitCode {
         committed_per_s: all.committed as f64 / elapsed_s.max(1e-9),
         aborted: all.aborted,
         unknown: all.unknown,
+        throttled: stats.throttled,
         abort_reasons: all.abort_reasons.clone(),
         unknown_reasons: all.unknown_reasons.clone(),
         regions: regions_json(&stats.regions, elapsed_s),
@@ -505,6 +510,12 @@ fn print_table(j: &BenchJson) {
     }
     for (reason, count) in &j.unknown_reasons {
         println!("  {count:>8} × unknown: {reason}");
+    }
+    if j.throttled > 0 {
+        println!(
+            "  {:>8} arrivals throttled (every client of their coordinator busy)",
+            j.throttled
+        );
     }
     if let Some(invariant) = &j.invariant {
         println!("workload invariant violated: {invariant}");

@@ -4,16 +4,18 @@
 //! under either driver), the same stepping of interactive sessions, the same results model
 //! ([`Results`]: per region and per transaction class).
 //!
-//! Each coordinator gets transactions at `rate / coordinators` per second (or as fast as
-//! its clients allow when no rate is given) from `max_outstanding` clients of its own:
-//! when all of them are busy, arrivals wait, so an overloaded cluster is measured at its
-//! capacity instead of growing an unbounded backlog. A client never has two transactions
-//! open at once, as the checker expects of a `process`.
+//! With a rate, each coordinator gets Poisson arrivals at `rate / coordinators` per second
+//! (the simulator's open loop, Tiga §5.1) served by `max_outstanding` clients of its own:
+//! an arrival that finds all of them busy is not submitted but counted as throttled, so an
+//! overloaded cluster is measured at its capacity instead of growing an unbounded backlog.
+//! Without a rate the clients are closed-loop: each submits its next transaction when the
+//! last one ends. A client never has two transactions open at once, as the checker expects
+//! of a `process`.
 //!
 //! Latency histograms are HDR histograms (bounded memory whatever the run's length); the
 //! history, when recorded, holds one entry per transaction.
 
-use meridian_bench::driver::{LoadCore, Next};
+use meridian_bench::driver::{interarrival_ns, LoadCore, Next};
 use meridian_bench::Results;
 use meridian_check::Entry;
 use meridian_client::{ClientError, Submit};
@@ -46,7 +48,8 @@ pub struct LoadOptions {
     /// the start, when stores, logs and queues are still filling and nothing is old enough
     /// to be collected yet.
     pub warmup: Duration,
-    /// Total arrivals per second over all coordinators; None: as fast as the clients allow.
+    /// Total arrivals per second over all coordinators (open loop); None: closed-loop
+    /// clients.
     pub rate_per_s: Option<f64>,
     /// Clients per coordinator: its cap of transactions in flight.
     pub max_outstanding: usize,
@@ -79,6 +82,14 @@ impl Shared {
 
     fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Counts an open-loop arrival turned away at the cap.
+    fn throttled(&self) {
+        if self.start.elapsed() >= self.warmup {
+            self.total.lock().expect("stats lock").throttled += 1;
+        }
+        self.interval.lock().expect("stats lock").throttled += 1;
     }
 
     fn driving(&self) -> std::sync::MutexGuard<'_, Driving> {
@@ -138,9 +149,9 @@ impl Load {
             warmup: options.warmup,
             record_history: options.record_history,
         });
-        let per_target_interval = options.rate_per_s.map(|rate| {
-            Duration::from_secs_f64(targets.len() as f64 / rate.max(f64::MIN_POSITIVE))
-        });
+        let per_coordinator_rate = options
+            .rate_per_s
+            .map(|rate| rate.max(f64::MIN_POSITIVE) / targets.len().max(1) as f64);
         let deadline = Instant::now() + options.warmup + options.duration;
         let coordinators = targets.len();
         let mut drivers = tokio::task::JoinSet::new();
@@ -152,7 +163,8 @@ impl Load {
                     .step_by(coordinators)
                     .map(|c| c as u32)
                     .collect(),
-                interval: per_target_interval,
+                rate_tps: per_coordinator_rate,
+                arrivals: NodeRng::seed_from_u64(options.seed ^ 0xA771 ^ ((k as u64) << 32)),
             };
             drivers.spawn(driver.run(deadline, stop.clone()));
         }
@@ -207,11 +219,13 @@ struct Driver {
     target: Arc<Target>,
     /// The coordinator's clients (ids of the load core).
     clients: Vec<u32>,
-    interval: Option<Duration>,
+    /// Open-loop arrivals per second at this coordinator; None: closed loop.
+    rate_tps: Option<f64>,
+    arrivals: NodeRng,
 }
 
 impl Driver {
-    async fn run(self, deadline: Instant, stop: CancellationToken) {
+    async fn run(mut self, deadline: Instant, stop: CancellationToken) {
         let (free_tx, mut free) = mpsc::channel::<u32>(self.clients.len());
         for &client in &self.clients {
             free_tx.try_send(client).expect("room for every client");
@@ -219,17 +233,30 @@ impl Driver {
         let mut next_arrival = Instant::now();
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
-            if let Some(interval) = self.interval {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep_until(next_arrival) => {}
+            let client = match self.rate_tps {
+                Some(rate) => {
+                    let gap = interarrival_ns(&mut self.arrivals, rate);
+                    next_arrival += Duration::from_nanos(gap);
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep_until(next_arrival.min(deadline)) => {}
+                    }
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    match free.try_recv() {
+                        Ok(client) => client,
+                        Err(_) => {
+                            self.shared.throttled();
+                            continue;
+                        }
+                    }
                 }
-                next_arrival += interval;
-            }
-            let client = tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep_until(deadline) => break,
-                c = free.recv() => c.expect("the driver holds a sender"),
+                None => tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    c = free.recv() => c.expect("the driver holds a sender"),
+                },
             };
             if Instant::now() >= deadline {
                 break;

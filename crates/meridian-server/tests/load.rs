@@ -84,6 +84,24 @@ async fn seen_by_the_runtime(
     setup: &Setup,
     per_coordinator: usize,
 ) -> (BTreeSet<(u32, NodeId, u16)>, BTreeSet<u64>) {
+    let options = LoadOptions {
+        duration: Duration::from_millis(500),
+        warmup: Duration::ZERO,
+        rate_per_s: None,
+        max_outstanding: per_coordinator,
+        record_history: true,
+        seed: 1,
+    };
+    let (seen, report) = run_on_the_runtime(setup, options).await;
+    let processes = report.history.iter().map(|e| e.process).collect();
+    (seen, processes)
+}
+
+/// Runs the `Where` workload on every node of `setup` in this process.
+async fn run_on_the_runtime(
+    setup: &Setup,
+    options: LoadOptions,
+) -> (BTreeSet<(u32, NodeId, u16)>, meridian_server::LoadReport) {
     let mut config = HostConfig::new(free_addresses(setup.cluster.nodes.len()));
     config.wan_scale = 0.0;
     config.serve_metrics = false;
@@ -102,14 +120,6 @@ async fn seen_by_the_runtime(
         })
         .collect();
     let seen = Seen::default();
-    let options = LoadOptions {
-        duration: Duration::from_millis(500),
-        warmup: Duration::ZERO,
-        rate_per_s: None,
-        max_outstanding: per_coordinator,
-        record_history: true,
-        seed: 1,
-    };
     let load = Load::start(
         &setup.cluster,
         Box::new(Where { seen: seen.clone() }),
@@ -121,9 +131,8 @@ async fn seen_by_the_runtime(
     let report = load.finish().await;
     host.shutdown().await;
     assert!(report.results.committed() > 0);
-    let processes = report.history.iter().map(|e| e.process).collect();
     let set = seen.lock().unwrap().clone();
-    (set, processes)
+    (set, report)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,4 +153,42 @@ async fn both_drivers_place_the_same_clients_and_show_the_workload_their_region(
     assert_eq!(runtime, expected, "the runtime's clients");
     let ids: BTreeSet<u64> = expected.iter().map(|e| u64::from(e.0)).collect();
     assert!(processes.is_subset(&ids) && !processes.is_empty());
+}
+
+/// Open loop on the runtime as in the simulator: an arrival that finds every client of its
+/// coordinator busy is counted as throttled, not queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_arrivals_beyond_the_cap_are_throttled() {
+    let setup = setup();
+    let options = LoadOptions {
+        duration: Duration::from_millis(400),
+        warmup: Duration::ZERO,
+        rate_per_s: Some(40_000.0),
+        max_outstanding: 1,
+        record_history: true,
+        seed: 2,
+    };
+    let (seen, report) = run_on_the_runtime(&setup, options).await;
+    assert_eq!(
+        seen.len(),
+        setup.cluster.coordinators.len(),
+        "one client each"
+    );
+    assert!(
+        report.results.throttled > 0,
+        "{:?}",
+        report.results.throttled
+    );
+    // One client per coordinator: its history entries never overlap.
+    let mut by_process: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
+    for e in &report.history {
+        by_process
+            .entry(e.process)
+            .or_default()
+            .push((e.invoke_ns, e.complete_ns));
+    }
+    for spans in by_process.values_mut() {
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{spans:?}");
+    }
 }

@@ -689,8 +689,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
     /// An exponential interarrival time at the open-loop rate (at least 1 ns).
     fn interarrival_ns(&mut self) -> u64 {
         let rate = self.options.open_loop.expect("open loop").rate_tps;
-        let u: f64 = rand::Rng::gen_range(&mut self.arrival_rng, f64::EPSILON..1.0);
-        ((-u.ln() / rate) * NS_PER_S as f64).max(1.0) as u64
+        meridian_bench::driver::interarrival_ns(&mut self.arrival_rng, rate)
     }
 
     fn fresh_request(&mut self, client: u32) -> RequestId {
