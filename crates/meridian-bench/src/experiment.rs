@@ -48,6 +48,8 @@
 //! also_scale = 1.0           # multiplies `also` (default: y_scale)
 //! series = "protocol"        # a swept parameter (default: protocol)
 //! region = "SC"              # a coordinator region or "all" (default)
+//! class = "new-order"        # a transaction class label (read-only, read-write, a
+//!                            # workload's own: TPC-C's profiles, irt/crt); default: all
 //! kind = "line"              # "cdf": each point's latency distribution; "timeline": y
 //!                            # (throughput_tps, p50_ms, p99_ms, …) per bucket of time
 //! ```
@@ -109,6 +111,10 @@ pub struct PlotSpec {
     pub series: String,
     #[serde(default = "default_region")]
     pub region: String,
+    /// A transaction class (`read-only`, `new-order`, `crt`, …): the plot shows that class's
+    /// metrics; default: every transaction.
+    #[serde(default)]
+    pub class: Option<String>,
     #[serde(default = "default_kind")]
     pub kind: String,
     /// The y axis label (default: the metric's).
@@ -328,9 +334,9 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
                 p.name
             ));
         }
-        if !is_metric(e) && p.region != ALL {
+        if !is_metric(e) && (p.region != ALL || p.class.is_some()) {
             return Err(format!(
-                "plot `{}`: counters and models are not per region; drop `region`",
+                "plot `{}`: counters and models are not per region or class; drop `region` and `class`",
                 p.name
             ));
         }
@@ -609,7 +615,9 @@ fn summarize(
         let per_run: Vec<f64> = runs
             .iter()
             .zip(&rows)
-            .filter_map(|(run, rows)| evaluate(e, run, rows.last().expect("the all row")))
+            .filter_map(|(run, rows)| {
+                evaluate(e, run, metrics::find(rows, ALL, None).expect("the all row"))
+            })
             .collect();
         if let Some(v) = metrics::median(&mut per_run.clone()) {
             values.insert(e.clone(), v);
@@ -629,8 +637,8 @@ fn summarize(
         .collect();
     let mut abort_reasons: BTreeMap<String, u64> = BTreeMap::new();
     for r in runs {
-        for (k, v) in &r.abort_reasons {
-            *abort_reasons.entry(k.clone()).or_default() += v;
+        for (k, v) in r.results.abort_reasons() {
+            *abort_reasons.entry(k).or_default() += v;
         }
     }
     let violations = runs
@@ -645,19 +653,18 @@ fn summarize(
         .collect();
     let mut cdf = BTreeMap::new();
     if let Some(first) = runs.first() {
-        let mut all = Vec::new();
-        for s in &first.regions {
-            cdf.insert(s.region.clone(), cdf_points(&s.latencies_ns));
-            all.extend_from_slice(&s.latencies_ns);
+        for r in &first.results.regions {
+            cdf.insert(r.region.clone(), cdf_points(&r.latency_ns));
         }
-        cdf.insert(ALL.to_string(), cdf_points(&all));
+        let all = first.results.all_regions();
+        cdf.insert(ALL.to_string(), cdf_points(&all.latency_ns));
     }
     PointResult {
         params,
         point,
         metrics: metrics::median_of(&rows),
         abort_reasons,
-        throttled: runs.iter().map(|r| r.throttled).sum::<u64>() / runs.len().max(1) as u64,
+        throttled: runs.iter().map(|r| r.results.throttled).sum::<u64>() / runs.len().max(1) as u64,
         violations,
         cdf,
         counters,
@@ -693,11 +700,10 @@ fn median_timeline(runs: &[RunOutput]) -> Vec<TimeBucket> {
 }
 
 /// The latency distribution as `(ms, fraction ≤)` at 1% steps.
-fn cdf_points(latencies_ns: &[u64]) -> Vec<(f64, f64)> {
-    if latencies_ns.is_empty() {
+fn cdf_points(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
+    if h.is_empty() {
         return Vec::new();
     }
-    let h = metrics::histogram(latencies_ns);
     (1..=100)
         .map(|q| {
             let q = f64::from(q) / 100.0;
@@ -858,7 +864,7 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
 /// One point of a line plot: x (a metric or a swept parameter) against expression `y`
 /// times `scale`.
 fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(f64, f64)> {
-    let m = r.metrics.iter().find(|m| m.region == spec.region)?;
+    let m = metrics::find(&r.metrics, &spec.region, spec.class.as_deref())?;
     let x = if is_metric(&spec.x) {
         m.get(&spec.x)
     } else {
@@ -948,7 +954,8 @@ pub fn timeline_csv(results: &[PointResult]) -> String {
     out
 }
 
-/// One row per point and region: the swept parameters, the region, every metric.
+/// One row per point, region and class (`all`: every transaction): the swept parameters,
+/// the region, every metric.
 pub fn csv(results: &[PointResult]) -> String {
     let keys: Vec<String> = results
         .first()
@@ -960,7 +967,7 @@ pub fn csv(results: &[PointResult]) -> String {
         .cloned()
         .chain(["region".to_string()])
         .chain(METRICS.iter().map(|(m, _)| m.to_string()))
-        .chain(["unknown".to_string(), "throttled".to_string()])
+        .chain(["unknown", "throttled", "class"].map(String::from))
         .collect();
     out.push_str(&header.join(","));
     out.push('\n');
@@ -977,6 +984,7 @@ pub fn csv(results: &[PointResult]) -> String {
             }));
             row.push(m.unknown.to_string());
             row.push(r.throttled.to_string());
+            row.push(m.class.clone().unwrap_or_else(|| ALL.to_string()));
             out.push_str(
                 &row.iter()
                     .map(|c| c.replace(',', ";"))
@@ -992,7 +1000,6 @@ pub fn csv(results: &[PointResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Sample;
 
     const FILE: &str = r#"
 name = "demo"
@@ -1032,14 +1039,22 @@ kind = "cdf"
             };
             let factor = if p.protocol == "a" { 1.0 } else { 2.0 };
             let ms = (rate_tps * factor) as u64 + p.seed; // repeats differ by seed
+            let mut region = crate::RegionResults::new("X");
+            let committed = meridian_core::txn::Outcome::Committed {
+                results: Vec::new(),
+                commit_ts: None,
+                path: meridian_core::CommitPath::Fast,
+            };
+            for _ in 0..10 {
+                region
+                    .totals
+                    .record(&committed, ms * 1_000_000, Some(100.0));
+            }
             Ok(RunOutput {
-                regions: vec![Sample {
-                    region: "X".into(),
-                    committed: 10,
-                    latencies_ns: vec![ms * 1_000_000; 10],
-                    bound_ms: Some(100.0),
-                    ..Sample::default()
-                }],
+                results: crate::Results {
+                    regions: vec![region],
+                    throttled: 0,
+                },
                 load_s: p.duration_ms as f64 / 1000.0,
                 invariant: if p.protocol == "b" && p.seed == 2 {
                     Err("broken".into())

@@ -3,9 +3,15 @@
 //! * A [`Point`] is one configuration to measure: protocol, topology, workload and their
 //!   options, the load shape ([`Load`]: open loop with a cap on outstanding transactions
 //!   per coordinator, Tiga §5.1; or closed-loop clients, K2/DAST), duration and seed.
-//! * A [`Target`] runs a point and returns per-region [`Sample`]s. The simulator is one
-//!   target (in `meridian-cli`, where the protocol registry lives); the tokio runtime
-//!   plugs in the same way. Nothing here knows a protocol.
+//! * [`results`] is the one results model both drivers feed: per coordinator region and
+//!   per transaction class (an open set of labels), outcome counts, HDR latency
+//!   histograms, commit paths and abort reasons.
+//! * [`driver`] is the sans-IO core of the load driver both the simulator and the runtime
+//!   run: the clients (placed by `meridian_workload::place_clients`), their transactions
+//!   in flight, interactive sessions stepped from answer to answer.
+//! * A [`Target`] runs a point and returns its [`Results`]. The simulator is one target
+//!   (in `meridian-cli`, where the protocol registry lives); the tokio runtime plugs in the
+//!   same way. Nothing here knows a protocol.
 //! * [`metrics`] turns samples into the per-region metrics of DESIGN §10 (throughput,
 //!   commit rate, p50/p90/p99 in ms and in WRTT units against the physical bound, path
 //!   ratios, abort ratio and reasons), percentiles from HDR histograms.
@@ -16,9 +22,15 @@
 //!   counters (`counters.K`, ratios `counters.A / counters.B`) and a target's model values
 //!   (`model.K`).
 
+pub mod driver;
 pub mod experiment;
 pub mod metrics;
 pub mod plot;
+pub mod report;
+pub mod results;
+
+pub use driver::{InFlight, LoadCore, Next};
+pub use results::{path_name, Finished, RegionResults, Results, Stats};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -63,29 +75,11 @@ pub struct Point {
     pub warmup_ms: u64,
 }
 
-/// What a target measured in one region of coordinators during one run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
-    pub region: String,
-    pub committed: u64,
-    pub aborted: u64,
-    pub unknown: u64,
-    /// Commit latencies, ns (invoke to answer), of committed transactions.
-    #[serde(skip)]
-    pub latencies_ns: Vec<u64>,
-    /// The protocol's physical bound for this region's transactions (median), ms.
-    pub bound_ms: Option<f64>,
-    /// Committed transactions by commit path (`fast`, `slow`, `re-executed`, …).
-    pub paths: BTreeMap<String, u64>,
-}
-
 /// One run's raw result.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct RunOutput {
-    pub regions: Vec<Sample>,
-    pub abort_reasons: BTreeMap<String, u64>,
-    /// Open-loop arrivals turned away at the cap.
-    pub throttled: u64,
+    /// Outcomes and latency per coordinator region and per transaction class.
+    pub results: Results,
     /// The time during which load was offered, s (throughput's denominator).
     pub load_s: f64,
     /// The workload's invariant and final-state conditions: `Err` names the violation.
@@ -155,9 +149,7 @@ pub trait Target {
 impl Default for RunOutput {
     fn default() -> Self {
         RunOutput {
-            regions: Vec::new(),
-            abort_reasons: BTreeMap::new(),
-            throttled: 0,
+            results: Results::default(),
             load_s: 0.0,
             invariant: Ok(()),
             timeline: Vec::new(),

@@ -1,10 +1,10 @@
 //! The per-region metrics of DESIGN §10, from a run's samples. Percentiles come from an HDR
 //! histogram (3 significant digits, 1 µs to 1 h), so memory does not grow with the run.
 
-use crate::{RunOutput, Sample};
+use crate::results::Stats;
+use crate::RunOutput;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// The name of the all-regions row.
 pub const ALL: &str = "all";
@@ -13,6 +13,9 @@ pub const ALL: &str = "all";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     pub region: String,
+    /// The transaction class the row is about; `None`: every transaction of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     pub committed: u64,
     pub aborted: u64,
     pub unknown: u64,
@@ -72,18 +75,13 @@ impl Metrics {
     }
 }
 
-/// A latency histogram in ns: 1 µs to 1 h at 3 significant digits.
+/// A latency histogram in ns of `latencies_ns`: 1 µs to 1 h at 3 significant digits.
 pub fn histogram(latencies_ns: &[u64]) -> Histogram<u64> {
-    let mut h = Histogram::<u64>::new_with_bounds(1_000, 3_600_000_000_000, 3)
-        .expect("valid histogram bounds");
+    let mut h = crate::results::latency_histogram();
     for &ns in latencies_ns {
         h.saturating_record(ns.max(1_000));
     }
     h
-}
-
-fn ratio(part: u64, whole: u64) -> Option<f64> {
-    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
@@ -94,69 +92,58 @@ pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     Some(values[(values.len() - 1) / 2])
 }
 
-/// The metrics of samples taken together (one region, or all of them).
-fn of_samples(region: &str, samples: &[&Sample], load_s: f64) -> Metrics {
-    let committed: u64 = samples.iter().map(|s| s.committed).sum();
-    let aborted: u64 = samples.iter().map(|s| s.aborted).sum();
-    let unknown: u64 = samples.iter().map(|s| s.unknown).sum();
-    let mut h = histogram(&[]);
-    for s in samples {
-        for &ns in &s.latencies_ns {
-            h.saturating_record(ns.max(1_000));
-        }
-    }
-    let pct = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e6);
-    let mut paths: BTreeMap<&str, u64> = BTreeMap::new();
-    for s in samples {
-        for (p, n) in &s.paths {
-            *paths.entry(p.as_str()).or_default() += n;
-        }
-    }
-    let path = |name: &str| ratio(*paths.get(name).unwrap_or(&0), committed);
-    // The bound of several regions: the committed-weighted median of their bounds.
-    let mut bounds: Vec<f64> = samples
-        .iter()
-        .filter_map(|s| s.bound_ms.map(|b| (b, s.committed)))
-        .flat_map(|(b, n)| std::iter::repeat_n(b, n.min(10_000) as usize))
-        .collect();
-    let bound_ms = median(&mut bounds);
-    let p50_ms = pct(0.5);
+/// The metrics of one group of transactions (a region, or all of them).
+pub fn of_stats(region: &str, s: &Stats, load_s: f64) -> Metrics {
+    let finished = s.finished();
+    let ratio = |part: u64| (finished > 0).then(|| part as f64 / finished as f64);
     Metrics {
         region: region.to_string(),
-        committed,
-        aborted,
-        unknown,
+        class: None,
+        committed: s.committed,
+        aborted: s.aborted,
+        unknown: s.unknown,
         throughput_tps: if load_s > 0.0 {
-            committed as f64 / load_s
+            s.committed as f64 / load_s
         } else {
             0.0
         },
-        commit_rate: ratio(committed, committed + aborted + unknown),
-        abort_ratio: ratio(aborted, committed + aborted + unknown),
-        p50_ms,
-        p90_ms: pct(0.9),
-        p99_ms: pct(0.99),
-        bound_ms,
-        p50_wrtt: match (p50_ms, bound_ms) {
-            (Some(p), Some(b)) if b > 0.0 => Some(p / b),
-            _ => None,
-        },
-        fast_path_ratio: path("fast"),
-        slow_path_ratio: path("slow"),
-        reexecuted_ratio: path("re-executed"),
+        commit_rate: ratio(s.committed),
+        abort_ratio: ratio(s.aborted),
+        p50_ms: s.percentile_ms(50.0),
+        p90_ms: s.percentile_ms(90.0),
+        p99_ms: s.percentile_ms(99.0),
+        bound_ms: s.bound_ms(),
+        p50_wrtt: s.p50_wrtt(),
+        fast_path_ratio: s.path_ratio("fast"),
+        slow_path_ratio: s.path_ratio("slow"),
+        reexecuted_ratio: s.path_ratio("re-executed"),
     }
 }
 
-/// The metrics of one run: one row per region, then the all-regions row.
+/// The metrics of one run: one row per region, then the all-regions row, then a row per
+/// region (all regions last) and transaction class.
 pub fn of_run(run: &RunOutput) -> Vec<Metrics> {
-    let mut rows: Vec<Metrics> = run
-        .regions
+    let all = run.results.all_regions();
+    let regions: Vec<&crate::RegionResults> = run.results.regions.iter().chain([&all]).collect();
+    let mut rows: Vec<Metrics> = regions
         .iter()
-        .map(|s| of_samples(&s.region, &[s], run.load_s))
+        .map(|r| of_stats(&r.region, r, run.load_s))
         .collect();
-    let all: Vec<&Sample> = run.regions.iter().collect();
-    rows.push(of_samples(ALL, &all, run.load_s));
+    for r in regions {
+        for (class, stats) in &r.classes {
+            rows.push(Metrics {
+                class: Some(class.clone()),
+                ..of_stats(&r.region, stats, run.load_s)
+            });
+        }
+    }
     rows
+}
+
+/// The row of `region` (or [`ALL`]) and `class` (`None`: every transaction).
+pub fn find<'a>(rows: &'a [Metrics], region: &str, class: Option<&str>) -> Option<&'a Metrics> {
+    rows.iter()
+        .find(|m| m.region == region && m.class.as_deref() == class)
 }
 
 /// The median of each metric over repeats, region by region (regions matched by name).
@@ -169,7 +156,7 @@ pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
         .map(|row| {
             let same: Vec<&Metrics> = repeats
                 .iter()
-                .filter_map(|r| r.iter().find(|m| m.region == row.region))
+                .filter_map(|r| find(r, &row.region, row.class.as_deref()))
                 .collect();
             let med = |f: &dyn Fn(&Metrics) -> Option<f64>| {
                 median(&mut same.iter().filter_map(|m| f(m)).collect::<Vec<_>>())
@@ -179,6 +166,7 @@ pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
             };
             Metrics {
                 region: row.region.clone(),
+                class: row.class.clone(),
                 committed: count(&|m| m.committed),
                 aborted: count(&|m| m.aborted),
                 unknown: count(&|m| m.unknown),
@@ -202,27 +190,40 @@ pub fn median_of(repeats: &[Vec<Metrics>]) -> Vec<Metrics> {
 mod tests {
     use super::*;
 
-    fn sample(region: &str, latencies_ms: &[u64], bound: f64) -> Sample {
-        Sample {
-            region: region.into(),
-            committed: latencies_ms.len() as u64,
-            aborted: 1,
-            unknown: 0,
-            latencies_ns: latencies_ms.iter().map(|ms| ms * 1_000_000).collect(),
-            bound_ms: Some(bound),
-            paths: [("fast".to_string(), latencies_ms.len() as u64 - 1)]
-                .into_iter()
-                .collect(),
+    fn region(name: &str, latencies_ms: &[u64], bound: f64) -> crate::RegionResults {
+        use meridian_core::txn::{AbortReason, Outcome};
+        use meridian_core::CommitPath;
+        let mut r = crate::RegionResults::new(name);
+        for (i, ms) in latencies_ms.iter().enumerate() {
+            let path = if i == 0 {
+                CommitPath::Slow
+            } else {
+                CommitPath::Fast
+            };
+            let outcome = Outcome::Committed {
+                results: Vec::new(),
+                commit_ts: None,
+                path,
+            };
+            r.totals.record(&outcome, ms * 1_000_000, Some(bound));
         }
+        let aborted = Outcome::Aborted {
+            reason: AbortReason::Conflict,
+        };
+        r.totals.record(&aborted, 0, None);
+        r
     }
 
     #[test]
     fn per_region_and_all_regions_rows() {
         let run = RunOutput {
-            regions: vec![
-                sample("A", &(1..=100).collect::<Vec<_>>(), 50.0),
-                sample("B", &[200; 100], 100.0),
-            ],
+            results: crate::Results {
+                regions: vec![
+                    region("A", &(1..=100).collect::<Vec<_>>(), 50.0),
+                    region("B", &[200; 100], 100.0),
+                ],
+                throttled: 0,
+            },
             load_s: 10.0,
             ..RunOutput::default()
         };
@@ -241,6 +242,39 @@ mod tests {
         assert!((all.p90_ms.unwrap() - 200.0).abs() < 0.2, "{all:?}");
         assert_eq!(all.get("throughput_tps"), Some(20.0));
         assert_eq!(all.get("nonsense"), None);
+    }
+
+    #[test]
+    fn class_rows_follow_the_region_rows() {
+        let mut a = region("A", &[10, 20, 30], 5.0);
+        a.classes.insert("payment".into(), a.totals.clone());
+        let run = RunOutput {
+            results: crate::Results {
+                regions: vec![a],
+                throttled: 0,
+            },
+            load_s: 1.0,
+            ..RunOutput::default()
+        };
+        let rows = of_run(&run);
+        let names: Vec<(&str, Option<&str>)> = rows
+            .iter()
+            .map(|m| (m.region.as_str(), m.class.as_deref()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("A", None),
+                (ALL, None),
+                ("A", Some("payment")),
+                (ALL, Some("payment"))
+            ]
+        );
+        let payment = find(&rows, ALL, Some("payment")).unwrap();
+        assert_eq!(payment.committed, 3);
+        assert!((payment.p50_ms.unwrap() - 20.0).abs() < 0.1);
+        let median = median_of(&[rows.clone(), rows]);
+        assert_eq!(find(&median, "A", Some("payment")).unwrap().committed, 3);
     }
 
     #[test]

@@ -14,12 +14,12 @@ use crate::runtime::ClusterArgs;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use meridian_bench::experiment::{self, Overrides};
-use meridian_bench::{Load, Point, RunOutput, Sample, Target, TimeBucket};
+use meridian_bench::{Load, Point, Results, RunOutput, Target, TimeBucket};
 use meridian_core::node::RunSummary;
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::ClockProfile;
 use meridian_core::{Cluster, Protocol, ProtocolConfig, Topology};
-use meridian_server::{LoadOptions, LoadStats, RegionLoad};
+use meridian_server::LoadOptions;
 use meridian_sim::{FaultPlan, OpenLoop, SimOptions, SimReport};
 use meridian_workload::WorkloadOptions;
 use std::path::PathBuf;
@@ -279,21 +279,10 @@ pub(crate) fn simulate<P: Protocol>(
         progress(p.virtual_ns as f64 / end_ns)
     });
     Ok(RunOutput {
-        regions: report
-            .regions
-            .iter()
-            .map(|r| Sample {
-                region: r.region.clone(),
-                committed: r.committed,
-                aborted: r.aborted,
-                unknown: r.unknown,
-                latencies_ns: r.latencies_ns.clone(),
-                bound_ms: r.bound_ms(),
-                paths: r.paths.clone(),
-            })
-            .collect(),
-        abort_reasons: report.abort_reasons.clone(),
-        throttled: report.throttled,
+        results: Results {
+            regions: report.regions.clone(),
+            throttled: report.throttled,
+        },
         load_s: point.duration_ms as f64 / 1000.0,
         invariant: report.invariant.clone(),
         timeline: report
@@ -333,15 +322,18 @@ fn fault_marks(spec: &str) -> Vec<(f64, String)> {
 
 /// What a simulated point measured, for the protocol's model ([`Protocol::predict`]).
 fn run_summary<'a>(point: &'a Point, cluster: &'a Cluster, report: &SimReport) -> RunSummary<'a> {
-    let latencies = report.regions.iter().flat_map(|r| r.latencies_ns.iter());
-    let committed = report.committed.max(1) as f64;
+    let latency_sum_ms: f64 = report
+        .regions
+        .iter()
+        .filter_map(|r| r.mean_ms().map(|m| m * r.committed as f64))
+        .sum();
     RunSummary {
         cluster,
         workload: &point.workload,
         workload_options: &point.workload_opts,
         committed: report.committed,
         load_s: point.duration_ms as f64 / 1000.0,
-        mean_latency_ms: latencies.sum::<u64>() as f64 / committed / NS_PER_MS as f64,
+        mean_latency_ms: latency_sum_ms / report.committed.max(1) as f64,
     }
 }
 
@@ -401,9 +393,7 @@ where
         timeline.push(runtime_bucket(timeline.len(), tick, &interval));
     })?;
     Ok(RunOutput {
-        regions: report.stats.regions.iter().map(runtime_sample).collect(),
-        abort_reasons: report.stats.abort_reasons.clone(),
-        throttled: 0,
+        results: report.results,
         load_s: duration.as_secs_f64(),
         invariant: report.invariant.clone(),
         timeline,
@@ -411,42 +401,17 @@ where
     })
 }
 
-/// A region's figures as a sample; latencies come back from the HDR histogram (µs, 3
-/// significant digits), one per committed transaction.
-fn runtime_sample(r: &RegionLoad) -> Sample {
-    let mut latencies_ns = Vec::with_capacity(r.committed as usize);
-    for v in r.latency_us.iter_recorded() {
-        let ns = r.latency_us.median_equivalent(v.value_iterated_to()) * 1_000;
-        latencies_ns.extend(std::iter::repeat_n(ns, v.count_at_value() as usize));
-    }
-    Sample {
-        region: r.region.clone(),
-        committed: r.committed,
-        aborted: r.aborted,
-        unknown: r.unknown,
-        latencies_ns,
-        bound_ms: r.bound_ms(),
-        paths: r.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-    }
-}
-
 /// The figures of one tick of the runtime's load as a timeline bucket.
-fn runtime_bucket(index: usize, tick: Duration, interval: &LoadStats) -> TimeBucket {
-    let committed = interval.committed();
-    let mut all =
-        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-    for r in &interval.regions {
-        all.add(&r.latency_us).expect("same bounds");
-    }
-    let pct = |q: f64| (committed > 0).then(|| all.value_at_quantile(q) as f64 / 1e3);
-    let sum = |f: fn(&RegionLoad) -> u64| interval.regions.iter().map(f).sum::<u64>();
+fn runtime_bucket(index: usize, tick: Duration, interval: &Results) -> TimeBucket {
+    let all = interval.all_regions();
+    let committed = all.committed;
     TimeBucket {
         start_s: index as f64 * tick.as_secs_f64(),
         committed,
-        aborted: sum(|r| r.aborted),
-        unknown: sum(|r| r.unknown),
+        aborted: all.aborted,
+        unknown: all.unknown,
         throughput_tps: committed as f64 / tick.as_secs_f64(),
-        p50_ms: pct(0.5),
-        p99_ms: pct(0.99),
+        p50_ms: all.percentile_ms(50.0),
+        p99_ms: all.percentile_ms(99.0),
     }
 }

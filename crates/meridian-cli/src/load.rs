@@ -5,14 +5,14 @@ use crate::bad_input;
 use crate::protocols;
 use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
 use clap::Args;
+use meridian_bench::report::{all_json, regions_json, RegionJson};
+use meridian_bench::Results;
 use meridian_check::Model;
 use meridian_client::{Client, ClientOptions, Submit};
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::parse_duration_ns;
 use meridian_core::{Cluster, NodeId, Protocol};
-use meridian_server::{
-    Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, LoadStats, Target,
-};
+use meridian_server::{Addresses, Host, HostConfig, Load, LoadOptions, LoadReport, Target};
 use meridian_workload::WorkloadOptions;
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
@@ -30,7 +30,8 @@ pub struct BenchArgs {
     /// instead of hosting every node in this process.
     #[arg(long)]
     remote: bool,
-    /// Workload: microbench, list-append (one-shot), bank.
+    /// Workload: list-append, bank, microbench, ycsb-t, tpcc, tpca, retwis, smallbank
+    /// (stored procedures and interactive transactions run as in the simulator).
     #[arg(long, default_value = "microbench")]
     workload: String,
     /// Workload options, `key=value[,key=value…]`.
@@ -43,10 +44,12 @@ pub struct BenchArgs {
     /// cover only the `--duration` after it, the steady state; live lines show both.
     #[arg(long, default_value = "0s")]
     warmup: String,
-    /// Transactions per second over all coordinators, or `max` (as fast as the cap allows).
+    /// Transactions per second over all coordinators (open loop: Poisson arrivals, those
+    /// that find every client of their coordinator busy are throttled), or `max`
+    /// (closed loop: each client submits again as soon as its transaction ends).
     #[arg(long, default_value = "max")]
     rate: String,
-    /// Transactions in flight per coordinator at most.
+    /// Clients per coordinator: its cap of transactions in flight.
     #[arg(long, default_value_t = 64)]
     max_outstanding: usize,
     /// A transaction unanswered this long counts as unknown.
@@ -219,7 +222,7 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
         Err(code) => return code,
     };
     let live = plan.args.live;
-    let mut on_tick = |elapsed: Duration, interval: LoadStats| {
+    let mut on_tick = |elapsed: Duration, interval: Results| {
         if live {
             live_line(elapsed, &interval);
         }
@@ -246,7 +249,7 @@ pub struct PointRun {
 
 pub fn run_point<P: Protocol>(
     run: PointRun,
-    on_tick: &mut dyn FnMut(Duration, LoadStats),
+    on_tick: &mut dyn FnMut(Duration, Results),
 ) -> Result<LoadReport, String>
 where
     P::Node: Send,
@@ -284,7 +287,7 @@ where
 pub(crate) async fn drive<P: Protocol>(
     plan: &Plan,
     tick: Duration,
-    on_tick: &mut dyn FnMut(Duration, LoadStats),
+    on_tick: &mut dyn FnMut(Duration, Results),
 ) -> Result<(LoadReport, Setup<P>), String>
 where
     P::Node: Send,
@@ -332,17 +335,18 @@ where
         };
         let cluster = setup.cluster.clone();
         targets.push(Target {
-            region: setup
-                .cluster
-                .topology
-                .region_name(setup.cluster.region_of(coordinator))
-                .to_string(),
             submit,
             bound_ms: Arc::new(move |shards| P::bound_ms(&cluster, coordinator, shards)),
         });
     }
     let stop = CancellationToken::new();
-    let load = Load::start(workload, targets, plan.options.clone(), stop.clone());
+    let load = Load::start(
+        &setup.cluster,
+        workload,
+        targets,
+        plan.options.clone(),
+        stop.clone(),
+    )?;
     let started = std::time::Instant::now();
     let mut tick = tokio::time::interval(tick);
     tick.tick().await;
@@ -368,7 +372,7 @@ where
 }
 
 /// One line, rewritten in place on a terminal: throughput, commit rate, p50/p99 per region.
-fn live_line(elapsed: Duration, interval: &LoadStats) {
+fn live_line(elapsed: Duration, interval: &Results) {
     let finished = interval.finished();
     let committed = interval.committed();
     let rate = if finished == 0 {
@@ -399,20 +403,6 @@ fn live_line(elapsed: Duration, interval: &LoadStats) {
 }
 
 #[derive(Serialize)]
-struct RegionJson {
-    region: String,
-    committed: u64,
-    aborted: u64,
-    unknown: u64,
-    p50_ms: Option<f64>,
-    p90_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    bound_ms: Option<f64>,
-    p50_wrtt: Option<f64>,
-    paths: std::collections::BTreeMap<&'static str, u64>,
-}
-
-#[derive(Serialize)]
 struct BenchJson {
     protocol: String,
     topology: String,
@@ -426,8 +416,14 @@ struct BenchJson {
     committed_per_s: f64,
     aborted: u64,
     unknown: u64,
+    /// Open-loop arrivals turned away because every client of their coordinator was busy.
+    throttled: u64,
     abort_reasons: std::collections::BTreeMap<String, u64>,
+    unknown_reasons: std::collections::BTreeMap<String, u64>,
+    /// Per region, each broken down by transaction class.
     regions: Vec<RegionJson>,
+    /// Every region together, broken down by transaction class.
+    all: RegionJson,
     model: Option<String>,
     valid: Option<bool>,
     anomalies: usize,
@@ -443,8 +439,8 @@ fn finish(plan: &Plan, report: &LoadReport, cluster: &Cluster) -> ExitCode {
     let check = plan
         .model
         .map(|m| meridian_check::check(&report.history, m));
-    let stats = &report.stats;
-    let sum = |f: fn(&meridian_server::RegionLoad) -> u64| stats.regions.iter().map(f).sum::<u64>();
+    let stats = &report.results;
+    let all = stats.all_regions();
     let elapsed_s = report.elapsed.as_secs_f64();
     let json = BenchJson {
         protocol: plan.args.cluster.protocol.clone(),
@@ -454,31 +450,15 @@ fn finish(plan: &Plan, report: &LoadReport, cluster: &Cluster) -> ExitCode {
         remote: plan.args.remote,
         warmup_s: plan.options.warmup.as_secs_f64(),
         elapsed_s,
-        committed: stats.committed(),
-        committed_per_s: stats.committed() as f64 / elapsed_s.max(1e-9),
-        aborted: sum(|r| r.aborted),
-        unknown: sum(|r| r.unknown),
-        abort_reasons: stats.abort_reasons.clone(),
-        regions: stats
-            .regions
-            .iter()
-            .map(|r| RegionJson {
-                region: r.region.clone(),
-                committed: r.committed,
-                aborted: r.aborted,
-                unknown: r.unknown,
-                p50_ms: r.percentile_ms(50.0),
-                p90_ms: r.percentile_ms(90.0),
-                p99_ms: r.percentile_ms(99.0),
-                bound_ms: r.bound_ms(),
-                p50_wrtt: r
-                    .percentile_ms(50.0)
-                    .zip(r.bound_ms())
-                    .filter(|(_, b)| *b > 0.0)
-                    .map(|(p, b)| p / b),
-                paths: r.paths.clone(),
-            })
-            .collect(),
+        committed: all.committed,
+        committed_per_s: all.committed as f64 / elapsed_s.max(1e-9),
+        aborted: all.aborted,
+        unknown: all.unknown,
+        throttled: stats.throttled,
+        abort_reasons: all.abort_reasons.clone(),
+        unknown_reasons: all.unknown_reasons.clone(),
+        regions: regions_json(&stats.regions, elapsed_s),
+        all: all_json(&stats.regions, elapsed_s),
         model: plan.model.map(|m| m.to_string()),
         valid: check.as_ref().map(|c| c.valid),
         anomalies: check.as_ref().map_or(0, |c| c.anomalies.len()),
@@ -526,39 +506,18 @@ fn print_table(j: &BenchJson) {
         j.aborted,
         j.unknown
     );
-    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    println!(
-        "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "region",
-        "committed",
-        "aborted",
-        "unknown",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "bound",
-        "p50/WRTT"
-    );
-    for r in &j.regions {
-        println!(
-            "{:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            r.region,
-            r.committed,
-            r.aborted,
-            r.unknown,
-            ms(r.p50_ms),
-            ms(r.p90_ms),
-            ms(r.p99_ms),
-            ms(r.bound_ms),
-            r.p50_wrtt.map_or("-".to_string(), |v| format!("{v:.2}"))
-        );
-        let paths: Vec<String> = r.paths.iter().map(|(p, n)| format!("{p} {n}")).collect();
-        if !paths.is_empty() {
-            println!("         paths: {}", paths.join(", "));
-        }
-    }
+    print!("{}", meridian_bench::report::table(&j.regions, &j.all));
     for (reason, count) in &j.abort_reasons {
         println!("  {count:>8} × {reason}");
+    }
+    for (reason, count) in &j.unknown_reasons {
+        println!("  {count:>8} × unknown: {reason}");
+    }
+    if j.throttled > 0 {
+        println!(
+            "  {:>8} arrivals throttled (every client of their coordinator busy)",
+            j.throttled
+        );
     }
     if let Some(invariant) = &j.invariant {
         println!("workload invariant violated: {invariant}");

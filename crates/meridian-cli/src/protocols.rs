@@ -6,13 +6,14 @@ use crate::experiment;
 use crate::load;
 use crate::runtime::{self, tokio_runtime};
 use crate::sim::{self, RunResult};
+use meridian_bench::Results;
 use meridian_bench::{Point, RunOutput};
 use meridian_core::node::Setup;
 use meridian_core::{Cluster, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
-use meridian_server::{LoadReport, LoadStats};
+use meridian_server::LoadReport;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +34,7 @@ type PointFn = fn(&Point, &mut dyn FnMut(f64)) -> Result<RunOutput, String>;
 type BenchFn = fn(
     &load::Plan,
     Duration,
-    &mut dyn FnMut(Duration, LoadStats),
+    &mut dyn FnMut(Duration, Results),
 ) -> Result<(LoadReport, Arc<Cluster>), String>;
 
 /// What the CLI does with one protocol: its description, and each command's code
@@ -89,7 +90,7 @@ where
 fn bench<P: Protocol>(
     plan: &load::Plan,
     tick: Duration,
-    on_tick: &mut dyn FnMut(Duration, LoadStats),
+    on_tick: &mut dyn FnMut(Duration, Results),
 ) -> Result<(LoadReport, Arc<Cluster>), String>
 where
     P::Node: Send,

@@ -5,7 +5,7 @@ use crate::bad_input;
 use crate::protocols;
 use clap::{Args, Subcommand};
 use meridian_core::node::Setup;
-use meridian_core::{Cluster, NodeRole, Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_core::{Cluster, NodeRole, Protocol, ProtocolConfig, Topology};
 use meridian_server::{Addresses, Host, HostConfig};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -32,12 +32,13 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// The protocol's setup for these arguments.
+    /// The protocol's setup for these arguments, with every workload's stored
+    /// procedures registered (TPC-C's, SmallBank's), as in the simulator.
     pub fn setup<P: Protocol>(&self) -> Result<Setup<P>, String> {
         let topology = Topology::load(&self.topology).map_err(|e| e.to_string())?;
         let config = ProtocolConfig::parse(&self.protocol_opts)
             .map_err(|e| format!("--protocol-opts: {e}"))?;
-        meridian_sim::setup::<P>(topology, config, Procedures::new())
+        meridian_sim::setup::<P>(topology, config, meridian_workload::procedures())
     }
 
     /// The cluster `--protocol` forms for these arguments (its options checked).

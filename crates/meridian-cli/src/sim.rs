@@ -4,6 +4,7 @@ use crate::protocols;
 use crate::{bad_input, EXIT_BAD_INPUT};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use meridian_bench::report::{all_json, regions_json, RegionJson};
 use meridian_check::Model;
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
@@ -317,21 +318,6 @@ pub fn write_history(
 }
 
 #[derive(Serialize)]
-struct RegionJson {
-    region: String,
-    committed: u64,
-    aborted: u64,
-    unknown: u64,
-    p50_ms: Option<f64>,
-    p90_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    bound_ms: Option<f64>,
-    p50_wrtt: Option<f64>,
-    fast_path_ratio: Option<f64>,
-    paths: std::collections::BTreeMap<String, u64>,
-}
-
-#[derive(Serialize)]
 struct ReportJson {
     protocol: String,
     topology: String,
@@ -348,7 +334,10 @@ struct ReportJson {
     anomalies: usize,
     anomaly_kinds: Vec<String>,
     invariant: Option<String>,
+    /// Per region, each broken down by transaction class.
     regions: Vec<RegionJson>,
+    /// Every region together, broken down by transaction class.
+    all: RegionJson,
     /// The protocol's own counters (delays, waits, …), summed over its nodes.
     counters: std::collections::BTreeMap<&'static str, u64>,
     /// Outcomes per bucket of virtual time, each transaction where it finished.
@@ -365,27 +354,6 @@ struct ReportJson {
 fn round(v: Option<f64>, digits: i32) -> Option<f64> {
     let scale = 10f64.powi(digits);
     v.map(|x| (x * scale).round() / scale)
-}
-
-fn region_json(r: &meridian_sim::RegionStats) -> RegionJson {
-    let p50 = r.percentile_ms(50.0);
-    let bound = r.bound_ms();
-    RegionJson {
-        region: r.region.clone(),
-        committed: r.committed,
-        aborted: r.aborted,
-        unknown: r.unknown,
-        p50_ms: round(p50, 3),
-        p90_ms: round(r.percentile_ms(90.0), 3),
-        p99_ms: round(r.percentile_ms(99.0), 3),
-        bound_ms: round(bound, 3),
-        p50_wrtt: round(
-            p50.zip(bound).filter(|(_, b)| *b > 0.0).map(|(p, b)| p / b),
-            4,
-        ),
-        fast_path_ratio: round(r.fast_path_ratio(), 4),
-        paths: r.paths.clone(),
-    }
 }
 
 fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
@@ -410,7 +378,8 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
             .map(|c| c.anomalies.iter().map(|a| a.kind.to_string()).collect())
             .unwrap_or_default(),
         invariant: r.invariant.clone().err(),
-        regions: r.regions.iter().map(region_json).collect(),
+        regions: regions_json(&r.regions, load_s(plan)),
+        all: all_json(&r.regions, load_s(plan)),
         counters: r.counters.clone(),
         timeline: r.timeline.clone(),
         events: r.events,
@@ -423,8 +392,9 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
     }
 }
 
-fn fmt_ms(v: Option<f64>) -> String {
-    v.map_or("-".to_string(), |x| format!("{x:.1}"))
+/// The time during which clients submitted, s (throughput's denominator).
+fn load_s(plan: &Plan) -> f64 {
+    plan.options.duration_ns as f64 / NS_PER_S as f64
 }
 
 fn print_table(plan: &Plan, result: &RunResult) {
@@ -450,36 +420,11 @@ fn print_table(plan: &Plan, result: &RunResult) {
             .collect();
         println!("abort reasons: {}", reasons.join(", "));
     }
-    println!(
-        "{:<8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
-        "region",
-        "committed",
-        "aborted",
-        "unknown",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "bound ms",
-        "p50/WRTT",
-        "fast"
+    let (regions, all) = (
+        regions_json(&r.regions, load_s(plan)),
+        all_json(&r.regions, load_s(plan)),
     );
-    for region in &r.regions {
-        let j = region_json(region);
-        println!(
-            "{:<8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
-            j.region,
-            j.committed,
-            j.aborted,
-            j.unknown,
-            fmt_ms(j.p50_ms),
-            fmt_ms(j.p90_ms),
-            fmt_ms(j.p99_ms),
-            fmt_ms(j.bound_ms),
-            j.p50_wrtt.map_or("-".into(), |x| format!("{x:.3}")),
-            j.fast_path_ratio
-                .map_or("-".into(), |x| format!("{:.0}%", x * 100.0)),
-        );
-    }
+    print!("{}", meridian_bench::report::table(&regions, &all));
     if !r.counters.is_empty() {
         let counters: Vec<String> = r.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!("protocol counters: {}", counters.join(", "));

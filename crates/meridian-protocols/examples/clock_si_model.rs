@@ -106,13 +106,7 @@ fn counter(report: &SimReport, name: &str) -> f64 {
 }
 
 fn measured(report: &SimReport, duration_s: u64) -> Measured {
-    let latencies: Vec<u64> = report
-        .regions
-        .iter()
-        .flat_map(|r| r.latencies_ns.iter().copied())
-        .collect();
-    let mean_latency_ms =
-        latencies.iter().sum::<u64>() as f64 / latencies.len().max(1) as f64 / NS_PER_MS as f64;
+    let mean_latency_ms = report.all_regions().mean_ms().unwrap_or(0.0);
     let conflicts = report.abort_reasons.get("conflict").copied().unwrap_or(0) as f64;
     let finished = (report.committed + report.aborted) as f64;
     let delayed = counter(report, counters::TXNS_DELAYED);

@@ -78,14 +78,7 @@ fn simulate(topology: Topology, config: &str, args: &Args) -> Result<SimReport, 
 
 /// Overall p50 (ms) over every region's commits.
 fn p50_ms(report: &SimReport) -> f64 {
-    let mut all: Vec<u64> = report
-        .regions
-        .iter()
-        .flat_map(|r| r.latencies_ns.iter().copied())
-        .collect();
-    all.sort_unstable();
-    all.get(all.len().saturating_sub(1) / 2)
-        .map_or(f64::NAN, |&ns| ns as f64 / 1e6)
+    report.all_regions().percentile_ms(50.0).unwrap_or(f64::NAN)
 }
 
 fn region_p50s(report: &SimReport) -> String {

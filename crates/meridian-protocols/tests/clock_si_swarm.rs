@@ -14,9 +14,7 @@ use meridian_check::{check, Entry, HistOp, Model, ReadValue};
 use meridian_core::time::NS_PER_S;
 use meridian_core::txn::{Outcome, Value};
 use meridian_core::value::{decode_int, decode_list, encode_int};
-use meridian_core::{
-    ClientId, ClockProfile, NodeRng, Procedures, Protocol, ProtocolConfig, Topology,
-};
+use meridian_core::{ClockProfile, NodeRng, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_sim::{run, setup, FaultKinds, FaultPlan, SimOptions, SimReport};
 use meridian_workload::{InteractiveOp, TxnPlan, Workload, WorkloadOptions};
@@ -269,7 +267,12 @@ impl Workload for WriteSkewWorkload {
         "write-skew"
     }
 
-    fn next(&mut self, client: ClientId, _rng: &mut NodeRng) -> TxnPlan {
+    fn next(
+        &mut self,
+        client: &meridian_workload::ClientInfo,
+        _rng: &mut NodeRng,
+    ) -> meridian_workload::Planned {
+        let client = client.id;
         let round = self.rounds.entry(client.0).or_default();
         let (x, y) = Self::keys(client.0, *round);
         *round += 1;
@@ -278,11 +281,11 @@ impl Workload for WriteSkewWorkload {
         } else {
             y.clone()
         };
-        TxnPlan::Interactive(vec![
+        meridian_workload::Planned::from(TxnPlan::Interactive(vec![
             InteractiveOp::Get(x),
             InteractiveOp::Get(y),
             InteractiveOp::Append(mine, encode_int(i64::from(client.0) + 1)),
-        ])
+        ]))
     }
 
     fn history_ops(

@@ -86,11 +86,16 @@ impl Workload for Script {
         "fig5-script"
     }
 
-    fn next(&mut self, client: ClientId, _rng: &mut NodeRng) -> TxnPlan {
+    fn next(
+        &mut self,
+        client: &meridian_workload::ClientInfo,
+        _rng: &mut NodeRng,
+    ) -> meridian_workload::Planned {
+        let client = client.id;
         let c = client.0 as usize;
         let (_, txn) = self.plans[c][self.next[c]].clone();
         self.next[c] += 1;
-        TxnPlan::OneShot(txn)
+        meridian_workload::Planned::from(TxnPlan::OneShot(txn))
     }
 
     fn think_ns(&mut self, client: ClientId, now_ns: u64) -> u64 {

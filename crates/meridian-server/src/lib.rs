@@ -5,8 +5,9 @@
 //!   an event loop ([`node`]), wired to in-process nodes by channels and to the others by
 //!   TCP ([`transport`]), with WAN emulation per link, durable logs ([`storage`]) and
 //!   metrics ([`metrics`]).
-//! * [`load`] — an open-loop load generator with a cap on outstanding transactions, used by
-//!   `meridian demo` and `meridian bench`.
+//! * [`load`] — the load driver of `meridian demo` and `meridian bench` (open loop with a
+//!   cap on outstanding transactions per coordinator), over the sans-IO core and the
+//!   results model of `meridian-bench` that the simulator uses too.
 //!
 //! What differs from the simulator, by necessity: time is the system clock (plus a
 //! configured offset per node) instead of a clock model; the network is TCP on loopback
@@ -22,4 +23,4 @@ pub mod storage;
 pub mod transport;
 
 pub use host::{Addresses, Host, HostConfig, HostError, LocalClient};
-pub use load::{Load, LoadOptions, LoadReport, LoadStats, RegionLoad, Target};
+pub use load::{Load, LoadOptions, LoadReport, Target};

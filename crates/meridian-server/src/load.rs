@@ -1,22 +1,28 @@
-//! An open-loop load generator against live coordinators (in-process or over TCP).
+//! The runtime's load driver against live coordinators (in-process or over TCP), over the
+//! sans-IO core the simulator runs too ([`LoadCore`]): the same clients (placed by
+//! [`place_clients`], so a history's `process` is the same client at the same coordinator
+//! under either driver), the same stepping of interactive sessions, the same results model
+//! ([`Results`]: per region and per transaction class).
 //!
-//! Each coordinator gets transactions at `rate / coordinators` per second (or as fast as
-//! the cap allows when no rate is given), with at most `max_outstanding` in flight: when
-//! the cap is reached, arrivals wait, so an overloaded cluster is measured at its capacity
-//! instead of growing an unbounded backlog. Each in-flight slot is a history `process`, so a
-//! process never has two transactions open at once, as the checker expects.
+//! With a rate, each coordinator gets Poisson arrivals at `rate / coordinators` per second
+//! (the simulator's open loop, Tiga §5.1) served by `max_outstanding` clients of its own:
+//! an arrival that finds all of them busy is not submitted but counted as throttled, so an
+//! overloaded cluster is measured at its capacity instead of growing an unbounded backlog.
+//! Without a rate the clients are closed-loop: each submits its next transaction when the
+//! last one ends. A client never has two transactions open at once, as the checker expects
+//! of a `process`.
 //!
 //! Latency histograms are HDR histograms (bounded memory whatever the run's length); the
 //! history, when recorded, holds one entry per transaction.
 
-use hdrhistogram::Histogram;
-use meridian_check::{Entry, EntryType};
+use meridian_bench::driver::{interarrival_ns, LoadCore, Next};
+use meridian_bench::Results;
+use meridian_check::Entry;
 use meridian_client::{ClientError, Submit};
-use meridian_core::txn::{ClientRequest, ClientResponse, Outcome};
-use meridian_core::{ClientId, NodeRng, ShardId};
-use meridian_workload::{TxnPlan, Workload};
+use meridian_core::txn::Outcome;
+use meridian_core::{Cluster, NodeRng, ShardId};
+use meridian_workload::{place_clients, Workload};
 use rand::SeedableRng;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -28,7 +34,6 @@ pub type BoundFn = Arc<dyn Fn(&[ShardId]) -> f64 + Send + Sync>;
 
 /// One coordinator the load drives.
 pub struct Target {
-    pub region: String,
     pub submit: Arc<dyn Submit>,
     pub bound_ms: BoundFn,
 }
@@ -43,86 +48,25 @@ pub struct LoadOptions {
     /// the start, when stores, logs and queues are still filling and nothing is old enough
     /// to be collected yet.
     pub warmup: Duration,
-    /// Total arrivals per second over all coordinators; None: as fast as the cap allows.
+    /// Total arrivals per second over all coordinators (open loop); None: closed-loop
+    /// clients.
     pub rate_per_s: Option<f64>,
+    /// Clients per coordinator: its cap of transactions in flight.
     pub max_outstanding: usize,
     pub record_history: bool,
     pub seed: u64,
 }
 
-/// Latency and outcomes of one coordinator region.
-#[derive(Clone, Debug)]
-pub struct RegionLoad {
-    pub region: String,
-    pub committed: u64,
-    pub aborted: u64,
-    pub unknown: u64,
-    /// Committed latencies, µs.
-    pub latency_us: Histogram<u64>,
-    /// Bound of each committed transaction, µs → count.
-    pub bounds_us: BTreeMap<u64, u64>,
-    /// Commit paths (fast, slow, …) → count.
-    pub paths: BTreeMap<&'static str, u64>,
-}
-
-impl RegionLoad {
-    fn new(region: &str) -> RegionLoad {
-        RegionLoad {
-            region: region.to_string(),
-            committed: 0,
-            aborted: 0,
-            unknown: 0,
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
-            bounds_us: BTreeMap::new(),
-            paths: BTreeMap::new(),
-        }
-    }
-
-    pub fn percentile_ms(&self, p: f64) -> Option<f64> {
-        (self.committed > 0).then(|| self.latency_us.value_at_percentile(p) as f64 / 1e3)
-    }
-
-    /// The median bound of the committed transactions, ms.
-    pub fn bound_ms(&self) -> Option<f64> {
-        let total: u64 = self.bounds_us.values().sum();
-        let mut seen = 0;
-        for (bound, count) in &self.bounds_us {
-            seen += count;
-            if seen * 2 >= total {
-                return Some(*bound as f64 / 1e3);
-            }
-        }
-        None
-    }
-
-    fn clear(&mut self) {
-        *self = RegionLoad::new(&self.region);
-    }
-}
-
-/// Totals and per-region figures, since the start or since the last interval.
-#[derive(Clone, Debug, Default)]
-pub struct LoadStats {
-    pub regions: Vec<RegionLoad>,
-    pub abort_reasons: BTreeMap<String, u64>,
-}
-
-impl LoadStats {
-    pub fn committed(&self) -> u64 {
-        self.regions.iter().map(|r| r.committed).sum()
-    }
-    pub fn finished(&self) -> u64 {
-        self.regions
-            .iter()
-            .map(|r| r.committed + r.aborted + r.unknown)
-            .sum()
-    }
+/// The load core and the workload it draws from, under one lock: a step is short.
+struct Driving {
+    core: LoadCore,
+    workload: Box<dyn Workload>,
 }
 
 struct Shared {
-    workload: Mutex<Box<dyn Workload>>,
-    total: Mutex<LoadStats>,
-    interval: Mutex<LoadStats>,
+    driving: Mutex<Driving>,
+    total: Mutex<Results>,
+    interval: Mutex<Results>,
     history: Mutex<Vec<Entry>>,
     start: Instant,
     /// Transactions started before this much time has passed are not in `total`.
@@ -134,6 +78,22 @@ impl Shared {
     /// The time since the warm-up ended.
     fn measured_elapsed(&self) -> Duration {
         self.start.elapsed().saturating_sub(self.warmup)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Counts an open-loop arrival turned away at the cap.
+    fn throttled(&self) {
+        if self.start.elapsed() >= self.warmup {
+            self.total.lock().expect("stats lock").throttled += 1;
+        }
+        self.interval.lock().expect("stats lock").throttled += 1;
+    }
+
+    fn driving(&self) -> std::sync::MutexGuard<'_, Driving> {
+        self.driving.lock().expect("load core lock")
     }
 }
 
@@ -147,7 +107,7 @@ pub struct Load {
 
 /// What a finished load measured.
 pub struct LoadReport {
-    pub stats: LoadStats,
+    pub results: Results,
     /// The workload's own invariant over the history (e.g. the bank's total).
     pub invariant: Result<(), String>,
     pub history: Vec<Entry>,
@@ -155,28 +115,33 @@ pub struct LoadReport {
 }
 
 impl Load {
-    /// Starts the load; it stops after `options.duration` or when `stop` is cancelled, and
-    /// then waits for the transactions in flight.
+    /// Starts the load on `cluster`, whose `coordinators[k]` is reached through
+    /// `targets[k]`; it stops after `options.duration` or when `stop` is cancelled, and
+    /// then waits for the transactions in flight. `Err` if the targets do not match the
+    /// coordinators.
     pub fn start(
+        cluster: &Cluster,
         workload: Box<dyn Workload>,
         targets: Vec<Target>,
         options: LoadOptions,
         stop: CancellationToken,
-    ) -> Load {
-        let mut regions: Vec<String> = targets.iter().map(|t| t.region.clone()).collect();
-        regions.dedup();
-        let mut unique = Vec::new();
-        for r in regions {
-            if !unique.contains(&r) {
-                unique.push(r);
-            }
+    ) -> Result<Load, String> {
+        if targets.len() != cluster.coordinators.len() {
+            return Err(format!(
+                "{} load targets for {} coordinators",
+                targets.len(),
+                cluster.coordinators.len()
+            ));
         }
-        let empty = LoadStats {
-            regions: unique.iter().map(|r| RegionLoad::new(r)).collect(),
-            abort_reasons: BTreeMap::new(),
-        };
+        let per_coordinator = u32::try_from(options.max_outstanding)
+            .map_err(|_| format!("{} clients per coordinator", options.max_outstanding))?;
+        let clients = place_clients(cluster, per_coordinator);
+        let core = LoadCore::new(cluster, clients, |i| {
+            NodeRng::seed_from_u64(options.seed ^ ((i as u64) << 20))
+        });
+        let empty = Results::for_cluster(cluster);
         let shared = Arc::new(Shared {
-            workload: Mutex::new(workload),
+            driving: Mutex::new(Driving { core, workload }),
             total: Mutex::new(empty.clone()),
             interval: Mutex::new(empty),
             history: Mutex::new(Vec::new()),
@@ -184,24 +149,22 @@ impl Load {
             warmup: options.warmup,
             record_history: options.record_history,
         });
-        let per_target_interval = options.rate_per_s.map(|rate| {
-            Duration::from_secs_f64(targets.len() as f64 / rate.max(f64::MIN_POSITIVE))
-        });
+        let per_coordinator_rate = options
+            .rate_per_s
+            .map(|rate| rate.max(f64::MIN_POSITIVE) / targets.len().max(1) as f64);
         let deadline = Instant::now() + options.warmup + options.duration;
+        let coordinators = targets.len();
         let mut drivers = tokio::task::JoinSet::new();
-        for (index, target) in targets.into_iter().enumerate() {
-            let region = unique
-                .iter()
-                .position(|r| *r == target.region)
-                .expect("region listed");
+        for (k, target) in targets.into_iter().enumerate() {
             let driver = Driver {
                 shared: shared.clone(),
                 target: Arc::new(target),
-                region,
-                first_process: (index * options.max_outstanding) as u32,
-                slots: options.max_outstanding,
-                interval: per_target_interval,
-                rng: NodeRng::seed_from_u64(options.seed ^ ((index as u64) << 20)),
+                clients: (k..coordinators * options.max_outstanding)
+                    .step_by(coordinators)
+                    .map(|c| c as u32)
+                    .collect(),
+                rate_tps: per_coordinator_rate,
+                arrivals: NodeRng::seed_from_u64(options.seed ^ 0xA771 ^ ((k as u64) << 32)),
             };
             drivers.spawn(driver.run(deadline, stop.clone()));
         }
@@ -210,16 +173,14 @@ impl Load {
             while drivers.join_next().await.is_some() {}
             measured.measured_elapsed()
         });
-        Load { shared, done }
+        Ok(Load { shared, done })
     }
 
     /// The figures since the previous call (or the start).
-    pub fn interval(&self) -> LoadStats {
+    pub fn interval(&self) -> Results {
         let mut interval = self.shared.interval.lock().expect("stats lock");
-        let taken = interval.clone();
-        interval.regions.iter_mut().for_each(RegionLoad::clear);
-        interval.abort_reasons.clear();
-        taken
+        let cleared = interval.cleared();
+        std::mem::replace(&mut *interval, cleared)
     }
 
     pub fn is_finished(&self) -> bool {
@@ -232,20 +193,19 @@ impl Load {
             .done
             .await
             .unwrap_or_else(|_| self.shared.measured_elapsed());
-        let stats = self.shared.total.lock().expect("stats lock").clone();
+        let results = self.shared.total.lock().expect("stats lock").clone();
         let mut history = std::mem::take(&mut *self.shared.history.lock().expect("history lock"));
         history.sort_by_key(|e| e.invoke_ns);
         for (i, e) in history.iter_mut().enumerate() {
             e.index = i as u64;
         }
         let invariant = if self.shared.record_history {
-            let workload = self.shared.workload.lock().expect("workload lock");
-            workload.check_history(&history)
+            self.shared.driving().workload.check_history(&history)
         } else {
             Ok(())
         };
         LoadReport {
-            stats,
+            results,
             invariant,
             history,
             elapsed,
@@ -253,52 +213,59 @@ impl Load {
     }
 }
 
+/// The arrivals at one coordinator, handed to its idle clients.
 struct Driver {
     shared: Arc<Shared>,
     target: Arc<Target>,
-    region: usize,
-    first_process: u32,
-    slots: usize,
-    interval: Option<Duration>,
-    rng: NodeRng,
+    /// The coordinator's clients (ids of the load core).
+    clients: Vec<u32>,
+    /// Open-loop arrivals per second at this coordinator; None: closed loop.
+    rate_tps: Option<f64>,
+    arrivals: NodeRng,
 }
 
 impl Driver {
     async fn run(mut self, deadline: Instant, stop: CancellationToken) {
-        let (free_tx, mut free) = mpsc::channel::<u32>(self.slots);
-        for slot in 0..self.slots as u32 {
-            free_tx
-                .try_send(self.first_process + slot)
-                .expect("room for every slot");
+        let (free_tx, mut free) = mpsc::channel::<u32>(self.clients.len());
+        for &client in &self.clients {
+            free_tx.try_send(client).expect("room for every client");
         }
         let mut next_arrival = Instant::now();
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
-            if let Some(interval) = self.interval {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep_until(next_arrival) => {}
+            let client = match self.rate_tps {
+                Some(rate) => {
+                    let gap = interarrival_ns(&mut self.arrivals, rate);
+                    next_arrival += Duration::from_nanos(gap);
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep_until(next_arrival.min(deadline)) => {}
+                    }
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    match free.try_recv() {
+                        Ok(client) => client,
+                        Err(_) => {
+                            self.shared.throttled();
+                            continue;
+                        }
+                    }
                 }
-                next_arrival += interval;
-            }
-            let process = tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep_until(deadline) => break,
-                p = free.recv() => p.expect("the driver holds a sender"),
+                None => tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    c = free.recv() => c.expect("the driver holds a sender"),
+                },
             };
             if Instant::now() >= deadline {
                 break;
             }
-            let plan = {
-                let mut workload = self.shared.workload.lock().expect("workload lock");
-                workload.next(ClientId(process), &mut self.rng)
-            };
             let (shared, target, free_tx) =
                 (self.shared.clone(), self.target.clone(), free_tx.clone());
-            let region = self.region;
             in_flight.spawn(async move {
-                run_one(&shared, &target, region, process, plan).await;
-                let _ = free_tx.send(process).await;
+                run_one(&shared, &target, client).await;
+                let _ = free_tx.send(client).await;
             });
             while in_flight.try_join_next().is_some() {}
         }
@@ -306,143 +273,69 @@ impl Driver {
     }
 }
 
-async fn run_one(shared: &Shared, target: &Target, region: usize, process: u32, plan: TxnPlan) {
-    let invoke = shared.start.elapsed();
-    // The plan is kept (a copy of the transaction) only for the history.
-    let kept = shared.record_history.then(|| plan.clone());
-    let (request, shards) = match plan {
-        TxnPlan::OneShot(txn) => {
-            let shards = txn.shards();
-            (ClientRequest::OneShot(txn), shards)
-        }
-        TxnPlan::Interactive(_) => {
-            tracing::error!("the runtime load generator runs one-shot plans only; use the workload's one-shot mode");
-            return;
+/// Runs one transaction of `client` to its end: one request for a one-shot plan, every
+/// step of a session for an interactive one.
+async fn run_one(shared: &Shared, target: &Target, client: u32) {
+    let mut request = {
+        let mut driving = shared.driving();
+        let Driving { core, workload } = &mut *driving;
+        core.begin(client, workload.as_mut(), shared.now_ns())
+    };
+    let outcome = loop {
+        let answer = match target.submit.submit(request).await {
+            Ok(answer) => answer,
+            Err(e) => break failed(e),
+        };
+        match shared.driving().core.on_answer(client, answer) {
+            Ok(Next::Send(next)) => request = next,
+            Ok(Next::Done(outcome)) => break outcome,
+            Err(broken) => {
+                break Outcome::Unknown {
+                    reason: format!("unexpected answer: {broken}"),
+                }
+            }
         }
     };
-    let outcome = match target.submit.submit(request).await {
-        Ok(ClientResponse::Outcome(outcome)) => outcome,
-        Ok(other) => Outcome::Unknown {
-            reason: format!("unexpected answer {other:?}"),
-        },
-        Err(ClientError::Unreachable { last_error, .. }) => {
-            // Nothing was sent: the transaction certainly did not run.
+    finish(shared, target, client, outcome);
+}
+
+/// The outcome of a request the client could not complete.
+fn failed(error: ClientError) -> Outcome {
+    match error {
+        ClientError::Unreachable { last_error, .. } => {
+            // Nothing was sent: this step (and so the commit) certainly did not run.
             tracing::debug!(error = %last_error, "coordinator unreachable");
             Outcome::Aborted {
                 reason: meridian_core::AbortReason::Failure,
             }
         }
-        Err(e) => Outcome::Unknown {
+        e => Outcome::Unknown {
             reason: e.to_string(),
         },
+    }
+}
+
+/// Counts `client`'s finished transaction and writes its history entry.
+fn finish(shared: &Shared, target: &Target, client: u32, outcome: Outcome) {
+    let complete_ns = shared.now_ns();
+    let mut driving = shared.driving();
+    let region = driving.core.region(client);
+    let Some(flight) = driving.core.finish(client, &outcome) else {
+        return;
     };
-    let complete = shared.start.elapsed();
-    let latency = complete - invoke;
-    let bound_ms = outcome.is_committed().then(|| (target.bound_ms)(&shards));
-    let measured = invoke >= shared.warmup;
-    for (stats, counts) in [(&shared.total, measured), (&shared.interval, true)] {
-        if counts {
-            let mut stats = stats.lock().expect("stats lock");
-            record(&mut stats, region, &outcome, latency, bound_ms);
-        }
+    let bound_ms = outcome
+        .is_committed()
+        .then(|| (target.bound_ms)(&flight.shards));
+    let done = flight.finished(region, &outcome, complete_ns, bound_ms);
+    let measured = flight.invoke_ns >= shared.warmup.as_nanos() as u64;
+    if measured {
+        shared.total.lock().expect("stats lock").record(&done);
     }
-    if let Some(plan) = kept {
-        let kind = match &outcome {
-            Outcome::Committed { .. } => EntryType::Ok,
-            Outcome::Aborted { .. } => EntryType::Fail,
-            Outcome::Unknown { .. } => EntryType::Info,
-        };
-        let ops = shared
-            .workload
-            .lock()
-            .expect("workload lock")
-            .history_ops(&plan, &outcome, &[]);
-        shared.history.lock().expect("history lock").push(Entry {
-            index: 0,
-            process: u64::from(process),
-            kind,
-            invoke_ns: invoke.as_nanos() as u64,
-            complete_ns: complete.as_nanos() as u64,
-            ops,
-        });
-    }
-}
-
-fn record(
-    stats: &mut LoadStats,
-    region: usize,
-    outcome: &Outcome,
-    latency: Duration,
-    bound_ms: Option<f64>,
-) {
-    let r = &mut stats.regions[region];
-    match outcome {
-        Outcome::Committed { path, .. } => {
-            r.committed += 1;
-            *r.paths.entry(meridian_sim::path_name(*path)).or_default() += 1;
-            let us = (latency.as_micros() as u64).max(1);
-            let _ = r.latency_us.record(us.min(r.latency_us.high()));
-            let bound = (bound_ms.unwrap_or(0.0) * 1e3).round() as u64;
-            *r.bounds_us.entry(bound).or_default() += 1;
-        }
-        Outcome::Aborted { reason } => {
-            r.aborted += 1;
-            count_reason(&mut stats.abort_reasons, &reason.to_string());
-        }
-        Outcome::Unknown { reason } => {
-            r.unknown += 1;
-            count_reason(&mut stats.abort_reasons, &format!("unknown: {reason}"));
-        }
-    }
-}
-
-/// Distinct reasons kept at most; the rest are counted under one key.
-const MAX_REASONS: usize = 32;
-
-/// Counts `reason` with the words that carry numbers (transaction ids, durations) masked,
-/// so a long run's table stays bounded however many transactions fail.
-fn count_reason(reasons: &mut BTreeMap<String, u64>, reason: &str) {
-    let masked: Vec<&str> = reason
-        .split_whitespace()
-        .map(|w| {
-            if w.contains(|c: char| c.is_ascii_digit()) {
-                "#"
-            } else {
-                w
-            }
-        })
-        .collect();
-    let mut key = masked.join(" ");
-    // One place stays free for "other".
-    if !reasons.contains_key(&key) && reasons.len() >= MAX_REASONS - 1 {
-        key = "other".to_string();
-    }
-    *reasons.entry(key).or_default() += 1;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_stay_bounded_whatever_their_ids() {
-        let mut reasons = BTreeMap::new();
-        for i in 0..1000 {
-            count_reason(
-                &mut reasons,
-                &format!("unknown: T9.{i} not committed in time"),
-            );
-            count_reason(
-                &mut reasons,
-                &format!("distinct {}", char::from(b'a' + (i % 26) as u8)),
-            );
-            count_reason(
-                &mut reasons,
-                &format!("more {}", char::from(b'A' + (i % 26) as u8)),
-            );
-        }
-        assert_eq!(reasons["unknown: # not committed in time"], 1000);
-        assert!(reasons.len() <= MAX_REASONS);
-        assert!(reasons["other"] > 0);
+    shared.interval.lock().expect("stats lock").record(&done);
+    if shared.record_history {
+        let entry =
+            flight.history_entry(&*driving.workload, u64::from(client), &outcome, complete_ns);
+        drop(driving);
+        shared.history.lock().expect("history lock").push(entry);
     }
 }

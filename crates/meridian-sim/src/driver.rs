@@ -4,16 +4,17 @@ use crate::clock::ClockModel;
 use crate::faults::{ms_to_ns, Fault, FaultPlan};
 use crate::network::{Fate, Network};
 use crate::queue::Queue;
-use crate::report::{path_name, Finished, RegionStats, SimReport, TimelineBuilder};
-use meridian_check::{Entry, EntryType};
+use crate::report::{Finished, SimReport, TimelineBuilder};
+use meridian_bench::driver::{entry_type, LoadCore, Next};
+use meridian_bench::Results;
 use meridian_core::node::{Effect, NodeEffect, Setup};
 use meridian_core::time::NS_PER_S;
-use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
+use meridian_core::txn::{ClientRequest, ClientResponse, Outcome};
 use meridian_core::{
     ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
-    RequestId, ShardId, TimerId, Timestamp, Topology, TxnId,
+    RequestId, TimerId, Topology,
 };
-use meridian_workload::{InteractiveOp, TxnPlan, Workload};
+use meridian_workload::Workload;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
@@ -185,32 +186,6 @@ struct Slot<N: Node> {
     batch_end_queued: bool,
 }
 
-/// An interactive session's progress.
-struct Session {
-    txn: Option<TxnId>,
-    next_op: usize,
-    reads: Vec<Option<Value>>,
-    /// An append whose get has returned: the put of the concatenation is in flight.
-    appending: Option<(Key, Value)>,
-}
-
-struct InFlight {
-    request: RequestId,
-    plan: TxnPlan,
-    invoke_ns: u64,
-    shards: Vec<ShardId>,
-    session: Option<Session>,
-    commit_sent: bool,
-}
-
-struct Client {
-    coordinator: NodeId,
-    /// The largest commit timestamp this client has seen (its session's LatestTime).
-    latest_seen: Option<Timestamp>,
-    rng: NodeRng,
-    current: Option<InFlight>,
-}
-
 struct Sim<'w, P: Protocol> {
     setup: Setup<P>,
     options: SimOptions,
@@ -224,14 +199,18 @@ struct Sim<'w, P: Protocol> {
     clocks: Vec<ClockModel>,
     network: Network,
     net_rng: ChaCha8Rng,
-    clients: Vec<Client>,
+    /// The clients and their transactions in flight (the load driver's core, shared with
+    /// the runtime).
+    load: LoadCore,
+    /// Each client's request in flight, if any.
+    client_requests: Vec<Option<RequestId>>,
     requests: FxHashMap<RequestId, u32>,
     next_request: u64,
     workload: &'w mut dyn Workload,
     loading: bool,
     trace: FxHasher,
     report: SimReport,
-    region_index: FxHashMap<u16, usize>,
+    results: Results,
     effects: Vec<NodeEffect<P::Node>>,
     /// The time of the last event popped and put back (the queue refuses earlier ones).
     resume_ns: u64,
@@ -312,31 +291,14 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Some(open) => open.max_outstanding,
             None => options.clients_per_coordinator,
         };
-        let clients = (0..slots_per_coordinator)
-            .flat_map(|_| cluster.coordinators.iter().copied())
-            .enumerate()
-            .map(|(i, coordinator)| Client {
-                coordinator,
-                latest_seen: None,
-                rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xC11E, i as u64)),
-                current: None,
-            })
-            .collect();
-        let mut report = SimReport {
+        let clients = meridian_workload::place_clients(&cluster, slots_per_coordinator);
+        let load = LoadCore::new(&cluster, clients, |i| {
+            ChaCha8Rng::seed_from_u64(mix(options.seed, 0xC11E, i as u64))
+        });
+        let report = SimReport {
             invariant: Ok(()),
             ..SimReport::default()
         };
-        let mut region_index = FxHashMap::default();
-        for &c in &cluster.coordinators {
-            let region = cluster.region_of(c);
-            region_index.entry(region.0).or_insert_with(|| {
-                report.regions.push(RegionStats {
-                    region: cluster.topology.region_name(region).to_string(),
-                    ..RegionStats::default()
-                });
-                report.regions.len() - 1
-            });
-        }
         Sim {
             timeline: TimelineBuilder::new(
                 options.timeline_bucket_ns,
@@ -353,14 +315,15 @@ impl<'w, P: Protocol> Sim<'w, P> {
             dead_timers: 0,
             slots,
             clocks,
-            clients,
+            client_requests: vec![None; load.len()],
+            load,
+            results: Results::for_cluster(&cluster),
             requests: FxHashMap::default(),
             next_request: 0,
             workload,
             loading: true,
             trace: FxHasher::default(),
             report,
-            region_index,
             effects: Vec::new(),
             resume_ns: 0,
         }
@@ -398,7 +361,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 self.push(at, Event::Arrival { coordinator });
             }
         } else {
-            for client in 0..self.clients.len() as u32 {
+            for client in 0..self.load.len() as u32 {
                 self.schedule_client(client);
             }
         }
@@ -774,11 +737,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
     // ---- clients ------------------------------------------------------------------------
 
     fn client_next(&mut self, client: u32) {
-        let c = &mut self.clients[client as usize];
-        if !self.loading || c.current.is_some() {
+        if !self.loading || !self.load.is_idle(client) {
             return;
         }
-        let coordinator = c.coordinator;
+        let coordinator = self.load.info(client).coordinator;
         if self.slots[coordinator.index()].node.is_none() {
             self.push(
                 self.now_ns + COORDINATOR_DOWN_RETRY_NS,
@@ -786,34 +748,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
             );
             return;
         }
-        let plan = self
-            .workload
-            .next(ClientId(client), &mut self.clients[client as usize].rng);
-        let shards = plan_shards(&plan, self.cluster());
-        let (session, req) = match &plan {
-            TxnPlan::OneShot(txn) => (None, ClientRequest::OneShot(txn.clone())),
-            TxnPlan::Interactive(_) => (
-                Some(Session {
-                    txn: None,
-                    next_op: 0,
-                    reads: Vec::new(),
-                    appending: None,
-                }),
-                ClientRequest::Interactive(Step::Begin {
-                    latest_seen: self.clients[client as usize].latest_seen,
-                }),
-            ),
-        };
-        let commit_sent = session.is_none();
+        let req = self.load.begin(client, &mut *self.workload, self.now_ns);
         let request = self.fresh_request(client);
-        self.clients[client as usize].current = Some(InFlight {
-            request,
-            plan,
-            invoke_ns: self.now_ns,
-            shards,
-            session,
-            commit_sent,
-        });
         self.submit(client, request, req);
     }
 
@@ -823,13 +759,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
         if !self.loading {
             return;
         }
-        let coordinators = self.cluster().coordinators.len() as u32;
-        let idle = (coordinator..self.clients.len() as u32)
-            .step_by(coordinators as usize)
-            .find(|&c| self.clients[c as usize].current.is_none());
-        match idle {
+        match self.load.idle_client_at(coordinator as usize) {
             Some(client) => self.client_next(client),
-            None => self.report.throttled += 1,
+            None => self.results.throttled += 1,
         }
         let at = self.now_ns + self.interarrival_ns();
         self.push(at, Event::Arrival { coordinator });
@@ -838,19 +770,19 @@ impl<'w, P: Protocol> Sim<'w, P> {
     /// An exponential interarrival time at the open-loop rate (at least 1 ns).
     fn interarrival_ns(&mut self) -> u64 {
         let rate = self.options.open_loop.expect("open loop").rate_tps;
-        let u: f64 = rand::Rng::gen_range(&mut self.arrival_rng, f64::EPSILON..1.0);
-        ((-u.ln() / rate) * NS_PER_S as f64).max(1.0) as u64
+        meridian_bench::driver::interarrival_ns(&mut self.arrival_rng, rate)
     }
 
     fn fresh_request(&mut self, client: u32) -> RequestId {
         self.next_request += 1;
         let request = RequestId(self.next_request);
         self.requests.insert(request, client);
+        self.client_requests[client as usize] = Some(request);
         request
     }
 
     fn submit(&mut self, client: u32, request: RequestId, req: ClientRequest) {
-        let to = self.clients[client as usize].coordinator;
+        let to = self.load.info(client).coordinator;
         self.push(
             self.now_ns + CLIENT_HOP_NS,
             Event::Request { to, request, req },
@@ -875,114 +807,32 @@ impl<'w, P: Protocol> Sim<'w, P> {
         let Some(client) = self.requests.remove(&request) else {
             return; // late answer to a request that already timed out
         };
-        match response {
-            ClientResponse::Outcome(outcome) => self.finish_txn(client, outcome),
-            other => self.continue_session(client, other),
+        match self.load.on_answer(client, response) {
+            Ok(Next::Done(outcome)) => self.finish_txn(client, outcome),
+            Ok(Next::Send(req)) => {
+                let request = self.fresh_request(client);
+                self.submit(client, request, req);
+            }
+            Err(broken) => panic!("the protocol broke the client contract: {broken}"),
         }
-    }
-
-    /// Advances an interactive session by one step after `response`.
-    fn continue_session(&mut self, client: u32, response: ClientResponse) {
-        let flight = self.clients[client as usize]
-            .current
-            .as_mut()
-            .expect("response for an idle client");
-        let TxnPlan::Interactive(ops) = &flight.plan else {
-            panic!("protocol answered a one-shot request with {response:?}");
-        };
-        let session = flight
-            .session
-            .as_mut()
-            .expect("interactive flight has a session");
-        match response {
-            ClientResponse::Began(txn) => session.txn = Some(txn),
-            ClientResponse::Read(value) => {
-                session.reads.push(value.clone());
-                let op = &ops[session.next_op];
-                match op.modified(value.as_ref()) {
-                    Some(new) => session.appending = Some((op.key().clone(), new)),
-                    None => session.next_op += 1,
-                }
-            }
-            ClientResponse::Written => {
-                session.appending = None;
-                session.next_op += 1;
-            }
-            ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
-        }
-        let txn = session
-            .txn
-            .expect("the first response of a session is Began");
-        let step = if let Some((key, value)) = session.appending.clone() {
-            Step::Put { txn, key, value }
-        } else {
-            match ops.get(session.next_op) {
-                None => {
-                    flight.commit_sent = true;
-                    Step::Commit { txn }
-                }
-                Some(
-                    InteractiveOp::Get(key)
-                    | InteractiveOp::Append(key, _)
-                    | InteractiveOp::Add(key, _),
-                ) => Step::Get {
-                    txn,
-                    key: key.clone(),
-                },
-                Some(InteractiveOp::Put(key, value)) => Step::Put {
-                    txn,
-                    key: key.clone(),
-                    value: value.clone(),
-                },
-            }
-        };
-        let request = self.fresh_request(client);
-        self.clients[client as usize]
-            .current
-            .as_mut()
-            .expect("in flight")
-            .request = request;
-        self.submit(client, request, ClientRequest::Interactive(step));
     }
 
     fn finish_txn(&mut self, client: u32, outcome: Outcome) {
-        let flight = self.clients[client as usize]
-            .current
-            .take()
+        let flight = self
+            .load
+            .finish(client, &outcome)
             .expect("finish of an idle client");
-        self.requests.remove(&flight.request);
-        let coordinator = self.clients[client as usize].coordinator;
-        let kind = match &outcome {
-            Outcome::Committed { .. } => EntryType::Ok,
-            Outcome::Aborted { .. } => EntryType::Fail,
-            Outcome::Unknown { .. } => EntryType::Info,
-        };
-        self.count_outcome(coordinator, &flight, &outcome);
-        if let Outcome::Committed {
-            commit_ts: Some(ts),
-            ..
-        } = &outcome
-        {
-            let seen = &mut self.clients[client as usize].latest_seen;
-            *seen = (*seen).max(Some(*ts));
+        if let Some(request) = self.client_requests[client as usize].take() {
+            self.requests.remove(&request);
         }
+        let kind = entry_type(&outcome);
+        self.count_outcome(client, &flight, &outcome);
         self.trace.write_u8(kind as u8);
         if self.options.record_history {
-            let reads = flight
-                .session
-                .as_ref()
-                .map(|s| s.reads.as_slice())
-                .unwrap_or(&[]);
-            let ops = self.workload.history_ops(&flight.plan, &outcome, reads);
-            let index = self.report.history.len() as u64;
-            self.report.history.push(Entry {
-                index,
-                process: u64::from(client),
-                kind,
-                invoke_ns: flight.invoke_ns,
-                complete_ns: self.now_ns,
-                ops,
-            });
+            let mut entry =
+                flight.history_entry(&*self.workload, u64::from(client), &outcome, self.now_ns);
+            entry.index = self.report.history.len() as u64;
+            self.report.history.push(entry);
         }
         if self.loading && self.options.open_loop.is_none() {
             self.schedule_client(client);
@@ -998,46 +848,31 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
     }
 
-    fn count_outcome(&mut self, coordinator: NodeId, flight: &InFlight, outcome: &Outcome) {
-        let region = self.cluster().region_of(coordinator);
-        let index = self.region_index[&region.0];
-        let bound = matches!(outcome, Outcome::Committed { .. })
+    fn count_outcome(&mut self, client: u32, flight: &meridian_bench::InFlight, outcome: &Outcome) {
+        let coordinator = self.load.info(client).coordinator;
+        let bound = outcome
+            .is_committed()
             .then(|| P::bound_ms(self.cluster(), coordinator, &flight.shards));
-        let latency_ns = self.now_ns - flight.invoke_ns;
+        let done = flight.finished(self.load.region(client), outcome, self.now_ns, bound);
+        self.results.record(&done);
         let finished = match outcome {
-            Outcome::Committed { .. } => Finished::Committed { latency_ns },
+            Outcome::Committed { .. } => Finished::Committed {
+                latency_ns: done.latency_ns,
+            },
             Outcome::Aborted { .. } => Finished::Aborted,
             Outcome::Unknown { .. } => Finished::Unknown,
         };
         self.timeline.record(self.now_ns, finished);
-        let stats = &mut self.report.regions[index];
         match outcome {
-            Outcome::Committed { path, .. } => {
-                self.report.committed += 1;
-                stats.committed += 1;
-                stats.latencies_ns.push(latency_ns);
-                stats.bounds_ms.push(bound.expect("committed"));
-                *stats.paths.entry(path_name(*path).to_string()).or_default() += 1;
-            }
-            Outcome::Aborted { reason } => {
-                self.report.aborted += 1;
-                stats.aborted += 1;
-                *self
-                    .report
-                    .abort_reasons
-                    .entry(reason.to_string())
-                    .or_default() += 1;
-            }
-            Outcome::Unknown { .. } => {
-                self.report.unknown += 1;
-                stats.unknown += 1;
-            }
+            Outcome::Committed { .. } => self.report.committed += 1,
+            Outcome::Aborted { .. } => self.report.aborted += 1,
+            Outcome::Unknown { .. } => self.report.unknown += 1,
         }
     }
 
     fn finish(mut self) -> SimReport {
-        for client in 0..self.clients.len() as u32 {
-            if self.clients[client as usize].current.is_some() {
+        for client in 0..self.load.len() as u32 {
+            if !self.load.is_idle(client) {
                 self.finish_txn(
                     client,
                     Outcome::Unknown {
@@ -1046,9 +881,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 );
             }
         }
-        for region in &mut self.report.regions {
-            region.latencies_ns.sort_unstable();
-        }
+        self.report.abort_reasons = self.results.abort_reasons();
+        self.report.throttled = self.results.throttled;
+        self.report.regions = std::mem::take(&mut self.results.regions);
         let timeline = std::mem::take(&mut self.timeline);
         self.report.timeline = timeline.finish();
         self.report.virtual_ns = self.now_ns;
@@ -1119,19 +954,6 @@ impl<'w, P: Protocol> Sim<'w, P> {
             reason: "audit read unanswered".to_string(),
         }
     }
-}
-
-fn plan_shards(plan: &TxnPlan, cluster: &Cluster) -> Vec<ShardId> {
-    let mut shards = match plan {
-        TxnPlan::OneShot(txn) => txn.shards().into_vec(),
-        TxnPlan::Interactive(ops) => ops
-            .iter()
-            .map(|op| cluster.partitioner.shard_of(op.key()))
-            .collect(),
-    };
-    shards.sort_unstable();
-    shards.dedup();
-    shards
 }
 
 /// Seeds derived from the run's seed: independent streams per purpose and index.

@@ -11,9 +11,13 @@
 //! * **Clocks** ([`clock`]): every machine reads its own local clock, modelled per profile.
 //! * **Faults** ([`faults`]): crash and restart (a restarted node is rebuilt from its durable
 //!   records), partitions, loss, duplication, clock steps — scheduled or seeded-random.
-//! * **Clients**: closed-loop clients attached to coordinators draw transactions from a
-//!   [`Workload`]; one-shot plans are one request, interactive plans a session of steps.
-//!   Each finished transaction becomes a history entry (true virtual times).
+//! * **Clients**: closed-loop clients (or open-loop arrivals with a cap per coordinator)
+//!   placed by `meridian_workload::place_clients` draw transactions from a [`Workload`],
+//!   which sees each client's coordinator and region; one-shot plans are one request,
+//!   interactive plans a session of steps, stepped by the load driver's core that the
+//!   runtime shares (`meridian_bench::LoadCore`). Each finished transaction becomes a
+//!   history entry (true virtual times) and a count in the results model
+//!   (`meridian_bench::Results`: per region and per class label).
 //! * **Service time**: optionally each node is busy for a fixed time per event, so queueing
 //!   shows; with `batch_max` what queued meanwhile is one batch, as in the runtime.
 //! * **Conformance** ([`conformance`]): the swarm, replay, golden-trace and broken-variant
@@ -34,7 +38,8 @@ pub mod report;
 pub use conformance::{Broken, Conformance};
 pub use driver::{run, setup, OpenLoop, Progress, SimOptions};
 pub use faults::{Fault, FaultKinds, FaultPlan};
-pub use report::{path_name, RegionStats, SimReport, TimeBucket, Timeline};
+pub use meridian_bench::{path_name, RegionResults, Stats};
+pub use report::{SimReport, TimeBucket, Timeline};
 
 pub use meridian_core::Protocol;
 pub use meridian_workload::Workload;

@@ -1,52 +1,12 @@
-//! What a simulated run measured: outcome counts, per-coordinator-region latency against the
-//! protocol's physical bound, event counts and the trace hash that proves determinism.
+//! What a simulated run measured: outcome counts, per-coordinator-region and per-class
+//! latency against the protocol's physical bound (the results model of `meridian-bench`,
+//! which the runtime feeds too), event counts and the trace hash that proves determinism.
 
+use meridian_bench::RegionResults;
 use meridian_check::Entry;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
-use meridian_core::CommitPath;
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Latency and outcomes of the coordinators of one region.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RegionStats {
-    pub region: String,
-    pub committed: u64,
-    pub aborted: u64,
-    pub unknown: u64,
-    /// Commit latencies (true time, invoke to complete), sorted ascending.
-    #[serde(skip)]
-    pub latencies_ns: Vec<u64>,
-    /// The protocol's physical bound of each committed transaction, in ms.
-    #[serde(skip)]
-    pub bounds_ms: Vec<f64>,
-    pub paths: BTreeMap<String, u64>,
-}
-
-impl RegionStats {
-    /// The `p`-th percentile (0–100) of commit latency in ms, nearest-rank; `None` if empty.
-    pub fn percentile_ms(&self, p: f64) -> Option<f64> {
-        percentile_ms(&self.latencies_ns, p)
-    }
-
-    /// The median of the committed transactions' physical bounds, in ms.
-    pub fn bound_ms(&self) -> Option<f64> {
-        if self.bounds_ms.is_empty() {
-            return None;
-        }
-        let mut sorted = self.bounds_ms.clone();
-        sorted.sort_by(f64::total_cmp);
-        Some(sorted[(sorted.len() - 1) / 2])
-    }
-
-    /// The share of committed transactions that took the fast path.
-    pub fn fast_path_ratio(&self) -> Option<f64> {
-        (self.committed > 0).then(|| {
-            *self.paths.get(path_name(CommitPath::Fast)).unwrap_or(&0) as f64
-                / self.committed as f64
-        })
-    }
-}
 
 /// The `p`-th percentile (0–100) of ascending latencies in ns, as ms, nearest-rank.
 fn percentile_ms(sorted_ns: &[u64], p: f64) -> Option<f64> {
@@ -169,18 +129,6 @@ impl TimelineBuilder {
     }
 }
 
-/// The report's name for a commit path.
-pub fn path_name(path: CommitPath) -> &'static str {
-    match path {
-        CommitPath::Fast => "fast",
-        CommitPath::Slow => "slow",
-        CommitPath::ReExecuted => "re-executed",
-        CommitPath::Local => "local",
-        CommitPath::TwoPhase => "two-phase",
-        CommitPath::ReadOnly => "read-only",
-    }
-}
-
 /// Everything a run measured.
 #[derive(Clone, Debug)]
 pub struct SimReport {
@@ -188,8 +136,9 @@ pub struct SimReport {
     pub aborted: u64,
     pub unknown: u64,
     pub abort_reasons: BTreeMap<String, u64>,
-    /// One entry per region that hosts coordinators, in topology order.
-    pub regions: Vec<RegionStats>,
+    /// One entry per region that hosts coordinators, in the order of the cluster's
+    /// coordinators; each splits its figures by transaction class.
+    pub regions: Vec<RegionResults>,
     /// Events processed (deliveries, timers, client events, faults).
     pub events: u64,
     pub messages_sent: u64,
@@ -213,6 +162,13 @@ pub struct SimReport {
     pub audited_keys: u64,
     /// Outcomes per bucket of virtual time ([`SimOptions::timeline_bucket_ns`](crate::SimOptions)).
     pub timeline: Timeline,
+}
+
+impl SimReport {
+    /// Every region taken together (the `all` row), class breakdown included.
+    pub fn all_regions(&self) -> RegionResults {
+        meridian_bench::results::all_regions(&self.regions)
+    }
 }
 
 impl Default for SimReport {

@@ -12,7 +12,7 @@ use meridian_core::txn::{
 use meridian_core::value::encode_int;
 use meridian_core::SmallBytes;
 use meridian_core::{
-    AbortReason, ClientId, CommitPath, Key, Node, NodeId, NodeRng, Operand, Procedures, Protocol,
+    AbortReason, CommitPath, Key, Node, NodeId, NodeRng, Operand, Procedures, Protocol,
     ProtocolConfig, RequestId, ShardId, Topology, TxnId,
 };
 use meridian_sim::{run, setup, FaultKinds, FaultPlan, SimOptions};
@@ -227,7 +227,11 @@ impl Workload for Increments {
     fn name(&self) -> &str {
         "increments"
     }
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(
+        &mut self,
+        _client: &meridian_workload::ClientInfo,
+        rng: &mut NodeRng,
+    ) -> meridian_workload::Planned {
         let first = rng.gen_range(0..self.shards);
         let pieces = (0..self.per_txn)
             .map(|i| {
@@ -236,7 +240,7 @@ impl Workload for Increments {
                 Piece::ops(shard, vec![Op::Add(key, Operand::Literal(encode_int(1)))])
             })
             .collect();
-        TxnPlan::OneShot(Txn { pieces })
+        meridian_workload::Planned::from(TxnPlan::OneShot(Txn { pieces }))
     }
     fn history_ops(
         &self,
@@ -492,14 +496,19 @@ impl Workload for Appends {
     fn name(&self) -> &str {
         "appends"
     }
-    fn next(&mut self, client: ClientId, _rng: &mut NodeRng) -> TxnPlan {
+    fn next(
+        &mut self,
+        client: &meridian_workload::ClientInfo,
+        _rng: &mut NodeRng,
+    ) -> meridian_workload::Planned {
+        let client = client.id;
         let n = self.next.entry(client.0).or_insert(0);
         *n += 1;
         let key = SmallBytes::from(format!("list{}", client.0));
-        TxnPlan::Interactive(vec![
+        meridian_workload::Planned::from(TxnPlan::Interactive(vec![
             InteractiveOp::Get(key.clone()),
             InteractiveOp::Append(key, encode_int(*n)),
-        ])
+        ]))
     }
     fn history_ops(
         &self,

@@ -25,10 +25,11 @@ use crate::{
     committed_results, int_read, interactive_reads_by_op, logical_name, output, InteractiveOp,
     TxnPlan, Workload, WorkloadOptions,
 };
+use crate::{ClientInfo, Planned};
 use meridian_check::{Entry, EntryType, HistOp, ReadValue};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, PieceBody, Txn, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, ShardId};
+use meridian_core::{Cluster, NodeRng, ShardId};
 use rand::Rng;
 use rustc_hash::FxHashMap;
 
@@ -195,12 +196,13 @@ impl Workload for Bank {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         TxnPlan::OneShot(if rng.gen_bool(self.read_ratio) {
             self.read_all()
         } else {
             self.transfer(rng)
         })
+        .into()
     }
 
     fn history_ops(
@@ -316,7 +318,12 @@ mod tests {
         (0..txns)
             .map(|i| {
                 let client = i % 3;
-                let plan = w.next(ClientId(client as u32), &mut rngs[client]);
+                let plan = w
+                    .next(
+                        &crate::test_support::client(client as u32),
+                        &mut rngs[client],
+                    )
+                    .plan;
                 let TxnPlan::OneShot(txn) = &plan else {
                     panic!()
                 };
@@ -340,7 +347,8 @@ mod tests {
             let mut r = rng(1);
             let (mut transfers, mut read_alls) = (0, 0);
             for _ in 0..300 {
-                let TxnPlan::OneShot(txn) = w.next(ClientId(0), &mut r) else {
+                let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(0), &mut r).plan
+                else {
                     panic!()
                 };
                 txn.validate(shards).unwrap();
@@ -384,7 +392,7 @@ mod tests {
         let mut store = MapStore::default();
         let mut r = rng(8);
         for _ in 0..50 {
-            let TxnPlan::OneShot(txn) = w.next(ClientId(0), &mut r) else {
+            let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(0), &mut r).plan else {
                 panic!()
             };
             execute(&txn, &mut store);
@@ -507,7 +515,7 @@ mod tests {
     #[test]
     fn history_of_unfinished_transactions() {
         let mut w = bank(3, &[("read_ratio", "1")]);
-        let plan = w.next(ClientId(0), &mut rng(4));
+        let plan = w.next(&crate::test_support::client(0), &mut rng(4)).plan;
         let aborted = Outcome::Aborted {
             reason: meridian_core::AbortReason::Timeout,
         };
@@ -527,7 +535,7 @@ mod tests {
         assert_eq!(names, expected);
         // Transfers record nothing, whatever the outcome.
         let mut w = bank(3, &[("read_ratio", "0")]);
-        let plan = w.next(ClientId(0), &mut rng(4));
+        let plan = w.next(&crate::test_support::client(0), &mut rng(4)).plan;
         assert!(w.history_ops(&plan, &aborted, &[]).is_empty());
     }
 
@@ -537,7 +545,7 @@ mod tests {
             let mut w = bank(3, &[]);
             let mut r = rng(seed);
             (0..100)
-                .map(|_| w.next(ClientId(0), &mut r))
+                .map(|_| w.next(&crate::test_support::client(0), &mut r).plan)
                 .collect::<Vec<_>>()
         };
         assert_eq!(draw(5), draw(5));

@@ -1,8 +1,11 @@
 //! `meridian-workload`: what clients submit, and how a finished transaction is written into
 //! the history the checker reads.
 //!
-//! A [`Workload`] is a deterministic generator: given a client and the client's seeded RNG it
-//! returns the next [`TxnPlan`]. When the transaction ends, the driver (simulator or runtime)
+//! A [`Workload`] is a deterministic generator: given a client ([`ClientInfo`]: its id,
+//! coordinator and region, placed by [`place_clients`]) and the client's seeded RNG it
+//! returns the next [`TxnPlan`] with its class labels ([`Planned`]: `read-only` or
+//! `read-write`, plus the workload's own, such as TPC-C's profiles or MicroBench's
+//! `irt`/`crt`), which reports break latency down by. When the transaction ends, the driver (simulator or runtime)
 //! asks the workload for the history operations of that transaction ([`Workload::history_ops`])
 //! and, at the end of the run, for any workload-specific invariant
 //! ([`Workload::check_history`], e.g. the bank's constant total).
@@ -61,6 +64,7 @@
 
 pub mod audit;
 pub mod bank;
+pub mod client;
 pub mod list_append;
 pub mod microbench;
 mod options;
@@ -77,6 +81,9 @@ use meridian_core::txn::{Key, Outcome, PieceResult, Txn, Value};
 use meridian_core::{ClientId, Cluster, NodeRng};
 
 pub use bank::Bank;
+pub use client::{
+    place_clients, Class, Classes, ClientInfo, Locality, Planned, CRT, IRT, READ_ONLY, READ_WRITE,
+};
 pub use list_append::ListAppend;
 pub use microbench::MicroBench;
 pub use retwis::Retwis;
@@ -142,13 +149,25 @@ pub enum TxnPlan {
     Interactive(Vec<InteractiveOp>),
 }
 
+impl TxnPlan {
+    /// Whether the plan writes nothing.
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            TxnPlan::OneShot(txn) => txn.is_read_only(),
+            TxnPlan::Interactive(ops) => ops.iter().all(|op| matches!(op, InteractiveOp::Get(_))),
+        }
+    }
+}
+
 /// A generator of transactions for the clients of one run.
 pub trait Workload: Send {
     /// The workload's name (`list-append`, `bank`, `microbench`, ...).
     fn name(&self) -> &str;
 
-    /// The next transaction of `client`, drawn from `rng` (the client's own seeded RNG).
-    fn next(&mut self, client: ClientId, rng: &mut NodeRng) -> TxnPlan;
+    /// The next transaction of `client`, drawn from `rng` (the client's own seeded RNG),
+    /// with its class labels. The client's place (coordinator, region) lets a workload plan
+    /// region-local or cross-region transactions.
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned;
 
     /// The history operations of a finished transaction. `interactive_reads` holds, for an
     /// interactive plan, the value each `Get` (and each `Append`'s internal get) returned, in
@@ -460,6 +479,15 @@ pub(crate) mod test_support {
         meridian_core::Cluster::new(Topology::parse("t", &text).unwrap(), &[]).unwrap()
     }
 
+    /// A client of id `id` at a coordinator of region 0 (generators that ignore the place).
+    pub(crate) fn client(id: impl TryInto<u32>) -> crate::ClientInfo {
+        crate::ClientInfo {
+            id: meridian_core::ClientId(id.try_into().ok().expect("a small client id")),
+            coordinator: meridian_core::NodeId(0),
+            region: meridian_core::RegionId(0),
+        }
+    }
+
     pub(crate) fn rng(seed: u64) -> NodeRng {
         NodeRng::seed_from_u64(seed)
     }
@@ -532,7 +560,7 @@ mod tests {
             assert_eq!(w.name(), name);
             let mut r = rng(1);
             for _ in 0..20 {
-                match w.next(ClientId(0), &mut r) {
+                match w.next(&crate::test_support::client(0), &mut r).plan {
                     TxnPlan::OneShot(txn) => txn.validate(3).unwrap(),
                     TxnPlan::Interactive(ops) => assert!(!ops.is_empty()),
                 }

@@ -36,10 +36,11 @@ use crate::{
     committed_results, interactive_reads_by_op, list_read, literal_int, logical_name, output,
     InteractiveOp, TxnPlan, Workload, WorkloadOptions,
 };
+use crate::{ClientInfo, Planned};
 use meridian_check::{Entry, EntryType, HistOp, ReadValue};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, PieceBody, Txn, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
 use rand::Rng;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -165,12 +166,12 @@ impl Workload for ListAppend {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         let drawn = self.draw(rng);
         if self.interactive {
-            TxnPlan::Interactive(self.interactive_plan(&drawn))
+            TxnPlan::Interactive(self.interactive_plan(&drawn)).into()
         } else {
-            TxnPlan::OneShot(self.one_shot(&drawn))
+            TxnPlan::OneShot(self.one_shot(&drawn)).into()
         }
     }
 
@@ -294,7 +295,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..per_client {
             for (c, r) in rngs.iter_mut().enumerate() {
-                out.push(w.next(ClientId(c as u32), r));
+                out.push(w.next(&crate::test_support::client(c as u32), r).plan);
             }
         }
         out
@@ -580,7 +581,10 @@ mod tests {
         let mut reads_only = workload(2, &[("read_ratio", "1")]);
         let mut r = rng(1);
         for _ in 0..50 {
-            let TxnPlan::OneShot(txn) = reads_only.next(ClientId(0), &mut r) else {
+            let TxnPlan::OneShot(txn) = reads_only
+                .next(&crate::test_support::client(0), &mut r)
+                .plan
+            else {
                 panic!()
             };
             assert!(txn.is_read_only());

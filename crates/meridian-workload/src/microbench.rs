@@ -24,11 +24,12 @@
 
 use crate::options::Options;
 use crate::zipf::{Zipf, MAX_N};
+use crate::{ClientInfo, Locality, Planned};
 use crate::{TxnPlan, Workload, WorkloadOptions};
 use meridian_check::HistOp;
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, Txn, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
 use rand::seq::index;
 
 /// The MicroBench workload.
@@ -40,6 +41,8 @@ pub struct MicroBench {
     per_txn: u32,
     zipf: Zipf,
     one: Value,
+    /// Labels each transaction IRT or CRT for the client it is planned for.
+    locality: Locality,
 }
 
 impl MicroBench {
@@ -67,6 +70,7 @@ impl MicroBench {
             zipf: Zipf::new(keys_per_shard, theta)
                 .map_err(|e| format!("workload `{}`: {e}", Self::NAME))?,
             one: encode_int(1),
+            locality: Locality::new(cluster),
         })
     }
 
@@ -86,7 +90,9 @@ impl Workload for MicroBench {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    /// Labelled `irt` or `crt` besides `read-write`: whether every shard the transaction
+    /// touches is led from the client's region.
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         let mut shards: Vec<u32> = index::sample(rng, self.shards as usize, self.per_txn as usize)
             .into_iter()
             .map(|s| s as u32)
@@ -103,7 +109,9 @@ impl Workload for MicroBench {
                 )
             })
             .collect();
-        TxnPlan::OneShot(Txn { pieces })
+        let txn = Txn { pieces };
+        let locality = self.locality.class(client, txn.shards());
+        Planned::from(TxnPlan::OneShot(txn)).class(locality)
     }
 
     /// None: see the module docs.
@@ -135,10 +143,12 @@ mod tests {
     fn plans(w: &mut MicroBench, n: usize, seed: u64) -> Vec<Txn> {
         let mut r = rng(seed);
         (0..n)
-            .map(|_| match w.next(ClientId(0), &mut r) {
-                TxnPlan::OneShot(txn) => txn,
-                TxnPlan::Interactive(_) => panic!("one-shot expected"),
-            })
+            .map(
+                |_| match w.next(&crate::test_support::client(0), &mut r).plan {
+                    TxnPlan::OneShot(txn) => txn,
+                    TxnPlan::Interactive(_) => panic!("one-shot expected"),
+                },
+            )
             .collect()
     }
 

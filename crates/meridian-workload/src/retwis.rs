@@ -19,10 +19,11 @@
 use crate::options::Options;
 use crate::zipf::{Zipf, MAX_N};
 use crate::{distinct_ranks, txn_by_shard, TxnPlan, Workload, WorkloadOptions};
+use crate::{ClientInfo, Planned};
 use meridian_check::HistOp;
 use meridian_core::txn::{Key, Op, Operand, Outcome, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner};
+use meridian_core::{Cluster, NodeRng, Partitioner};
 use rand::Rng;
 
 /// The Retwis workload.
@@ -56,12 +57,12 @@ impl Workload for Retwis {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
-        let (gets, puts) = match rng.gen_range(0..100) {
-            0..5 => (1, 3),
-            5..20 => (2, 2),
-            20..50 => (3, 5),
-            _ => (rng.gen_range(1..=10), 0),
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
+        let (class, gets, puts) = match rng.gen_range(0..100) {
+            0..5 => ("add-user", 1, 3),
+            5..20 => ("follow", 2, 2),
+            20..50 => ("post-tweet", 3, 5),
+            _ => ("get-timeline", rng.gen_range(1..=10), 0),
         };
         let keys = distinct_ranks(&self.zipf, gets.max(puts), rng);
         let value = Operand::Literal(encode_int(rng.gen()));
@@ -70,7 +71,7 @@ impl Workload for Retwis {
                 .iter()
                 .map(|&r| Op::Put(Self::key(r), value.clone())),
         );
-        TxnPlan::OneShot(txn_by_shard(&self.partitioner, ops))
+        Planned::from(TxnPlan::OneShot(txn_by_shard(&self.partitioner, ops))).class(class)
     }
 
     fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
@@ -95,7 +96,7 @@ mod tests {
         let mut r = rng(3);
         let mut shapes = std::collections::BTreeMap::new();
         for _ in 0..4000 {
-            let TxnPlan::OneShot(txn) = w.next(ClientId(0), &mut r) else {
+            let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(0), &mut r).plan else {
                 panic!()
             };
             txn.validate(3).unwrap();

@@ -17,13 +17,14 @@
 use crate::options::Options;
 use crate::zipf::Zipf;
 use crate::{distinct_ranks, TxnPlan, Workload, WorkloadOptions};
+use crate::{ClientInfo, Planned};
 use meridian_check::HistOp;
 use meridian_core::txn::{
     AbortReason, Key, KvAccess, Op, Operand, Outcome, Piece, PieceBody, ProcedureCall, Procedures,
     Txn, Value,
 };
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
 use rand::Rng;
 use std::sync::Arc;
 
@@ -135,47 +136,59 @@ impl Workload for SmallBank {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         let pair = distinct_ranks(&self.zipf, 2, rng);
         let (a, b) = (pair[0], pair[1]);
         let amount = rng.gen_range(1..=10_000i64);
         let roll = rng.gen_range(0..100);
-        let txn = match roll {
-            0..15 => self.amalgamate(a, b),
-            15..30 => Txn {
-                pieces: vec![Piece::ops(
-                    self.shard(a),
-                    vec![Op::Get(self.checking(a)), Op::Get(self.savings(a))],
-                )],
-            },
-            30..45 => Txn {
-                pieces: vec![Piece::ops(
-                    self.shard(a),
-                    vec![Op::Add(
-                        self.checking(a),
-                        Operand::Literal(encode_int(amount)),
+        let (class, txn) = match roll {
+            0..15 => ("amalgamate", self.amalgamate(a, b)),
+            15..30 => (
+                "balance",
+                Txn {
+                    pieces: vec![Piece::ops(
+                        self.shard(a),
+                        vec![Op::Get(self.checking(a)), Op::Get(self.savings(a))],
                     )],
-                )],
-            },
-            45..70 => self.send_payment(a, b, amount),
-            70..85 => Txn {
-                pieces: vec![self.call(
-                    a,
-                    "smallbank.transact_savings",
-                    vec![self.savings(a)],
-                    Some(rng.gen_range(-10_000..=10_000)),
-                )],
-            },
-            _ => Txn {
-                pieces: vec![self.call(
-                    a,
-                    "smallbank.write_check",
-                    vec![self.checking(a), self.savings(a)],
-                    Some(amount),
-                )],
-            },
+                },
+            ),
+            30..45 => (
+                "deposit-checking",
+                Txn {
+                    pieces: vec![Piece::ops(
+                        self.shard(a),
+                        vec![Op::Add(
+                            self.checking(a),
+                            Operand::Literal(encode_int(amount)),
+                        )],
+                    )],
+                },
+            ),
+            45..70 => ("send-payment", self.send_payment(a, b, amount)),
+            70..85 => (
+                "transact-savings",
+                Txn {
+                    pieces: vec![self.call(
+                        a,
+                        "smallbank.transact_savings",
+                        vec![self.savings(a)],
+                        Some(rng.gen_range(-10_000..=10_000)),
+                    )],
+                },
+            ),
+            _ => (
+                "write-check",
+                Txn {
+                    pieces: vec![self.call(
+                        a,
+                        "smallbank.write_check",
+                        vec![self.checking(a), self.savings(a)],
+                        Some(amount),
+                    )],
+                },
+            ),
         };
-        TxnPlan::OneShot(txn)
+        Planned::from(TxnPlan::OneShot(txn)).class(class)
     }
 
     fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
@@ -267,7 +280,7 @@ mod tests {
         let mut r = rng(5);
         let (mut committed, mut refused, mut cross) = (0, 0, 0);
         for _ in 0..2000 {
-            let TxnPlan::OneShot(txn) = w.next(ClientId(0), &mut r) else {
+            let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(0), &mut r).plan else {
                 panic!()
             };
             txn.validate(3).unwrap();

@@ -16,11 +16,12 @@
 use crate::audit::FinalState;
 use crate::options::Options;
 use crate::zipf::Zipf;
+use crate::{ClientInfo, Planned};
 use crate::{TxnPlan, Workload, WorkloadOptions};
 use meridian_check::{Entry, HistOp};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, Txn, Value};
 use meridian_core::value::{encode_int, encode_list};
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
 use rand::Rng;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -85,7 +86,8 @@ impl Workload for TpcA {
         Self::NAME
     }
 
-    fn next(&mut self, client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned {
+        let client = client.id;
         let n = crate::procedure::next_seq(&mut self.planned, client.0);
         let branch = rng.gen_range(0..self.branches);
         let teller = rng.gen_range(0..TELLERS);
@@ -123,7 +125,7 @@ impl Workload for TpcA {
             pieces.push(Piece::ops(self.shard(account_branch), vec![account_op]));
         }
         pieces.insert(0, Piece::ops(self.shard(branch), home));
-        TxnPlan::OneShot(Txn { pieces })
+        TxnPlan::OneShot(Txn { pieces }).into()
     }
 
     fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
@@ -185,7 +187,8 @@ mod tests {
         let mut r = rng(2);
         let mut remote = 0;
         for i in 0..600 {
-            let TxnPlan::OneShot(txn) = w.next(ClientId(i % 4), &mut r) else {
+            let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(i % 4), &mut r).plan
+            else {
                 panic!()
             };
             txn.validate(3).unwrap();

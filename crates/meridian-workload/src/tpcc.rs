@@ -65,6 +65,7 @@
 
 use crate::audit::FinalState;
 use crate::options::Options;
+use crate::{ClientInfo, Planned};
 use crate::{InteractiveOp, TxnPlan, Workload, WorkloadOptions};
 use meridian_check::{Entry, HistOp};
 use meridian_core::txn::{
@@ -96,6 +97,19 @@ pub enum Profile {
     OrderStatus,
     Delivery,
     StockLevel,
+}
+
+impl Profile {
+    /// The profile's class label in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::NewOrder => "new-order",
+            Profile::Payment => "payment",
+            Profile::OrderStatus => "order-status",
+            Profile::Delivery => "delivery",
+            Profile::StockLevel => "stock-level",
+        }
+    }
 }
 
 /// The TPC-C workload.
@@ -490,12 +504,15 @@ impl Workload for TpcC {
         Self::NAME
     }
 
-    fn next(&mut self, client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    /// Labelled with the profile's name (`new-order`, `payment`, …) besides read-only or
+    /// read-write, so reports show each profile's latency.
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned {
+        let client = client.id;
         let w = self.home(client);
         let n = crate::procedure::next_seq(&mut self.planned, client.0);
         let profile = self.profile(rng);
         *self.counts.entry(profile).or_default() += 1;
-        match profile {
+        let plan = match profile {
             Profile::NewOrder => TxnPlan::OneShot(self.new_order(w, n, rng)),
             Profile::Payment => {
                 let ops = self.payment_ops(client, w, n, rng);
@@ -507,7 +524,8 @@ impl Workload for TpcC {
             }
             Profile::Delivery => TxnPlan::OneShot(self.delivery(w, n, rng)),
             Profile::StockLevel => TxnPlan::OneShot(self.stock_level(w, rng)),
-        }
+        };
+        Planned::from(plan).class(profile.name())
     }
 
     /// None: TPC-C is judged by its consistency conditions on the final state.
@@ -861,7 +879,10 @@ mod tests {
         let mut store = MapStore::default();
         let mut r = rng(seed);
         for i in 0..txns {
-            match w.next(ClientId(i as u32 % 7), &mut r) {
+            match w
+                .next(&crate::test_support::client(i as u32 % 7), &mut r)
+                .plan
+            {
                 TxnPlan::OneShot(txn) => {
                     txn.validate(w.shards).unwrap();
                     execute(&txn, &mut store);
@@ -971,7 +992,7 @@ mod tests {
         let mut store = MapStore::default();
         let mut rolled_back = 0;
         for _ in 0..400 {
-            let TxnPlan::OneShot(txn) = w.next(ClientId(1), &mut r) else {
+            let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(1), &mut r).plan else {
                 panic!()
             };
             txn.validate(4).unwrap();
@@ -996,7 +1017,7 @@ mod tests {
     fn payment_and_order_status_are_interactive_when_asked() {
         let mut w = tpcc(2, &[("interactive", "true"), ("mix", "payment")]);
         let mut r = rng(4);
-        let TxnPlan::Interactive(ops) = w.next(ClientId(0), &mut r) else {
+        let TxnPlan::Interactive(ops) = w.next(&crate::test_support::client(0), &mut r).plan else {
             panic!()
         };
         assert!(matches!(ops[0], InteractiveOp::Get(_)));
@@ -1007,10 +1028,48 @@ mod tests {
             5
         );
         let mut w = tpcc(2, &[("mix", "payment")]);
-        assert!(matches!(w.next(ClientId(0), &mut r), TxnPlan::OneShot(_)));
+        assert!(matches!(
+            w.next(&crate::test_support::client(0), &mut r).plan,
+            TxnPlan::OneShot(_)
+        ));
         for (k, v) in [("mix", "all"), ("warehouses", "0"), ("remote_item", "2")] {
             let e = TpcC::new(&cluster(2), &WorkloadOptions::default().with(k, v)).unwrap_err();
             assert!(e.contains(k), "{e}");
         }
+    }
+
+    #[test]
+    fn every_plan_is_labelled_with_its_profile_and_read_only_or_read_write() {
+        let mut w = tpcc(2, &[]);
+        let mut r = rng(9);
+        let mut seen = BTreeMap::new();
+        for i in 0..400u32 {
+            let planned = w.next(&crate::test_support::client(i % 5), &mut r);
+            let labels: Vec<&str> = planned.classes.iter().collect();
+            let profile = labels
+                .iter()
+                .find(|l| !matches!(**l, crate::READ_ONLY | crate::READ_WRITE))
+                .map(|l| l.to_string())
+                .expect("a profile label");
+            let read_only = planned.plan.is_read_only();
+            assert_eq!(labels.contains(&crate::READ_ONLY), read_only, "{labels:?}");
+            *seen.entry(profile).or_insert(0) += 1;
+        }
+        let names: Vec<&str> = seen.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "delivery",
+                "new-order",
+                "order-status",
+                "payment",
+                "stock-level"
+            ]
+        );
+        assert_eq!(
+            w.counts.values().sum::<u64>(),
+            seen.values().sum::<u64>(),
+            "one label per plan"
+        );
     }
 }

@@ -14,10 +14,11 @@
 use crate::options::Options;
 use crate::zipf::{Zipf, MAX_N};
 use crate::{distinct_ranks, txn_by_shard, TxnPlan, Workload, WorkloadOptions};
+use crate::{ClientInfo, Planned};
 use meridian_check::HistOp;
 use meridian_core::txn::{Key, Op, Operand, Outcome, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{ClientId, Cluster, NodeRng, Partitioner};
+use meridian_core::{Cluster, NodeRng, Partitioner};
 use rand::Rng;
 
 /// The YCSB-T workload.
@@ -59,7 +60,7 @@ impl Workload for YcsbT {
         Self::NAME
     }
 
-    fn next(&mut self, _client: ClientId, rng: &mut NodeRng) -> TxnPlan {
+    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
         let one = Operand::Literal(encode_int(1));
         let ops: Vec<Op> = distinct_ranks(&self.zipf, self.ops, rng)
             .into_iter()
@@ -71,7 +72,7 @@ impl Workload for YcsbT {
                 }
             })
             .collect();
-        TxnPlan::OneShot(txn_by_shard(&self.partitioner, ops))
+        TxnPlan::OneShot(txn_by_shard(&self.partitioner, ops)).into()
     }
 
     fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
@@ -98,10 +99,12 @@ mod tests {
         let mut w = YcsbT::new(&cluster(3), &o).unwrap();
         let mut r = rng(1);
         (0..n)
-            .map(|_| match w.next(ClientId(0), &mut r) {
-                TxnPlan::OneShot(t) => t,
-                TxnPlan::Interactive(_) => panic!(),
-            })
+            .map(
+                |_| match w.next(&crate::test_support::client(0), &mut r).plan {
+                    TxnPlan::OneShot(t) => t,
+                    TxnPlan::Interactive(_) => panic!(),
+                },
+            )
             .collect()
     }
 

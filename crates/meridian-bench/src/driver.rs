@@ -1,0 +1,440 @@
+//! The sans-IO core of a load driver, shared by the simulator (virtual time, events) and the
+//! runtime (tokio tasks, real time): the clients ([`ClientInfo`], placed by
+//! [`meridian_workload::place_clients`]), what each has in flight, and the stepping of a
+//! transaction from its plan to its outcome — one request for a one-shot plan, a session of
+//! `Begin`/`Get`/`Put`/`Commit` steps for an interactive one (an `Append` or `Add` is a get
+//! then a put of the new value). The core never waits, times or sends: a driver asks it for
+//! the request to send, carries it, and hands back the answer.
+//!
+//! Load shapes are the drivers' timing over the same core: closed-loop clients call
+//! [`LoadCore::begin`] again when their transaction ends; open-loop arrivals at a
+//! coordinator, Poisson ([`interarrival_ns`]), take its first idle client
+//! ([`LoadCore::idle_client_at`]) or are turned away (throttled) when it has none, so a
+//! coordinator has at most as many transactions in flight as it has clients.
+
+use crate::results::Finished;
+use meridian_check::{Entry, EntryType};
+use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
+use meridian_core::{Cluster, NodeRng, Partitioner, ShardId, Timestamp, TxnId};
+use meridian_workload::{ClientInfo, InteractiveOp, Planned, TxnPlan, Workload};
+
+/// What comes after an answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Next {
+    /// The session's next step, to send to the client's coordinator.
+    Send(ClientRequest),
+    /// The transaction ended: pass the outcome to [`LoadCore::finish`].
+    Done(Outcome),
+}
+
+/// An interactive session's progress.
+#[derive(Clone, Debug, Default)]
+struct Session {
+    txn: Option<TxnId>,
+    next_op: usize,
+    /// The value each get returned, in plan order (the history needs them).
+    reads: Vec<Option<Value>>,
+    /// A read-modify-write whose get has returned: the put of the new value is in flight.
+    pending_put: Option<(Key, Value)>,
+}
+
+/// A client's transaction from its first request to its outcome.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    pub planned: Planned,
+    /// When the first request left, ns on the driver's clock.
+    pub invoke_ns: u64,
+    /// The shards the plan touches, sorted (the protocol's physical bound needs them).
+    pub shards: Vec<ShardId>,
+    session: Option<Session>,
+}
+
+impl InFlight {
+    /// The values an interactive session read, in plan order (empty for one-shot plans).
+    pub fn reads(&self) -> &[Option<Value>] {
+        self.session.as_ref().map_or(&[], |s| s.reads.as_slice())
+    }
+
+    /// The transaction's report to [`Results::record`](crate::results::Results::record).
+    pub fn finished<'a>(
+        &'a self,
+        region: usize,
+        outcome: &'a Outcome,
+        now_ns: u64,
+        bound_ms: Option<f64>,
+    ) -> Finished<'a> {
+        Finished {
+            region,
+            classes: &self.planned.classes,
+            outcome,
+            latency_ns: now_ns.saturating_sub(self.invoke_ns),
+            bound_ms,
+        }
+    }
+
+    /// The history entry of the finished transaction (`process` is the client's id).
+    pub fn history_entry(
+        &self,
+        workload: &dyn Workload,
+        process: u64,
+        outcome: &Outcome,
+        complete_ns: u64,
+    ) -> Entry {
+        Entry {
+            index: 0,
+            process,
+            kind: entry_type(outcome),
+            invoke_ns: self.invoke_ns,
+            complete_ns,
+            ops: workload.history_ops(&self.planned.plan, outcome, self.reads()),
+        }
+    }
+}
+
+/// The history's type of an outcome.
+pub fn entry_type(outcome: &Outcome) -> EntryType {
+    match outcome {
+        Outcome::Committed { .. } => EntryType::Ok,
+        Outcome::Aborted { .. } => EntryType::Fail,
+        Outcome::Unknown { .. } => EntryType::Info,
+    }
+}
+
+struct Client {
+    info: ClientInfo,
+    /// The client's index in the results' regions.
+    region: usize,
+    rng: NodeRng,
+    /// The largest commit timestamp this client has seen (its session's LatestTime).
+    latest_seen: Option<Timestamp>,
+    current: Option<InFlight>,
+}
+
+/// The clients of one run and their transactions in flight.
+pub struct LoadCore {
+    clients: Vec<Client>,
+    coordinators: usize,
+    partitioner: Partitioner,
+}
+
+impl LoadCore {
+    /// A core for `clients` (from [`meridian_workload::place_clients`]), client `i` drawing
+    /// from `rng_of(i)`. Each client's region is indexed as in
+    /// [`Results::for_cluster`](crate::results::Results::for_cluster).
+    pub fn new(
+        cluster: &Cluster,
+        clients: Vec<ClientInfo>,
+        mut rng_of: impl FnMut(usize) -> NodeRng,
+    ) -> LoadCore {
+        let results = crate::results::Results::for_cluster(cluster);
+        let clients = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, info)| Client {
+                info,
+                region: results
+                    .region_index(cluster.topology.region_name(info.region))
+                    .expect("a client's coordinator hosts coordinators"),
+                rng: rng_of(i),
+                latest_seen: None,
+                current: None,
+            })
+            .collect();
+        LoadCore {
+            clients,
+            coordinators: cluster.coordinators.len(),
+            partitioner: cluster.partitioner,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Client `c`'s place.
+    pub fn info(&self, c: u32) -> &ClientInfo {
+        &self.clients[c as usize].info
+    }
+
+    /// Client `c`'s region, as an index into the results' regions.
+    pub fn region(&self, c: u32) -> usize {
+        self.clients[c as usize].region
+    }
+
+    /// Whether client `c` has nothing in flight.
+    pub fn is_idle(&self, c: u32) -> bool {
+        self.clients[c as usize].current.is_none()
+    }
+
+    /// The first idle client of the `k`-th coordinator, or `None` when all of them are busy
+    /// (the coordinator's cap of outstanding transactions is reached).
+    pub fn idle_client_at(&self, k: usize) -> Option<u32> {
+        (k..self.clients.len())
+            .step_by(self.coordinators.max(1))
+            .map(|c| c as u32)
+            .find(|&c| self.is_idle(c))
+    }
+
+    /// Client `c`'s transaction in flight.
+    pub fn in_flight(&self, c: u32) -> Option<&InFlight> {
+        self.clients[c as usize].current.as_ref()
+    }
+
+    /// Draws client `c`'s next transaction from `workload` and returns its first request.
+    ///
+    /// # Panics
+    ///
+    /// If the client has a transaction in flight (a driver bug).
+    pub fn begin(&mut self, c: u32, workload: &mut dyn Workload, now_ns: u64) -> ClientRequest {
+        let client = &mut self.clients[c as usize];
+        assert!(client.current.is_none(), "client {c} began twice");
+        let planned = workload.next(&client.info, &mut client.rng);
+        let shards = plan_shards(&planned.plan, &self.partitioner);
+        let (session, request) = match &planned.plan {
+            TxnPlan::OneShot(txn) => (None, ClientRequest::OneShot(txn.clone())),
+            TxnPlan::Interactive(_) => (
+                Some(Session::default()),
+                ClientRequest::Interactive(Step::Begin {
+                    latest_seen: client.latest_seen,
+                }),
+            ),
+        };
+        client.current = Some(InFlight {
+            planned,
+            invoke_ns: now_ns,
+            shards,
+            session,
+        });
+        request
+    }
+
+    /// Feeds client `c`'s answer. An outcome ends the transaction; any other answer
+    /// advances the interactive session by one step. `Err` names an answer that breaks the
+    /// client contract (a session step for a one-shot plan, a read before `Began`): the
+    /// simulator stops on it, the runtime counts the transaction unknown.
+    pub fn on_answer(&mut self, c: u32, response: ClientResponse) -> Result<Next, String> {
+        let flight = self.clients[c as usize]
+            .current
+            .as_mut()
+            .ok_or_else(|| format!("client {c} got {response:?} with nothing in flight"))?;
+        if let ClientResponse::Outcome(outcome) = response {
+            return Ok(Next::Done(outcome));
+        }
+        let TxnPlan::Interactive(ops) = &flight.planned.plan else {
+            return Err(format!("a one-shot request was answered with {response:?}"));
+        };
+        let session = flight.session.as_mut().expect("interactive flight");
+        step_session(session, ops, response).map(Next::Send)
+    }
+
+    /// Ends client `c`'s transaction with `outcome` and returns it; `None` if the client
+    /// had nothing in flight (a late answer after a timeout).
+    pub fn finish(&mut self, c: u32, outcome: &Outcome) -> Option<InFlight> {
+        let client = &mut self.clients[c as usize];
+        let flight = client.current.take()?;
+        if let Outcome::Committed {
+            commit_ts: Some(ts),
+            ..
+        } = outcome
+        {
+            client.latest_seen = client.latest_seen.max(Some(*ts));
+        }
+        Some(flight)
+    }
+}
+
+/// The session's next request after `response`.
+fn step_session(
+    session: &mut Session,
+    ops: &[InteractiveOp],
+    response: ClientResponse,
+) -> Result<ClientRequest, String> {
+    match response {
+        ClientResponse::Began(txn) => session.txn = Some(txn),
+        ClientResponse::Read(value) => {
+            let op = ops
+                .get(session.next_op)
+                .ok_or("a read answered after the last op")?;
+            match op.modified(value.as_ref()) {
+                Some(new) => session.pending_put = Some((op.key().clone(), new)),
+                None => session.next_op += 1,
+            }
+            session.reads.push(value);
+        }
+        ClientResponse::Written => {
+            session.pending_put = None;
+            session.next_op += 1;
+        }
+        ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
+    }
+    let txn = session
+        .txn
+        .ok_or("the first answer of a session was not Began")?;
+    let step = if let Some((key, value)) = session.pending_put.clone() {
+        Step::Put { txn, key, value }
+    } else {
+        match ops.get(session.next_op) {
+            None => Step::Commit { txn },
+            Some(InteractiveOp::Put(key, value)) => Step::Put {
+                txn,
+                key: key.clone(),
+                value: value.clone(),
+            },
+            Some(op) => Step::Get {
+                txn,
+                key: op.key().clone(),
+            },
+        }
+    };
+    Ok(ClientRequest::Interactive(step))
+}
+
+/// An open-loop interarrival time, ns: exponential at `rate_tps` arrivals per second (a
+/// Poisson process, Tiga §5.1's open loop), at least 1 ns. Both drivers draw arrivals here,
+/// each from its own RNG.
+pub fn interarrival_ns(rng: &mut impl rand::Rng, rate_tps: f64) -> u64 {
+    let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+    ((-u.ln() / rate_tps) * 1e9).max(1.0) as u64
+}
+
+/// The shards a plan touches, sorted and deduplicated.
+pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
+    let mut shards = match plan {
+        TxnPlan::OneShot(txn) => txn.shards().into_vec(),
+        TxnPlan::Interactive(ops) => ops
+            .iter()
+            .map(|op| partitioner.shard_of(op.key()))
+            .collect(),
+    };
+    shards.sort_unstable();
+    shards.dedup();
+    shards
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_check::HistOp;
+    use meridian_core::txn::{CommitPath, Txn};
+    use meridian_core::Topology;
+    use meridian_workload::place_clients;
+    use rand::SeedableRng;
+
+    fn cluster() -> Cluster {
+        let text = "name = \"t\"\nregions = [\"A\", \"B\"]\nintra_region_rtt_ms = 1.0\n[[rtt]]\nbetween = [\"A\", \"B\"]\nms = 100.0\n[[shards]]\ncount = 2\nreplicas = [\"A\"]\nleader = \"A\"\n[[coordinators]]\nregion = \"A\"\ncount = 1\n[[coordinators]]\nregion = \"B\"\ncount = 1\n";
+        Cluster::new(Topology::parse("t", text).unwrap(), &[]).unwrap()
+    }
+
+    /// Plans one interactive transaction: add 5 to `a`, then read `b`.
+    struct OneSession;
+
+    impl Workload for OneSession {
+        fn name(&self) -> &str {
+            "one-session"
+        }
+        fn next(&mut self, _: &ClientInfo, _: &mut NodeRng) -> Planned {
+            TxnPlan::Interactive(vec![
+                InteractiveOp::Add("a".into(), 5),
+                InteractiveOp::Get("b".into()),
+            ])
+            .into()
+        }
+        fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
+            Vec::new()
+        }
+    }
+
+    fn core(c: &Cluster, per_coordinator: u32) -> LoadCore {
+        LoadCore::new(c, place_clients(c, per_coordinator), |i| {
+            NodeRng::seed_from_u64(i as u64)
+        })
+    }
+
+    #[test]
+    fn an_interactive_plan_steps_through_a_session() {
+        let c = cluster();
+        let mut load = core(&c, 1);
+        let first = load.begin(0, &mut OneSession, 10);
+        assert_eq!(
+            first,
+            ClientRequest::Interactive(Step::Begin { latest_seen: None })
+        );
+        let txn = TxnId::new(meridian_core::NodeId(0), 0, 1);
+        let steps = [
+            ClientResponse::Began(txn),
+            ClientResponse::Read(Some(meridian_core::value::encode_int(2))),
+            ClientResponse::Written,
+            ClientResponse::Read(None),
+        ];
+        let sent: Vec<Next> = steps
+            .into_iter()
+            .map(|r| load.on_answer(0, r).unwrap())
+            .collect();
+        let expected = [
+            Step::Get {
+                txn,
+                key: "a".into(),
+            },
+            Step::Put {
+                txn,
+                key: "a".into(),
+                value: meridian_core::value::encode_int(7),
+            },
+            Step::Get {
+                txn,
+                key: "b".into(),
+            },
+            Step::Commit { txn },
+        ];
+        for (got, want) in sent.iter().zip(expected) {
+            assert_eq!(*got, Next::Send(ClientRequest::Interactive(want)));
+        }
+        let ts = Timestamp::new(99, 0);
+        let outcome = Outcome::Committed {
+            results: Vec::new(),
+            commit_ts: Some(ts),
+            path: CommitPath::TwoPhase,
+        };
+        let flight = load.finish(0, &outcome).unwrap();
+        assert_eq!(flight.reads().len(), 2);
+        assert!(load.is_idle(0));
+        // The next session starts after what the client saw.
+        assert_eq!(
+            load.begin(0, &mut OneSession, 20),
+            ClientRequest::Interactive(Step::Begin {
+                latest_seen: Some(ts)
+            })
+        );
+    }
+
+    #[test]
+    fn a_broken_answer_is_an_error_not_a_panic() {
+        let c = cluster();
+        let mut load = core(&c, 1);
+        load.begin(1, &mut OneSession, 0);
+        let e = load.on_answer(1, ClientResponse::Written).unwrap_err();
+        assert!(e.contains("Began"), "{e}");
+        assert!(load.on_answer(0, ClientResponse::Written).is_err());
+        let one_shot = ClientRequest::OneShot(Txn { pieces: vec![] });
+        assert!(matches!(one_shot, ClientRequest::OneShot(_)));
+    }
+
+    #[test]
+    fn open_loop_arrivals_take_an_idle_client_of_their_coordinator() {
+        let c = cluster();
+        let mut load = core(&c, 2);
+        // Clients 0 and 2 are coordinator 0's, 1 and 3 coordinator 1's.
+        assert_eq!(load.idle_client_at(1), Some(1));
+        load.begin(1, &mut OneSession, 0);
+        assert_eq!(load.idle_client_at(1), Some(3));
+        load.begin(3, &mut OneSession, 0);
+        assert_eq!(load.idle_client_at(1), None, "the cap is reached");
+        assert_eq!(load.idle_client_at(0), Some(0));
+        assert_eq!(load.region(1), 1);
+        assert_eq!(load.info(3).coordinator, c.coordinators[1]);
+    }
+}
