@@ -65,7 +65,8 @@ impl ClusterArgs {
 pub struct ServerArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`).
+    /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`), with
+    /// every other role of its machine (topology `[machines]`).
     #[arg(long)]
     node: String,
     /// Durable logs go under `DIR/<node>/`; without it the node keeps nothing across restarts.
@@ -144,7 +145,17 @@ where
     config.fsync = args.fsync;
     config.seed = args.seed;
     config.clock_offset_ms = args.clock_offset_ms;
-    let host = Host::<P>::start(setup, &[node], config)
+    // A node's whole machine runs in this process: its roles share a clock and talk
+    // through memory (topology `[machines]`).
+    let machine = setup.cluster.machine_mates(node).to_vec();
+    if machine.len() > 1 {
+        let names: Vec<&str> = machine
+            .iter()
+            .map(|n| setup.cluster.node(*n).name.as_str())
+            .collect();
+        tracing::info!(machine = %setup.cluster.machine_of(node), nodes = %names.join(", "), "hosting a machine");
+    }
+    let host = Host::<P>::start(setup, &machine, config)
         .await
         .map_err(|e| e.to_string())?;
     wait_for_signal().await;
@@ -242,7 +253,9 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     .join("\n");
     std::fs::write(saved_args_path(run_dir), saved).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    for info in &cluster.nodes {
+    // One process per machine, named by its first node.
+    for machine in &cluster.machines {
+        let info = cluster.node(machine.nodes[0]);
         let name = file_name(&info.name);
         let log = std::fs::File::create(run_dir.join("logs").join(format!("{name}.log")))
             .map_err(|e| e.to_string())?;
@@ -287,8 +300,9 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     }
     println!(
-        "{} nodes of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
+        "{} nodes on {} machines of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
         cluster.nodes.len(),
+        cluster.machines.len(),
         cluster.topology.name,
         up.cluster.wan_scale,
         run_dir.display()
@@ -356,7 +370,7 @@ fn cluster_down(run_dir: &Path) -> Result<ExitCode, String> {
         }
         let _ = std::fs::remove_file(path);
     }
-    println!("stopped {} nodes ({killed} killed)", pids.len());
+    println!("stopped {} processes ({killed} killed)", pids.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -378,9 +392,11 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
     let mut belief: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
     println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
     for info in &cluster.nodes {
+        // A machine's process is named by its first node.
+        let host_name = file_name(&cluster.node(cluster.machine_mates(info.id)[0]).name);
         let pid = pids
             .iter()
-            .find(|(n, _, _)| *n == file_name(&info.name))
+            .find(|(n, _, _)| *n == host_name)
             .map(|(_, p, _)| *p);
         let running = pid.is_some_and(alive);
         let status = http_get(addresses.metrics[info.id.index()], "/status");

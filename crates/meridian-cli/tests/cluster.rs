@@ -296,3 +296,70 @@ fn tiga_survives_a_sigkilled_shard_leader() {
 fn clock_si_recovers_a_sigkilled_server_from_its_log() {
     leader_kill("clock-si", "snapshot-isolation", true);
 }
+
+/// A machine is one process: on `rdma-cluster` (five machines, each a coordinator, a
+/// primary and a backup) `cluster up` starts five servers, every node answers, and a
+/// SIGKILL of one process takes down every role of its machine.
+#[test]
+fn cluster_up_runs_one_process_per_machine() {
+    let cluster = Cluster::up("rdma-cluster", "2pl-2pc", "0");
+    let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    let pids = std::fs::read_dir(run.join("pids")).unwrap().count();
+    assert_eq!(pids, 5, "one pid file per machine");
+
+    let put = meridian(&[
+        "client",
+        "--topology",
+        topology,
+        "--coordinator",
+        "coord2",
+        "put",
+        "m",
+        "7",
+    ]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    let get = meridian(&[
+        "client",
+        "--topology",
+        topology,
+        "--coordinator",
+        "coord4",
+        "get",
+        "m",
+    ]);
+    assert!(text(&get).contains("m = \"7\""), "{}", text(&get));
+
+    // shard0's primary, shard2's backup and coord0 share machine 0.
+    sigkill(pid_of(&run, "shard0/replica0"));
+    let machine0 = ["shard0/replica0", "shard2/replica1", "coord0"];
+    let is_down = |status: &Output, node: &str| {
+        text(status)
+            .lines()
+            .any(|l| l.starts_with(node) && l.ends_with("down"))
+    };
+    // Wait (bounded) for the killed process to be reaped and seen as down.
+    let mut status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+    for _ in 0..50 {
+        if machine0.iter().all(|n| is_down(&status, n)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+    }
+    for node in machine0 {
+        assert!(
+            text(&status)
+                .lines()
+                .any(|l| l.starts_with(node) && l.ends_with("down")),
+            "{node} went down with its machine: {}",
+            text(&status)
+        );
+    }
+    assert!(
+        text(&status)
+            .lines()
+            .any(|l| l.starts_with("coord1 ") && l.ends_with("up")),
+        "{}",
+        text(&status)
+    );
+}

@@ -28,7 +28,11 @@ mod clock_si {
         workload_opts: "interactive=true",
         seconds: 20,
         golden: &[(5, "b909a33e4d0c415d"), (6, "1ef5649229e1c8e1")],
-        broken: Broken::None,
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_pending_wait=true",
+            workload: "list-append",
+            workload_opts: "interactive=true,keys=4",
+        },
         ..Conformance::new("clock-si-wan", "list-append")
     };
     meridian_sim::conformance_tests!(meridian_protocols::clock_si::ClockSi, SPEC);
@@ -40,7 +44,11 @@ mod conventional_si {
         workload_opts: "interactive=true",
         seconds: 20,
         golden: &[(5, "eb356749654f58d9"), (6, "7881d9a1acefaa57")],
-        broken: Broken::None,
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_pending_wait=true",
+            workload: "list-append",
+            workload_opts: "interactive=true,keys=4",
+        },
         ..Conformance::new("clock-si-wan", "list-append")
     };
     meridian_sim::conformance_tests!(meridian_protocols::clock_si::ConventionalSi, SPEC);

@@ -3,7 +3,7 @@
 use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
 
 /// Every option these protocols understand; anything else is refused by name.
-pub const OPTIONS: [&str; 9] = [
+pub const OPTIONS: [&str; 10] = [
     "delta_ms",
     "replicated",
     "retry_ms",
@@ -13,6 +13,7 @@ pub const OPTIONS: [&str; 9] = [
     "gc_lag_ms",
     "checkpoint_every",
     "raft_log_limit",
+    "unsafe_skip_pending_wait",
 ];
 
 /// How the snapshot age Δ (Algorithm 1 line 2) is chosen.
@@ -63,6 +64,11 @@ pub struct Options {
     /// was issued before. 100 ms; replicated, at least 8 × the largest RTT, so that a
     /// renewal is replicated long before it is needed.
     pub clock_lease_ns: u64,
+    /// TEST ONLY, breaks snapshot isolation: a read does not wait for a transaction
+    /// prepared at or below its snapshot (Algorithm 1 lines 6–17 skipped), so it may miss a
+    /// write that then commits below the snapshot. The conformance suite's broken variant:
+    /// the checker must catch it (`unsafe_skip_pending_wait`; false).
+    pub unsafe_skip_pending_wait: bool,
 }
 
 impl Options {
@@ -113,6 +119,7 @@ impl Options {
             } else {
                 ms_to_ns(100.0)
             },
+            unsafe_skip_pending_wait: config.get("unsafe_skip_pending_wait", false)?,
         })
     }
 
