@@ -53,8 +53,13 @@ pub fn all_json(regions: &[RegionResults], load_s: f64) -> RegionJson {
     region_json(&crate::results::all_regions(regions), load_s)
 }
 
+/// Milliseconds with a tenth's precision, or three decimals (microseconds) below 1 ms so
+/// datacenter and RDMA topologies do not print as 0.0.
 fn ms(v: Option<f64>) -> String {
-    v.map_or("-".to_string(), |x| format!("{x:.1}"))
+    v.map_or("-".to_string(), |x| match x {
+        x if x < 1.0 => format!("{x:.3}"),
+        x => format!("{x:.1}"),
+    })
 }
 
 fn row(region: &str, class: &str, s: &StatsJson) -> String {
@@ -118,6 +123,13 @@ pub fn table(regions: &[RegionJson], all: &RegionJson) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sub_millisecond_latencies_print_in_microseconds() {
+        assert_eq!(ms(Some(0.0123)), "0.012");
+        assert_eq!(ms(Some(126.34)), "126.3");
+        assert_eq!(ms(None), "-");
+    }
     use crate::results::Finished;
     use meridian_core::txn::Outcome;
     use meridian_core::CommitPath;

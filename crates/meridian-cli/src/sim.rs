@@ -340,6 +340,8 @@ struct ReportJson {
     all: RegionJson,
     /// The protocol's own counters (delays, waits, …), summed over its nodes.
     counters: std::collections::BTreeMap<&'static str, u64>,
+    /// The faults applied, by kind (crashes by role, partitions, loss, …).
+    faults_applied: std::collections::BTreeMap<String, u64>,
     /// Outcomes per bucket of virtual time, each transaction where it finished.
     timeline: meridian_sim::Timeline,
     events: u64,
@@ -381,6 +383,7 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
         regions: regions_json(&r.regions, load_s(plan)),
         all: all_json(&r.regions, load_s(plan)),
         counters: r.counters.clone(),
+        faults_applied: r.faults_applied.clone(),
         timeline: r.timeline.clone(),
         events: r.events,
         messages_delivered: r.messages_delivered,
@@ -428,6 +431,14 @@ fn print_table(plan: &Plan, result: &RunResult) {
     if !r.counters.is_empty() {
         let counters: Vec<String> = r.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!("protocol counters: {}", counters.join(", "));
+    }
+    if !r.faults_applied.is_empty() {
+        let faults: Vec<String> = r
+            .faults_applied
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("faults applied: {}", faults.join(", "));
     }
     let wall = result.wall_s.max(1e-9);
     println!(

@@ -9,6 +9,7 @@ use meridian_bench::driver::{entry_type, LoadCore, Next};
 use meridian_bench::Results;
 use meridian_core::node::{Effect, NodeEffect, Setup};
 use meridian_core::time::NS_PER_S;
+use meridian_core::topology::NodeRole;
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome};
 use meridian_core::{
     ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
@@ -686,6 +687,14 @@ impl<'w, P: Protocol> Sim<'w, P> {
             // A machine fails as a whole: every role it hosts crashes and restarts with it.
             Fault::Crash(node) => {
                 for mate in self.setup.cluster.clone().machine_mates(node) {
+                    if self.slots[mate.index()].node.is_some() {
+                        let kind = match &self.setup.cluster.node(*mate).role {
+                            NodeRole::Replica { .. } => "crash replica".to_string(),
+                            NodeRole::Coordinator { .. } => "crash coordinator".to_string(),
+                            NodeRole::Service { name, .. } => format!("crash service {name}"),
+                        };
+                        *self.report.faults_applied.entry(kind).or_default() += 1;
+                    }
                     self.crash_node(*mate);
                 }
             }
@@ -696,15 +705,37 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     }
                 }
             }
-            Fault::Partition { a, b } => self.network.partition(&a, &b),
+            Fault::Partition { a, b } => {
+                self.count_fault("partition");
+                self.network.partition(&a, &b)
+            }
             Fault::Heal => self.network.heal(),
-            Fault::Loss(p) => self.network.loss = p,
-            Fault::Duplicate(p) => self.network.duplicate = p,
+            Fault::Loss(p) => {
+                if p > 0.0 {
+                    self.count_fault("loss");
+                }
+                self.network.loss = p
+            }
+            Fault::Duplicate(p) => {
+                if p > 0.0 {
+                    self.count_fault("duplication");
+                }
+                self.network.duplicate = p
+            }
             Fault::ClockStep { node, step_ms } => {
+                self.count_fault("clock step");
                 let machine = self.setup.cluster.machine_of(node);
                 self.clocks[machine.index()].step(ms_to_ns(step_ms))
             }
         }
+    }
+
+    fn count_fault(&mut self, kind: &str) {
+        *self
+            .report
+            .faults_applied
+            .entry(kind.to_string())
+            .or_default() += 1;
     }
 
     fn crash_node(&mut self, node: NodeId) {

@@ -156,6 +156,10 @@ pub struct SimReport {
     /// The protocol's own counters ([`meridian_core::node::Effect::Count`]), summed over
     /// every node of the run.
     pub counters: BTreeMap<&'static str, u64>,
+    /// The faults the run applied, by kind: `crash replica`, `crash coordinator`,
+    /// `crash service NAME` (a crash counts each role of the machine it took down),
+    /// `partition`, `loss`, `duplication`, `clock step`.
+    pub faults_applied: BTreeMap<String, u64>,
     /// Open-loop arrivals not submitted because the coordinator's cap was reached.
     pub throttled: u64,
     /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
@@ -188,6 +192,7 @@ impl Default for SimReport {
             history: Vec::new(),
             invariant: Ok(()),
             counters: BTreeMap::new(),
+            faults_applied: BTreeMap::new(),
             audited_keys: 0,
             throttled: 0,
             timeline: Timeline::default(),

@@ -685,6 +685,9 @@ fn a_crash_takes_down_every_role_of_the_machine() {
         "{:?}",
         report.counters
     );
+    let applied = &report.faults_applied;
+    assert_eq!(applied.get("crash replica"), Some(&1), "{applied:?}");
+    assert_eq!(applied.get("crash coordinator"), Some(&1), "{applied:?}");
     let during = report
         .history
         .iter()
