@@ -110,6 +110,9 @@ pub struct RunArgs {
     /// (e.g. `1ms`; `0ns` = exactly).
     #[arg(long, default_value = "0ns")]
     timer_granularity: String,
+    /// Print the fault schedule (drawn or given) to standard error before the run.
+    #[arg(long)]
+    show_faults: bool,
 }
 
 /// Everything a run needs, validated.
@@ -231,6 +234,23 @@ pub(crate) fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunRe
         ),
         spec => FaultPlan::parse(spec, &setup.cluster).map_err(|e| format!("--faults: {e}"))?,
     };
+    if plan.args.show_faults {
+        for (at_ns, fault) in &options.faults.faults {
+            let name = |n: &meridian_core::NodeId| setup.cluster.node(*n).name.clone();
+            let what = match fault {
+                meridian_sim::Fault::Crash(n) => format!("crash {} (machine)", name(n)),
+                meridian_sim::Fault::Restart(n) => format!("restart {} (machine)", name(n)),
+                meridian_sim::Fault::ClockStep { node, step_ms } => {
+                    format!("clock step {} {step_ms:+.1} ms", name(node))
+                }
+                other => other.to_string(),
+            };
+            eprintln!(
+                "fault at {:>9.3} s: {what}",
+                *at_ns as f64 / NS_PER_S as f64
+            );
+        }
+    }
     let mut workload =
         meridian_workload::build(&plan.args.workload, &setup.cluster, &plan.workload_options)
             .map_err(|e| format!("--workload: {e}"))?;

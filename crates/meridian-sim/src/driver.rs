@@ -253,6 +253,9 @@ pub fn run<P: Protocol>(
     sim.finish()
 }
 
+/// The first wait between failed audit attempts (doubling, at most 8×).
+const AUDIT_BACKOFF_NS: u64 = NS_PER_S;
+
 /// Virtual time one audit transaction may take before it counts as not committed.
 const AUDIT_TXN_LIMIT_NS: u64 = 30 * NS_PER_S;
 
@@ -923,8 +926,18 @@ impl<'w, P: Protocol> Sim<'w, P> {
         let keys = self.workload.audit_keys();
         if self.report.invariant.is_ok() && !keys.is_empty() {
             let partitioner = self.cluster().partitioner;
-            let state =
-                meridian_workload::audit::run(&partitioner, &keys, |txn| self.execute_alone(txn));
+            let mut backoff_ns = 0;
+            let state = meridian_workload::audit::run(&partitioner, &keys, |txn| {
+                let outcome = self.execute_alone(txn, backoff_ns);
+                // A failed attempt waits longer before the next: what holds it up (a
+                // lock orphaned by a crashed coordinator, a view change) clears on the
+                // protocol's own timeouts, which immediate retries would all hit.
+                backoff_ns = match outcome.is_committed() {
+                    true => 0,
+                    false => (backoff_ns * 2).clamp(AUDIT_BACKOFF_NS, 8 * AUDIT_BACKOFF_NS),
+                };
+                outcome
+            });
             self.report.invariant = meridian_workload::audit::verdict(
                 &*self.workload,
                 &keys,
@@ -936,12 +949,37 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.report
     }
 
+    /// Lets the protocol run (timers, messages; no client acts) until `until_ns`.
+    fn settle(&mut self, until_ns: u64) {
+        while let Some((at_ns, event)) = self.queue.pop() {
+            if at_ns > until_ns {
+                self.push(at_ns, event);
+                self.resume_ns = at_ns;
+                break;
+            }
+            self.now_ns = at_ns;
+            match event {
+                Event::Response { .. }
+                | Event::ClientNext { .. }
+                | Event::Arrival { .. }
+                | Event::ClientTimeout { .. }
+                | Event::EndOfLoad => {}
+                event => self.dispatch(event),
+            }
+        }
+        self.now_ns = self.now_ns.max(until_ns);
+    }
+
     /// Runs one audit transaction to its outcome with nothing else submitted: the event
     /// loop goes on (timers, messages) until the answer or [`AUDIT_TXN_LIMIT_NS`]. Audit
     /// transactions are in neither the statistics nor the history.
-    fn execute_alone(&mut self, txn: &meridian_core::txn::Txn) -> Outcome {
+    fn execute_alone(&mut self, txn: &meridian_core::txn::Txn, backoff_ns: u64) -> Outcome {
         // The queue's clock may be past `now_ns` (an event was popped and put back).
         self.now_ns = self.now_ns.max(self.resume_ns);
+        if backoff_ns > 0 {
+            self.settle(self.now_ns + backoff_ns);
+            self.now_ns = self.now_ns.max(self.resume_ns);
+        }
         let to = self.cluster().coordinators[0];
         self.next_request += 1;
         let request = RequestId(self.next_request);
@@ -987,7 +1025,6 @@ impl<'w, P: Protocol> Sim<'w, P> {
     }
 }
 
-/// Seeds derived from the run's seed: independent streams per purpose and index.
 /// `t` rounded up to a multiple of `granularity` (unchanged for 0).
 fn round_up(t: u64, granularity: u64) -> u64 {
     if granularity == 0 {
@@ -996,6 +1033,7 @@ fn round_up(t: u64, granularity: u64) -> u64 {
     t.div_ceil(granularity) * granularity
 }
 
+/// Seeds derived from the run's seed: independent streams per purpose and index.
 fn mix(seed: u64, purpose: u64, index: u64) -> u64 {
     let mut h = FxHasher::default();
     h.write_u64(seed);
