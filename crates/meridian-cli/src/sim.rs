@@ -243,6 +243,10 @@ pub(crate) fn simulate<P: Protocol>(plan: &Plan, progress: bool) -> Result<RunRe
                 meridian_sim::Fault::ClockStep { node, step_ms } => {
                     format!("clock step {} {step_ms:+.1} ms", name(node))
                 }
+                meridian_sim::Fault::Partition { a, .. } => {
+                    let side: Vec<String> = a.iter().map(name).collect();
+                    format!("partition {} | the rest", side.join("+"))
+                }
                 other => other.to_string(),
             };
             eprintln!(

@@ -212,4 +212,11 @@ impl Node for TwoPlNode {
             _ => ctx.refuse_not_coordinator(request),
         }
     }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            TwoPlNode::Server(s) => s.check_invariants(),
+            _ => Ok(()),
+        }
+    }
 }

@@ -248,6 +248,20 @@ fn per_coordinator(coords: &mut Vec<PerCoordinator>, coordinator: NodeId) -> &mu
 }
 
 impl Server {
+    /// What only a bug breaks, checked by the simulator after every event in debug builds:
+    /// every lock grant is resumed before the handler ends (a wake-up left behind is a
+    /// transaction that holds a lock and never runs), and no transaction is both live and
+    /// finished (a duplicate would then be answered from two states).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(txn) = self.wakeups.front() {
+            return Err(format!("{txn} was granted a lock but not resumed"));
+        }
+        match self.txns.keys().find(|t| self.finished.contains_key(*t)) {
+            Some(txn) => Err(format!("{txn} is both live and finished")),
+            None => Ok(()),
+        }
+    }
+
     /// Builds the server from its durable records: the latest checkpoint, then later records.
     pub(crate) fn restore(
         id: NodeId,
