@@ -366,6 +366,8 @@ struct ReportJson {
     counters: std::collections::BTreeMap<&'static str, u64>,
     /// The faults applied, by kind (crashes by role, partitions, loss, …).
     faults_applied: std::collections::BTreeMap<String, u64>,
+    /// Each shard's replicas' belief of its leader at the end of the load and drain.
+    leaders_at_end: std::collections::BTreeMap<String, String>,
     /// Outcomes per bucket of virtual time, each transaction where it finished.
     timeline: meridian_sim::Timeline,
     events: u64,
@@ -408,6 +410,7 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
         all: all_json(&r.regions, load_s(plan)),
         counters: r.counters.clone(),
         faults_applied: r.faults_applied.clone(),
+        leaders_at_end: r.leaders_at_end.clone(),
         timeline: r.timeline.clone(),
         events: r.events,
         messages_delivered: r.messages_delivered,

@@ -922,6 +922,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.report.timeline = timeline.finish();
         self.report.virtual_ns = self.now_ns;
         self.report.trace_hash = self.trace.finish();
+        self.report.leaders_at_end = self.leader_beliefs();
         self.report.invariant = self.workload.check_history(&self.report.history);
         let keys = self.workload.audit_keys();
         if self.report.invariant.is_ok() && !keys.is_empty() {
@@ -947,6 +948,31 @@ impl<'w, P: Protocol> Sim<'w, P> {
             self.report.audited_keys = keys.len() as u64;
         }
         self.report
+    }
+
+    /// Each shard's replicas' beliefs of its leader, for protocols that name one.
+    fn leader_beliefs(&self) -> std::collections::BTreeMap<String, String> {
+        let cluster = self.cluster();
+        let mut out = std::collections::BTreeMap::new();
+        for (s, replicas) in cluster.shards.iter().enumerate() {
+            let beliefs: Vec<Option<NodeId>> = replicas
+                .iter()
+                .map(|r| {
+                    self.slots[r.index()]
+                        .node
+                        .as_ref()
+                        .and_then(|n| n.shard_leader())
+                })
+                .collect();
+            if beliefs.iter().any(Option::is_some) {
+                let text: Vec<String> = beliefs
+                    .iter()
+                    .map(|b| b.map_or("-".to_string(), |n| n.to_string()))
+                    .collect();
+                out.insert(format!("shard{s}"), text.join(" "));
+            }
+        }
+        out
     }
 
     /// Lets the protocol run (timers, messages; no client acts) until `until_ns`.

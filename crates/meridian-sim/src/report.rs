@@ -160,6 +160,10 @@ pub struct SimReport {
     /// `crash service NAME` (a crash counts each role of the machine it took down),
     /// `partition`, `loss`, `duplication`, `clock step`.
     pub faults_applied: BTreeMap<String, u64>,
+    /// At the end of the run (before the audit), each live replica's belief of its shard's
+    /// leader (`Node::shard_leader`), by shard: `shard1: n4 n4 -` (one entry per replica,
+    /// `-` for none or down). Shows a shard that never settled.
+    pub leaders_at_end: BTreeMap<String, String>,
     /// Open-loop arrivals not submitted because the coordinator's cap was reached.
     pub throttled: u64,
     /// Keys the end-of-run audit read (0: the workload has no final-state conditions).
@@ -193,6 +197,7 @@ impl Default for SimReport {
             invariant: Ok(()),
             counters: BTreeMap::new(),
             faults_applied: BTreeMap::new(),
+            leaders_at_end: BTreeMap::new(),
             audited_keys: 0,
             throttled: 0,
             timeline: Timeline::default(),
