@@ -671,3 +671,37 @@ fn sim_reports_latency_per_transaction_class() {
         "{text}"
     );
 }
+
+/// `--show-faults` prints the drawn schedule (crashes by machine, partitions by side), and
+/// the JSON names the faults applied and each shard's leader at the end.
+#[test]
+fn sim_shows_its_faults_and_where_the_leaders_ended() {
+    let out = meridian(&[
+        "sim",
+        "--protocol",
+        "tiga",
+        "--faults",
+        "random",
+        "--seed",
+        "3",
+        "--duration",
+        "8s",
+        "--show-faults",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let schedule = stderr(&out);
+    assert!(
+        schedule.contains("fault at") && schedule.contains("(machine)"),
+        "{schedule}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let applied = report["faults_applied"].as_object().unwrap();
+    assert!(
+        applied.keys().any(|k| k.starts_with("crash ")),
+        "{applied:?}"
+    );
+    let leaders = report["leaders_at_end"].as_object().unwrap();
+    assert_eq!(leaders.len(), 3, "{leaders:?}");
+}
