@@ -975,8 +975,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
         out
     }
 
-    /// Lets the protocol run (timers, messages; no client acts) until `until_ns`.
-    fn settle(&mut self, until_ns: u64) {
+    /// Lets the protocol run (timers, messages; no client acts) until `until_ns`, or until
+    /// the answer to `awaited` arrives, which it returns.
+    fn run_quietly(&mut self, until_ns: u64, awaited: Option<RequestId>) -> Option<ClientResponse> {
         while let Some((at_ns, event)) = self.queue.pop() {
             if at_ns > until_ns {
                 self.push(at_ns, event);
@@ -985,6 +986,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
             self.now_ns = at_ns;
             match event {
+                Event::Response { request, response } if Some(request) == awaited => {
+                    return Some(response)
+                }
+                // Leftover client events of the load: no client acts any more.
                 Event::Response { .. }
                 | Event::ClientNext { .. }
                 | Event::Arrival { .. }
@@ -994,16 +999,18 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
         }
         self.now_ns = self.now_ns.max(until_ns);
+        None
     }
 
-    /// Runs one audit transaction to its outcome with nothing else submitted: the event
-    /// loop goes on (timers, messages) until the answer or [`AUDIT_TXN_LIMIT_NS`]. Audit
-    /// transactions are in neither the statistics nor the history.
+    /// Runs one audit transaction to its outcome with nothing else submitted, after
+    /// letting the protocol run `backoff_ns` alone: the event loop goes on (timers,
+    /// messages) until the answer or [`AUDIT_TXN_LIMIT_NS`]. Audit transactions are in
+    /// neither the statistics nor the history.
     fn execute_alone(&mut self, txn: &meridian_core::txn::Txn, backoff_ns: u64) -> Outcome {
         // The queue's clock may be past `now_ns` (an event was popped and put back).
         self.now_ns = self.now_ns.max(self.resume_ns);
         if backoff_ns > 0 {
-            self.settle(self.now_ns + backoff_ns);
+            self.run_quietly(self.now_ns + backoff_ns, None);
             self.now_ns = self.now_ns.max(self.resume_ns);
         }
         let to = self.cluster().coordinators[0];
@@ -1018,35 +1025,12 @@ impl<'w, P: Protocol> Sim<'w, P> {
             },
         );
         let deadline_ns = self.now_ns + AUDIT_TXN_LIMIT_NS;
-        while let Some((at_ns, event)) = self.queue.pop() {
-            if at_ns > deadline_ns {
-                self.push(at_ns, event);
-                self.resume_ns = at_ns;
-                break;
-            }
-            self.now_ns = at_ns;
-            match event {
-                Event::Response {
-                    request: r,
-                    response,
-                } if r == request => {
-                    return match response {
-                        ClientResponse::Outcome(outcome) => outcome,
-                        other => panic!("a one-shot audit read was answered with {other:?}"),
-                    }
-                }
-                // Leftover client events of the load: no client acts any more.
-                Event::Response { .. }
-                | Event::ClientNext { .. }
-                | Event::Arrival { .. }
-                | Event::ClientTimeout { .. }
-                | Event::EndOfLoad => {}
-                event => self.dispatch(event),
-            }
-        }
-        self.now_ns = deadline_ns.max(self.now_ns);
-        Outcome::Unknown {
-            reason: "audit read unanswered".to_string(),
+        match self.run_quietly(deadline_ns, Some(request)) {
+            Some(ClientResponse::Outcome(outcome)) => outcome,
+            Some(other) => panic!("a one-shot audit read was answered with {other:?}"),
+            None => Outcome::Unknown {
+                reason: "audit read unanswered".to_string(),
+            },
         }
     }
 }
