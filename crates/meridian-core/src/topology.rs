@@ -37,6 +37,7 @@
 //! name = "vm"                        # the protocol's service name
 //! regions = ["SC", "FI", "BR"]       # one member per entry…
 //! # per_region = 3                   # …or this many members in every region
+//! # per_shard = 1                    # …or this many beside each shard's leader
 //!
 //! [runtime]
 //! host = "127.0.0.1"
@@ -298,6 +299,8 @@ struct RawService {
     regions: Vec<Spanned<String>>,
     #[serde(default)]
     per_region: Option<Spanned<u32>>,
+    #[serde(default)]
+    per_shard: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -559,7 +562,7 @@ impl Topology {
                 ));
             }
         }
-        let services = Self::parse_services(&p, &raw, &regions)?;
+        let services = Self::parse_services(&p, &raw, &regions, &shards)?;
         if coordinators.is_empty() {
             return Err(p.error(
                 Some(raw.coordinators.span()),
@@ -772,6 +775,7 @@ impl Topology {
         p: &Parser<'_>,
         raw: &RawTopology,
         regions: &[String],
+        shards: &[ShardPlacement],
     ) -> Result<Vec<ServicePlacement>, TopologyError> {
         let mut services: Vec<ServicePlacement> = Vec::new();
         for spec in &raw.services {
@@ -785,18 +789,24 @@ impl Topology {
             if services.iter().any(|s| s.name == name) {
                 return Err(error(format!("service `{name}` is placed twice")));
             }
-            let members = match (&spec.per_region, spec.regions.is_empty()) {
-                (Some(n), true) if *n.get_ref() > 0 => (0..regions.len())
-                    .flat_map(|r| std::iter::repeat_n(RegionId(r as u16), *n.get_ref() as usize))
+            let count = |n: &Spanned<u32>| *n.get_ref() as usize;
+            let members = match (&spec.per_region, &spec.per_shard, spec.regions.is_empty()) {
+                (Some(n), None, true) if count(n) > 0 => (0..regions.len())
+                    .flat_map(|r| std::iter::repeat_n(RegionId(r as u16), count(n)))
                     .collect(),
-                (None, false) => spec
+                // Beside each shard's leader (a per-shard sequencer or recorder group).
+                (None, Some(n), true) if count(n) > 0 => shards
+                    .iter()
+                    .flat_map(|s| std::iter::repeat_n(s.replicas[s.leader.index()], count(n)))
+                    .collect(),
+                (None, None, false) => spec
                     .regions
                     .iter()
                     .map(|r| p.region(regions, r, "services.regions"))
                     .collect::<Result<Vec<_>, _>>()?,
                 _ => {
                     return Err(error(format!(
-                        "service `{name}` needs exactly one of `regions` (non-empty) or `per_region` (at least 1)"
+                        "service `{name}` needs exactly one of `regions` (non-empty), `per_region` or `per_shard` (at least 1)"
                     )))
                 }
             };
@@ -1630,6 +1640,20 @@ count = 2
     #[test]
     fn service_placements_replace_defaults_and_machines_share_a_clock() {
         let a = RegionId(0);
+        let per_shard = format!("{MINIMAL}\n[[services]]\nname = \"rec\"\nper_shard = 2\n");
+        let c = cluster_of(&per_shard, &[("rec".to_string(), a)]).unwrap();
+        let recorders = c.services("rec");
+        assert_eq!(
+            recorders.len(),
+            4,
+            "two beside each of the two shards' leaders"
+        );
+        assert!(recorders.iter().all(|r| c.region_of(*r) == RegionId(1)));
+        let both = format!("{per_shard}per_region = 1\n");
+        assert!(cluster_of(&both, &[])
+            .unwrap_err()
+            .message
+            .contains("exactly one of"));
         let placed =
             format!("{MINIMAL}\n[[services]]\nname = \"vm\"\nregions = [\"B\", \"B\", \"A\"]\n");
         let c = cluster_of(&placed, &[("vm".to_string(), a)]).unwrap();
