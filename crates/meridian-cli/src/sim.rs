@@ -526,6 +526,12 @@ fn replay_command(args: &RunArgs, seed: u64) -> String {
     if let Some(check) = &args.check {
         cmd.push_str(&format!(" --check {check}"));
     }
+    if args.batch_max != 1 {
+        cmd.push_str(&format!(" --batch-max {}", args.batch_max));
+    }
+    if args.timer_granularity != "0ns" {
+        cmd.push_str(&format!(" --timer-granularity {}", args.timer_granularity));
+    }
     cmd
 }
 

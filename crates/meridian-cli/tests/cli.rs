@@ -213,6 +213,10 @@ fn swarm_prints_a_replay_command_for_every_failing_seed() {
         "3s",
         "--protocol-opts",
         "unsafe_early_release=true",
+        "--batch-max",
+        "64",
+        "--timer-granularity",
+        "1ms",
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let text = stdout(&out);
@@ -221,6 +225,11 @@ fn swarm_prints_a_replay_command_for_every_failing_seed() {
         .filter_map(|l| l.trim().strip_prefix("replay: "))
         .collect();
     assert!(!replays.is_empty(), "{text}");
+    assert!(
+        replays[0].contains("--batch-max 64 --timer-granularity 1ms"),
+        "{}",
+        replays[0]
+    );
     // The replay command reproduces the failure.
     let args: Vec<&str> = replays[0].split_whitespace().skip(1).collect();
     let replay = meridian(&args);
