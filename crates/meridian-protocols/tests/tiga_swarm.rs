@@ -528,3 +528,47 @@ fn shard_down_between(
     }
     down_since.is_some_and(|since| since <= to)
 }
+
+/// `meridian sim --faults random --seed 95` (list-append, 20 s) wedged for good: view 1,
+/// proposed while shard 1's leader was down and the view manager's Raft leader was cut off
+/// by a partition, was installed 1.8 s later with two leaders (shard 0's and shard 2's
+/// replica 1) that had crashed and restarted meanwhile, so RECOVERING — they can never run
+/// the view change (Algorithm 5 line 4) and nobody can rejoin without a NORMAL leader. The
+/// view manager, leader again for only 0.25 s, waited a full failure timeout before
+/// replacing them; a region partition then cut the next leaders off, and shard 2's old
+/// leader crashed before its restarted follower could rejoin, leaving one replica of
+/// shard 2 with state: every view change after that waits for f + 1 reports forever.
+/// A leader heard saying RECOVERING is now replaced at once (Algorithm 4 line 1).
+#[test]
+fn recovering_leaders_in_an_installed_view_are_replaced_at_once() {
+    for config in ["", "approach=detective"] {
+        let report = simulate(
+            95,
+            &Run {
+                detective: false,
+                clock: "",
+                config,
+                workload: "list-append",
+                workload_opts: &[],
+                faults: Faults::Cli,
+                seconds: 20,
+            },
+        );
+        let verdict = check(&report.history, Model::StrictSerializable);
+        assert!(verdict.valid, "{config}: {verdict}");
+        assert_eq!(report.invariant, Ok(()), "{config}");
+        // Before the fix: 94 committed, none after 2 s of virtual time.
+        assert!(report.committed > 400, "{config}: {}", report.committed);
+        let late: u64 = report
+            .timeline
+            .buckets
+            .iter()
+            .filter(|b| b.start_ms >= 5_000.0)
+            .map(|b| b.committed)
+            .sum();
+        assert!(
+            report.timeline.buckets.is_empty() || late > 100,
+            "{config}: {late} committed after 5 s"
+        );
+    }
+}

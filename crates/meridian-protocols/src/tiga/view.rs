@@ -228,8 +228,12 @@ impl ViewManager {
         let now = ctx.now_ns();
         if self.raft.is_leader() {
             let since = *self.leading_since_ns.get_or_insert(now);
-            // Judge failures only after a full timeout of heartbeats as leader.
-            if now.saturating_sub(since) >= self.opts.failure_timeout_ns {
+            // Judge a silence only after a full timeout of heartbeats as leader; a leader
+            // that says it is RECOVERING (restarted without state, so it can never run the
+            // view change, Algorithm 5 line 4) is failed at once.
+            if now.saturating_sub(since) >= self.opts.failure_timeout_ns
+                || self.leader_recovering(now)
+            {
                 self.detect_failures(now);
             }
             if now.saturating_sub(self.broadcast_ns) >= self.opts.retry_ns {
@@ -240,6 +244,28 @@ impl ViewManager {
         }
         self.drain(ctx);
         ctx.set_timer(self.opts.vm_tick_ns, Timer::VmTick);
+    }
+
+    /// Every leader of the installed view was heard within the failure timeout, and one
+    /// of them says RECOVERING: positive evidence of its failure, unlike a silence (which a
+    /// replica that just became the Raft leader may only seem to observe), so it needs no
+    /// full timeout as leader.
+    fn leader_recovering(&self, now: u64) -> bool {
+        let heard: Vec<Option<&Heard>> = self
+            .view
+            .leaders(&self.cluster)
+            .iter()
+            .map(|l| {
+                self.heard
+                    .get(l)
+                    .filter(|h| now.saturating_sub(h.at_ns) < self.opts.failure_timeout_ns)
+            })
+            .collect();
+        heard.iter().all(Option::is_some)
+            && heard
+                .iter()
+                .flatten()
+                .any(|h| h.status == Status::Recovering)
     }
 
     fn alive(&self, node: NodeId, now: u64) -> bool {
