@@ -427,6 +427,14 @@ fn load_s(plan: &Plan) -> f64 {
     plan.options.duration_ns as f64 / NS_PER_S as f64
 }
 
+/// `label: name n, name n, …`, or nothing for no counts.
+fn print_counts<K: std::fmt::Display>(label: &str, counts: &std::collections::BTreeMap<K, u64>) {
+    if !counts.is_empty() {
+        let items: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("{label}: {}", items.join(", "));
+    }
+}
+
 fn print_table(plan: &Plan, result: &RunResult) {
     let r = &result.report;
     println!(
@@ -455,18 +463,8 @@ fn print_table(plan: &Plan, result: &RunResult) {
         all_json(&r.regions, load_s(plan)),
     );
     print!("{}", meridian_bench::report::table(&regions, &all));
-    if !r.counters.is_empty() {
-        let counters: Vec<String> = r.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("protocol counters: {}", counters.join(", "));
-    }
-    if !r.faults_applied.is_empty() {
-        let faults: Vec<String> = r
-            .faults_applied
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!("faults applied: {}", faults.join(", "));
-    }
+    print_counts("protocol counters", &r.counters);
+    print_counts("faults applied", &r.faults_applied);
     let wall = result.wall_s.max(1e-9);
     println!(
         "simulated {} events ({} messages delivered, {} dropped) in {:.2} s: {:.0} events/s, {:.0} messages/s",

@@ -466,10 +466,9 @@ mod tests {
         assert!(crash_in_partition && crash_under_loss && two_down);
     }
 
-    /// Services and coordinators are crashed too, and a colocated machine is crashed by
-    /// naming its first node.
+    /// Services are crashed too (a view manager member, here).
     #[test]
-    fn random_plans_crash_services_and_whole_machines() {
+    fn random_plans_crash_services() {
         let topology = Topology::load("gcp-tiga").unwrap();
         let sc = topology.region_id("SC").unwrap();
         let c = Cluster::new(topology, &vec![("vm".to_string(), sc); 3]).unwrap();

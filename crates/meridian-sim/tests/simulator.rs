@@ -272,6 +272,19 @@ fn run_toy_on(topology: Topology, options: &SimOptions, per_txn: u32) -> meridia
     run::<ToyProtocol>(&setup, &mut workload, options, &mut |_| {})
 }
 
+/// Transactions that committed having started after `from_ns` and finished before `to_ns`.
+fn committed_within(report: &meridian_sim::SimReport, from_ns: u64, to_ns: u64) -> usize {
+    report
+        .history
+        .iter()
+        .filter(|e| {
+            e.kind == meridian_check::EntryType::Ok
+                && e.invoke_ns > from_ns
+                && e.complete_ns < to_ns
+        })
+        .count()
+}
+
 fn options(seed: u64) -> SimOptions {
     SimOptions {
         seed,
@@ -362,15 +375,7 @@ fn a_crashed_node_answers_nothing_until_it_restarts() {
         report.unknown > 0,
         "requests to crashed leaders must time out"
     );
-    let during = report
-        .history
-        .iter()
-        .filter(|e| {
-            e.kind == meridian_check::EntryType::Ok
-                && e.invoke_ns > 1_100 * NS_PER_MS
-                && e.complete_ns < 2_900 * NS_PER_MS
-        })
-        .count();
+    let during = committed_within(&report, 1_100 * NS_PER_MS, 2_900 * NS_PER_MS);
     assert_eq!(during, 0, "nothing commits while every leader is down");
     let after = report
         .history
@@ -688,15 +693,7 @@ fn a_crash_takes_down_every_role_of_the_machine() {
     let applied = &report.faults_applied;
     assert_eq!(applied.get("crash replica"), Some(&1), "{applied:?}");
     assert_eq!(applied.get("crash coordinator"), Some(&1), "{applied:?}");
-    let during = report
-        .history
-        .iter()
-        .filter(|e| {
-            e.kind == meridian_check::EntryType::Ok
-                && e.invoke_ns > 1_100 * NS_PER_MS
-                && e.complete_ns < 1_900 * NS_PER_MS
-        })
-        .count();
+    let during = committed_within(&report, 1_100 * NS_PER_MS, 1_900 * NS_PER_MS);
     assert_eq!(during, 0, "the coordinator was down with its machine");
 }
 
