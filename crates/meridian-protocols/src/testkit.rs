@@ -10,7 +10,8 @@
 //! the protocol's counters. Every message and record is round-tripped through JSON, and
 //! every client request must be answered at most once.
 
-use meridian_core::node::{Ctx, Effect, NodeEffect, Setup};
+use meridian_core::host::{Action, MemoryLog, NodeAction, NodeHost};
+use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Procedures, Step, Txn};
 use meridian_core::{
     Cluster, Key, Node, NodeId, NodeRng, Protocol, ProtocolConfig, RequestId, ShardId, TimerId,
@@ -19,7 +20,7 @@ use meridian_core::{
 use rand::{Rng, SeedableRng};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) const MS: u64 = 1_000_000;
@@ -81,7 +82,7 @@ enum Event<M, T> {
     },
     Fire {
         node: NodeId,
-        epoch: u32,
+        incarnation: u32,
         id: TimerId,
         timer: T,
     },
@@ -95,12 +96,10 @@ pub(crate) struct Driver<N: Node> {
     pub cluster: Arc<Cluster>,
     pub procedures: Arc<Procedures>,
     build: Build<N>,
-    nodes: Vec<Option<N>>,
-    pub records: Vec<Vec<N::Record>>,
-    epochs: Vec<u32>,
-    next_timer: Vec<u64>,
-    rngs: Vec<NodeRng>,
-    cancelled: BTreeSet<(NodeId, TimerId)>,
+    /// Each node's host (the drivers' shared core: state machine, timers, incarnation).
+    hosts: Vec<NodeHost<N>>,
+    pub records: Vec<MemoryLog<N::Record>>,
+    seed: u64,
     events: BTreeMap<(u64, u64), Event<N::Msg, N::Timer>>,
     seq: u64,
     /// Virtual time, ns.
@@ -123,6 +122,11 @@ pub(crate) struct Driver<N: Node> {
     pub delivered: Vec<usize>,
     /// The protocol's counters (`Context::count`), summed over nodes.
     pub counters: BTreeMap<&'static str, u64>,
+}
+
+/// Node `index`'s RNG for `incarnation` (the first is `seed ^ index`, as it always was).
+fn node_rng(seed: u64, index: u64, incarnation: u32) -> NodeRng {
+    NodeRng::seed_from_u64(seed ^ index ^ (u64::from(incarnation) << 48))
 }
 
 fn roundtrip<T: Serialize + DeserializeOwned>(value: T) -> T {
@@ -170,14 +174,12 @@ where
             cluster: setup.cluster.clone(),
             procedures: setup.procedures.clone(),
             build: Box::new(move |node, records| P::build(node, &setup, records)),
-            nodes: (0..n).map(|_| None).collect(),
-            records: vec![Vec::new(); n],
-            epochs: vec![0; n],
-            next_timer: vec![0; n],
-            rngs: (0..n as u64)
-                .map(|i| NodeRng::seed_from_u64(seed ^ i))
+            // As the simulator by default: every event is a batch of its own.
+            hosts: (0..n as u64)
+                .map(|i| NodeHost::new(NodeId(i as u32), node_rng(seed, i, 0), 1))
                 .collect(),
-            cancelled: BTreeSet::new(),
+            records: (0..n).map(|_| MemoryLog::default()).collect(),
+            seed,
             events: BTreeMap::new(),
             seq: 0,
             now: 1_000 * MS,
@@ -212,7 +214,7 @@ where
 
     /// The node's state (`None` while crashed).
     pub(crate) fn node(&self, node: NodeId) -> Option<&N> {
-        self.nodes[node.index()].as_ref()
+        self.hosts[node.index()].node()
     }
 
     /// The id coordinator `index` gives its `counter`-th transaction of incarnation `inc`.
@@ -341,14 +343,15 @@ where
 
     /// The node loses its memory and its pending timers; messages to it are lost while down.
     pub(crate) fn crash(&mut self, node: NodeId) {
-        self.nodes[node.index()] = None;
-        self.epochs[node.index()] += 1;
+        self.hosts[node.index()].crash();
     }
 
     /// Rebuilds the node from its records and runs `on_start`.
     pub(crate) fn restart(&mut self, node: NodeId) {
-        let built = (self.build)(node, &self.records[node.index()]);
-        self.nodes[node.index()] = Some(built);
+        let built = (self.build)(node, self.records[node.index()].records());
+        let host = &mut self.hosts[node.index()];
+        let rng = node_rng(self.seed, node.index() as u64, host.incarnation());
+        host.start(built, rng);
         self.with_node(node, |n, ctx| n.on_start(ctx));
     }
 
@@ -383,18 +386,18 @@ where
     fn deliver(&mut self, event: Event<N::Msg, N::Timer>) {
         match event {
             Event::Deliver { from, to, msg } => {
-                if self.nodes[to.index()].is_some() {
+                if self.hosts[to.index()].is_up() {
                     self.delivered[to.index()] += 1;
                 }
                 self.with_node(to, |n, ctx| n.on_message(ctx, from, msg));
             }
             Event::Fire {
                 node,
-                epoch,
+                incarnation,
                 id,
                 timer,
             } => {
-                if epoch == self.epochs[node.index()] && !self.cancelled.remove(&(node, id)) {
+                if self.hosts[node.index()].take_timer(incarnation, id) {
                     self.with_node(node, |n, ctx| n.on_timer(ctx, timer));
                 }
             }
@@ -403,55 +406,43 @@ where
 
     fn with_node(&mut self, node: NodeId, handler: impl FnOnce(&mut N, &mut Ctx<'_, N>)) {
         let now = self.clock(node);
-        let Some(state) = self.nodes[node.index()].as_mut() else {
-            return;
-        };
-        let mut effects = Vec::new();
-        let mut ctx = Ctx::<N>::new(
-            node,
-            now,
-            &mut self.rngs[node.index()],
-            &mut effects,
-            &mut self.next_timer[node.index()],
-        );
-        handler(state, &mut ctx);
-        // As the simulator: every event is a batch of its own.
-        state.on_batch_end(&mut ctx);
-        for effect in effects {
-            self.apply(node, effect);
+        let mut actions = Vec::new();
+        let host = &mut self.hosts[node.index()];
+        if let Err(broken) = host.handle(now, handler, &mut actions) {
+            panic!("{broken}");
+        }
+        for action in actions {
+            self.apply(node, action);
         }
     }
 
-    fn apply(&mut self, node: NodeId, effect: NodeEffect<N>) {
-        match effect {
-            Effect::Send { to, msg } => self.send(node, to, roundtrip(msg)),
-            Effect::SetTimer {
+    fn apply(&mut self, node: NodeId, action: NodeAction<N>) {
+        match action {
+            Action::Send { to, msg } => self.send(node, to, roundtrip(msg)),
+            Action::ArmTimer {
                 id,
+                incarnation,
                 after_ns,
                 timer,
             } => {
-                let epoch = self.epochs[node.index()];
                 let fire = Event::Fire {
                     node,
-                    epoch,
+                    incarnation,
                     id,
                     timer,
                 };
                 self.schedule(self.now + after_ns, fire);
             }
-            Effect::CancelTimer { id } => {
-                self.cancelled.insert((node, id));
-            }
-            Effect::Respond { request, response } => {
+            // The host refuses a cancelled timer when it fires.
+            Action::DisarmTimer { .. } | Action::Sync => {}
+            Action::Respond { request, response } => {
                 let previous = self.responses.insert(request, response);
                 assert!(previous.is_none(), "{request} answered twice");
             }
-            Effect::Persist { record } => self.records[node.index()].push(roundtrip(record)),
-            Effect::Checkpoint { record } => {
-                self.records[node.index()].clear();
-                self.records[node.index()].push(roundtrip(record));
+            Action::Persist { record, checkpoint } => {
+                self.records[node.index()].write(roundtrip(record), checkpoint)
             }
-            Effect::Count { name, by } => *self.counters.entry(name).or_default() += by,
+            Action::Count { name, by } => *self.counters.entry(name).or_default() += by,
         }
     }
 

@@ -1,13 +1,14 @@
-//! One node's event loop: the runtime's counterpart of the simulator's `Sim::with_node` and
-//! `Sim::apply`. It owns the protocol's state machine and calls one handler per event
-//! (an inbox message or request, a timer, a message to itself), then carries out the
-//! handler's effects in order.
+//! One node's event loop: the runtime's driver around the node's [`NodeHost`], the core it
+//! shares with the simulator and the unit-test driver. The host runs one handler per event
+//! (an inbox message or request, a timer, a message to itself), keeps the node's timers,
+//! batch and invariants, and hands back the [`Action`]s this loop carries out in order.
 //!
 //! * **Clock.** `now_ns` is the system clock (ns since the Unix epoch) plus the node's
 //!   configured offset, the runtime's stand-in for the simulator's clock models.
 //! * **Timers** live in a `DelayQueue`, keyed by the protocol's `TimerId`, so a cancel is O(1).
-//! * **Write-ahead.** Persisted records are buffered and written out before the first send
-//!   or response that follows them, so no message leaves ahead of the state it depends on.
+//! * **Write-ahead.** Persisted records are buffered and written out at each
+//!   [`Action::Sync`], which the host puts before the first send or response that follows
+//!   them: no message leaves ahead of the state it depends on.
 //! * **Messages to self** go through a local queue (never the inbox, which the loop itself
 //!   drains and which may be full), with no delay, as in the simulator.
 //! * **Batches.** After each wake-up's events (at most `INBOX_BATCH_MAX` from the inbox,
@@ -17,9 +18,9 @@
 use crate::metrics::NodeMetrics;
 use crate::storage::Wal;
 use crate::transport::{Held, Inbound, Reply};
-use meridian_core::node::{Effect, NodeEffect};
+use meridian_core::host::{Action, NodeAction, NodeHost};
 use meridian_core::txn::{ClientResponse, Outcome};
-use meridian_core::{Context, Node, NodeId, NodeRng, RequestId, TimerId};
+use meridian_core::{Node, NodeId, NodeRng, RequestId, TimerId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashMap;
@@ -54,15 +55,13 @@ pub enum Route<M> {
 /// Everything a node's loop owns.
 pub struct NodeLoop<N: Node> {
     pub id: NodeId,
-    pub node: N,
-    pub rng: NodeRng,
+    host: NodeHost<N>,
     pub delay_rng: ChaCha8Rng,
     pub routes: Vec<Route<N::Msg>>,
     pub wal: Option<Wal<N::Record>>,
     pub clock_offset_ns: i64,
     pub metrics: Arc<NodeMetrics>,
-    next_timer: u64,
-    effects: Vec<NodeEffect<N>>,
+    actions: Vec<NodeAction<N>>,
     timers: DelayQueue<(TimerId, N::Timer)>,
     timer_keys: FxHashMap<TimerId, delay_queue::Key>,
     to_self: VecDeque<N::Msg>,
@@ -84,17 +83,18 @@ impl<N: Node> NodeLoop<N> {
         clock_offset_ns: i64,
         metrics: Arc<NodeMetrics>,
     ) -> Self {
+        // The loop ends each batch itself, when its inbox is drained (see the module doc).
+        let mut host = NodeHost::new(id, rng.clone(), u32::MAX);
+        host.start(node, rng);
         NodeLoop {
             id,
-            node,
-            rng,
+            host,
             delay_rng,
             routes,
             wal,
             clock_offset_ns,
             metrics,
-            next_timer: 0,
-            effects: Vec::new(),
+            actions: Vec::new(),
             timers: DelayQueue::new(),
             timer_keys: FxHashMap::default(),
             to_self: VecDeque::new(),
@@ -127,7 +127,7 @@ impl<N: Node> NodeLoop<N> {
                 self.handle(|n, ctx| n.on_message(ctx, id, msg));
             }
             // Everything queued so far is handled: the batch ends before the loop waits.
-            self.handle(|n, ctx| n.on_batch_end(ctx));
+            self.end_batch();
             if !self.to_self.is_empty() {
                 continue;
             }
@@ -137,8 +137,11 @@ impl<N: Node> NodeLoop<N> {
                 Some(expired) = std::future::poll_fn(|cx| self.timers.poll_expired(cx)) => {
                     let (id, timer) = expired.into_inner();
                     self.timer_keys.remove(&id);
-                    NodeMetrics::add(&self.metrics.timers_fired, 1);
-                    self.handle(|n, ctx| n.on_timer(ctx, timer));
+                    let incarnation = self.host.incarnation();
+                    if self.host.take_timer(incarnation, id) {
+                        NodeMetrics::add(&self.metrics.timers_fired, 1);
+                        self.handle(|n, ctx| n.on_timer(ctx, timer));
+                    }
                 }
                 event = inbox.recv() => match event {
                     Some(event) => {
@@ -178,60 +181,63 @@ impl<N: Node> NodeLoop<N> {
         }
     }
 
-    /// Runs `handler` with a fresh context, then carries out its effects in order.
+    /// Runs `handler` through the host, then carries out its actions in order.
     fn handle(&mut self, handler: impl FnOnce(&mut N, &mut meridian_core::node::Ctx<'_, N>)) {
         let now = self.now_ns();
-        let mut effects = std::mem::take(&mut self.effects);
-        let mut ctx = Context::new(
-            self.id,
-            now,
-            &mut self.rng,
-            &mut effects,
-            &mut self.next_timer,
-        );
-        handler(&mut self.node, &mut ctx);
-        for effect in effects.drain(..) {
-            self.apply(effect);
+        let mut actions = std::mem::take(&mut self.actions);
+        if let Err(broken) = self.host.handle(now, handler, &mut actions) {
+            panic!("{broken}");
         }
-        self.sync_wal();
-        self.effects = effects;
+        self.carry_out(actions);
+    }
+
+    fn end_batch(&mut self) {
+        let now = self.now_ns();
+        let mut actions = std::mem::take(&mut self.actions);
+        if let Err(broken) = self.host.end_batch(now, &mut actions) {
+            panic!("{broken}");
+        }
+        self.carry_out(actions);
+    }
+
+    fn carry_out(&mut self, mut actions: Vec<NodeAction<N>>) {
+        for action in actions.drain(..) {
+            self.apply(action);
+        }
+        self.actions = actions;
         self.metrics
             .add_protocol_counters(&mut self.protocol_counts);
         let leader = self
-            .node
-            .shard_leader()
+            .host
+            .node()
+            .and_then(|n| n.shard_leader())
             .map_or(crate::metrics::NO_LEADER, |l| u64::from(l.0));
         self.metrics.shard_leader.store(leader, Ordering::Relaxed);
     }
 
-    fn apply(&mut self, effect: NodeEffect<N>) {
-        match effect {
-            Effect::Send { to, msg } => {
-                self.sync_wal();
-                self.send(to, msg);
-            }
-            Effect::SetTimer {
+    fn apply(&mut self, action: NodeAction<N>) {
+        match action {
+            Action::Send { to, msg } => self.send(to, msg),
+            Action::ArmTimer {
                 id,
                 after_ns,
                 timer,
+                ..
             } => {
                 let key = self
                     .timers
                     .insert((id, timer), Duration::from_nanos(after_ns));
                 self.timer_keys.insert(id, key);
             }
-            Effect::CancelTimer { id } => {
+            Action::DisarmTimer { id } => {
                 if let Some(key) = self.timer_keys.remove(&id) {
                     self.timers.remove(&key);
                 }
             }
-            Effect::Respond { request, response } => {
-                self.sync_wal();
-                self.respond(request, response);
-            }
-            Effect::Persist { record } => self.persist(&record, false),
-            Effect::Checkpoint { record } => self.persist(&record, true),
-            Effect::Count { name, by } => *self.protocol_counts.entry(name).or_default() += by,
+            Action::Respond { request, response } => self.respond(request, response),
+            Action::Persist { record, checkpoint } => self.persist(&record, checkpoint),
+            Action::Sync => self.sync_wal(),
+            Action::Count { name, by } => *self.protocol_counts.entry(name).or_default() += by,
         }
     }
 

@@ -7,18 +7,19 @@ use crate::queue::Queue;
 use crate::report::{Finished, SimReport, TimelineBuilder};
 use meridian_bench::driver::{entry_type, LoadCore, Next};
 use meridian_bench::Results;
-use meridian_core::node::{Effect, NodeEffect, Setup};
+use meridian_core::host::{Action, BrokenInvariant, Handled, MemoryLog, NodeAction, NodeHost};
+use meridian_core::node::Setup;
 use meridian_core::time::NS_PER_S;
 use meridian_core::topology::NodeRole;
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome};
 use meridian_core::{
-    ClientId, Cluster, Context, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
-    RequestId, TimerId, Topology,
+    ClientId, Cluster, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig, RequestId,
+    TimerId, Topology,
 };
 use meridian_workload::Workload;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+use rustc_hash::{FxHashMap, FxHasher};
 use std::collections::VecDeque;
 use std::hash::Hasher;
 
@@ -165,14 +166,11 @@ enum Event<M, T> {
 type EventOf<P> =
     Event<<<P as Protocol>::Node as Node>::Msg, <<P as Protocol>::Node as Node>::Timer>;
 
-/// A node slot: the live state machine (None while crashed) and what survives a crash.
+/// A node slot: the node's host (the driver core: the live state machine, its timers,
+/// incarnation and batch), its durable log, and the simulator's model of its CPU.
 struct Slot<N: Node> {
-    node: Option<N>,
-    incarnation: u32,
-    durable: Vec<N::Record>,
-    rng: NodeRng,
-    next_timer: u64,
-    live_timers: FxHashSet<TimerId>,
+    host: NodeHost<N>,
+    durable: MemoryLog<N::Record>,
     /// With a service time: the node is busy with an event until then.
     busy_until_ns: u64,
     /// Events that reached the node while it was busy, served in arrival order, one
@@ -181,8 +179,6 @@ struct Slot<N: Node> {
     backlog: VecDeque<Event<N::Msg, N::Timer>>,
     /// An [`Event::Serve`] for this incarnation is queued.
     serve_queued: bool,
-    /// Events handled since the node's last `on_batch_end` (with `batch_max > 1`).
-    batch_open: u32,
     /// An [`Event::BatchEnd`] for this incarnation is queued.
     batch_end_queued: bool,
 }
@@ -212,7 +208,7 @@ struct Sim<'w, P: Protocol> {
     trace: FxHasher,
     report: SimReport,
     results: Results,
-    effects: Vec<NodeEffect<P::Node>>,
+    actions: Vec<NodeAction<P::Node>>,
     /// The time of the last event popped and put back (the queue refuses earlier ones).
     resume_ns: u64,
     /// Open-loop arrival times.
@@ -266,16 +262,15 @@ impl<'w, P: Protocol> Sim<'w, P> {
             .nodes
             .iter()
             .map(|info| Slot {
-                node: None,
-                incarnation: 0,
-                durable: Vec::new(),
-                rng: node_rng(options.seed, info.id, 0),
-                next_timer: 0,
-                live_timers: FxHashSet::default(),
+                host: NodeHost::new(
+                    info.id,
+                    node_rng(options.seed, info.id, 0),
+                    options.batch_max,
+                ),
+                durable: MemoryLog::default(),
                 busy_until_ns: 0,
                 backlog: VecDeque::new(),
                 serve_queued: false,
-                batch_open: 0,
                 batch_end_queued: false,
             })
             .collect();
@@ -328,7 +323,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             loading: true,
             trace: FxHasher::default(),
             report,
-            effects: Vec::new(),
+            actions: Vec::new(),
             resume_ns: 0,
         }
     }
@@ -378,95 +373,80 @@ impl<'w, P: Protocol> Sim<'w, P> {
         u64::try_from(reading).expect("clock reading below the epoch: error larger than 1.7e9 s")
     }
 
-    /// Runs `handler` on `node` with a fresh context, then carries out its effects.
+    /// Runs `handler` on `node` through its host, then carries out the actions.
     fn with_node(
         &mut self,
         node: NodeId,
         handler: impl FnOnce(&mut P::Node, &mut meridian_core::node::Ctx<'_, P::Node>),
     ) {
         let now_local = self.local_now(node);
-        let mut effects = std::mem::take(&mut self.effects);
+        let mut actions = std::mem::take(&mut self.actions);
         let slot = &mut self.slots[node.index()];
-        let Some(state) = slot.node.as_mut() else {
-            self.effects = effects;
-            return;
-        };
-        let mut ctx = Context::new(
-            node,
-            now_local,
-            &mut slot.rng,
-            &mut effects,
-            &mut slot.next_timer,
-        );
-        handler(state, &mut ctx);
-        let batch_max = self.options.batch_max;
-        let mut queue_batch_end = None;
-        if batch_max <= 1 || slot.batch_open + 1 >= batch_max {
-            state.on_batch_end(&mut ctx);
-            slot.batch_open = 0;
-        } else {
-            slot.batch_open += 1;
-            if !slot.batch_end_queued {
-                slot.batch_end_queued = true;
-                queue_batch_end = Some(slot.incarnation);
+        let handled = slot.host.handle(now_local, handler, &mut actions);
+        match handled.unwrap_or_else(|broken| self.invariant_broken(broken)) {
+            Handled::NodeDown | Handled::BatchEnded => {}
+            Handled::BatchOpen => {
+                let slot = &mut self.slots[node.index()];
+                if !slot.batch_end_queued {
+                    slot.batch_end_queued = true;
+                    let incarnation = slot.host.incarnation();
+                    self.push(self.now_ns, Event::BatchEnd { node, incarnation });
+                }
             }
         }
-        #[cfg(debug_assertions)]
-        if let Err(broken) = state.check_invariants() {
-            panic!(
-                "{node} ({}) broke an invariant at {} ns of virtual time: {broken} (seed {})",
-                self.setup.cluster.node(node).name,
-                self.now_ns,
-                self.options.seed
-            );
-        }
-        if let Some(incarnation) = queue_batch_end {
-            self.push(self.now_ns, Event::BatchEnd { node, incarnation });
-        }
-        for effect in effects.drain(..) {
-            self.apply(node, effect);
-        }
-        self.effects = effects;
+        self.carry_out(node, actions);
     }
 
-    fn apply(&mut self, node: NodeId, effect: NodeEffect<P::Node>) {
-        match effect {
-            Effect::Send { to, msg } => self.send(node, to, msg),
-            Effect::SetTimer {
+    fn invariant_broken(&self, broken: BrokenInvariant) -> ! {
+        panic!(
+            "{} ({}) broke an invariant at {} ns of virtual time: {} (seed {})",
+            broken.node,
+            self.setup.cluster.node(broken.node).name,
+            self.now_ns,
+            broken.message,
+            self.options.seed
+        );
+    }
+
+    /// Carries out `actions` in order and keeps the buffer for the next event.
+    fn carry_out(&mut self, node: NodeId, mut actions: Vec<NodeAction<P::Node>>) {
+        for action in actions.drain(..) {
+            self.apply(node, action);
+        }
+        self.actions = actions;
+    }
+
+    fn apply(&mut self, node: NodeId, action: NodeAction<P::Node>) {
+        match action {
+            Action::Send { to, msg } => self.send(node, to, msg),
+            Action::ArmTimer {
                 id,
+                incarnation,
                 after_ns,
                 timer,
             } => {
-                let slot = &mut self.slots[node.index()];
-                slot.live_timers.insert(id);
-                let incarnation = slot.incarnation;
                 let at_ns = round_up(self.now_ns + after_ns, self.options.timer_granularity_ns);
-                self.push(
-                    at_ns,
-                    Event::Timer {
-                        node,
-                        incarnation,
-                        id,
-                        timer,
-                    },
-                );
+                let timer = Event::Timer {
+                    node,
+                    incarnation,
+                    id,
+                    timer,
+                };
+                self.push(at_ns, timer);
             }
-            Effect::CancelTimer { id } => {
-                if self.slots[node.index()].live_timers.remove(&id) {
-                    self.dead_timers += 1;
-                    self.compact_if_mostly_dead();
-                }
+            Action::DisarmTimer { .. } => {
+                self.dead_timers += 1;
+                self.compact_if_mostly_dead();
             }
-            Effect::Respond { request, response } => {
+            Action::Respond { request, response } => {
                 self.push(self.now_ns, Event::Response { request, response })
             }
-            Effect::Persist { record } => self.slots[node.index()].durable.push(record),
-            Effect::Checkpoint { record } => {
-                let durable = &mut self.slots[node.index()].durable;
-                durable.clear();
-                durable.push(record);
+            // The simulated disk is written at once; there is nothing to sync.
+            Action::Persist { record, checkpoint } => {
+                self.slots[node.index()].durable.write(record, checkpoint)
             }
-            Effect::Count { name, by } => *self.report.counters.entry(name).or_default() += by,
+            Action::Sync => {}
+            Action::Count { name, by } => *self.report.counters.entry(name).or_default() += by,
         }
     }
 
@@ -483,10 +463,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 incarnation,
                 id,
                 ..
-            } => {
-                let slot = &slots[node.index()];
-                slot.incarnation == *incarnation && slot.live_timers.contains(id)
-            }
+            } => slots[node.index()].host.timer_is_live(*incarnation, *id),
             _ => true,
         });
         self.dead_timers = 0;
@@ -542,7 +519,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
         slot.serve_queued = true;
         let at_ns = slot.busy_until_ns.max(self.now_ns);
-        let incarnation = slot.incarnation;
+        let incarnation = slot.host.incarnation();
         self.push(at_ns, Event::Serve { node, incarnation });
     }
 
@@ -550,7 +527,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
     fn serve(&mut self, node: NodeId, incarnation: u32) {
         let service_ns = self.options.service_time_ns;
         let slot = &mut self.slots[node.index()];
-        if slot.incarnation != incarnation {
+        if slot.host.incarnation() != incarnation {
             return;
         }
         assert!(
@@ -568,8 +545,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     /// A timer cancelled since it was set, or set by an earlier incarnation.
     fn timer_is_dead(&self, node: NodeId, incarnation: u32, id: TimerId) -> bool {
-        let slot = &self.slots[node.index()];
-        slot.incarnation != incarnation || !slot.live_timers.contains(&id)
+        !self.slots[node.index()].host.timer_is_live(incarnation, id)
     }
 
     fn dispatch(&mut self, event: EventOf<P>) {
@@ -589,7 +565,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             _ => None,
         };
         if let Some(node) = target {
-            if self.slots[node.index()].node.is_none() {
+            if !self.slots[node.index()].host.is_up() {
                 return;
             }
             if !self.take_service_slot(node) {
@@ -615,8 +591,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 id,
                 timer,
             } => {
-                let slot = &mut self.slots[node.index()];
-                if slot.incarnation == incarnation && slot.live_timers.remove(&id) {
+                if self.slots[node.index()].host.take_timer(incarnation, id) {
                     self.with_node(node, |n, ctx| n.on_timer(ctx, timer));
                 }
             }
@@ -637,21 +612,22 @@ impl<'w, P: Protocol> Sim<'w, P> {
     /// Closes `node`'s open batch (see [`SimOptions::batch_max`]).
     fn end_batch(&mut self, node: NodeId, incarnation: u32) {
         let slot = &mut self.slots[node.index()];
-        if slot.incarnation != incarnation {
+        if slot.host.incarnation() != incarnation {
             return;
         }
         slot.batch_end_queued = false;
         // Events that queued while the node was busy are the runtime's full inbox: they
         // join the batch (the next one handled queues this end again).
-        if slot.batch_open == 0 || !slot.backlog.is_empty() {
+        if !slot.backlog.is_empty() {
             return;
         }
-        slot.batch_open = 0;
-        // A batch end is not an event of its own: with batch_max it is one "+1" short of the
-        // limit, so on_batch_end runs exactly once here.
-        let batch_max = std::mem::replace(&mut self.options.batch_max, 1);
-        self.with_node(node, |_, _| {});
-        self.options.batch_max = batch_max;
+        let now_local = self.local_now(node);
+        let mut actions = std::mem::take(&mut self.actions);
+        let ended = self.slots[node.index()]
+            .host
+            .end_batch(now_local, &mut actions);
+        ended.unwrap_or_else(|broken| self.invariant_broken(broken));
+        self.carry_out(node, actions);
     }
 
     fn trace_event(&mut self, event: &EventOf<P>) {
@@ -678,10 +654,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn start_node(&mut self, node: NodeId) {
         let slot = &mut self.slots[node.index()];
-        assert!(slot.node.is_none(), "{node} started twice");
-        slot.node = Some(P::build(node, &self.setup, &slot.durable));
-        slot.rng = node_rng(self.options.seed, node, slot.incarnation);
-        slot.live_timers.clear();
+        let built = P::build(node, &self.setup, slot.durable.records());
+        let rng = node_rng(self.options.seed, node, slot.host.incarnation());
+        slot.host.start(built, rng);
         self.with_node(node, |n, ctx| n.on_start(ctx));
     }
 
@@ -690,7 +665,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             // A machine fails as a whole: every role it hosts crashes and restarts with it.
             Fault::Crash(node) => {
                 for mate in self.setup.cluster.clone().machine_mates(node) {
-                    if self.slots[mate.index()].node.is_some() {
+                    if self.slots[mate.index()].host.is_up() {
                         let kind = match &self.setup.cluster.node(*mate).role {
                             NodeRole::Replica { .. } => "crash replica".to_string(),
                             NodeRole::Coordinator { .. } => "crash coordinator".to_string(),
@@ -703,7 +678,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
             Fault::Restart(node) => {
                 for mate in self.setup.cluster.clone().machine_mates(node) {
-                    if self.slots[mate.index()].node.is_none() {
+                    if !self.slots[mate.index()].host.is_up() {
                         self.start_node(*mate);
                     }
                 }
@@ -743,13 +718,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn crash_node(&mut self, node: NodeId) {
         let slot = &mut self.slots[node.index()];
-        if slot.node.take().is_some() {
-            slot.incarnation += 1;
+        if slot.host.crash() {
             slot.busy_until_ns = 0;
             // What waited for the node dies with it, as its inbox would.
             slot.backlog.clear();
             slot.serve_queued = false;
-            slot.batch_open = 0;
             slot.batch_end_queued = false;
         }
     }
@@ -762,7 +735,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.network.loss = 0.0;
         self.network.duplicate = 0.0;
         for i in 0..self.slots.len() {
-            if self.slots[i].node.is_none() {
+            if !self.slots[i].host.is_up() {
                 self.start_node(NodeId(i as u32));
             }
         }
@@ -775,7 +748,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             return;
         }
         let coordinator = self.load.info(client).coordinator;
-        if self.slots[coordinator.index()].node.is_none() {
+        if !self.slots[coordinator.index()].host.is_up() {
             self.push(
                 self.now_ns + COORDINATOR_DOWN_RETRY_NS,
                 Event::ClientNext { client },
@@ -959,8 +932,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 .iter()
                 .map(|r| {
                     self.slots[r.index()]
-                        .node
-                        .as_ref()
+                        .host
+                        .node()
                         .and_then(|n| n.shard_leader())
                 })
                 .collect();
