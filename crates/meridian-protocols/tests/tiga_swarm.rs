@@ -572,3 +572,36 @@ fn recovering_leaders_in_an_installed_view_are_replaced_at_once() {
         );
     }
 }
+
+/// Two view-change passes (part (b), then step ④) each raised an entry to `floor + 1`
+/// under the new leader's id: two transactions at one timestamp. The replica holding the
+/// first one's version refused the second's writes and voted it aborted, after it had
+/// committed on its other shard (the client heard "aborted"; its append stayed: G1a).
+/// Exactly `meridian sim --protocol tiga --topology gcp-tiga --workload list-append
+/// --faults random --seed 89 --duration 20s --protocol-opts approach=detective --clock chrony`.
+#[test]
+fn view_change_raises_never_give_two_transactions_one_timestamp() {
+    let mut topology = Topology::load("gcp-tiga").unwrap();
+    topology.set_all_clocks(ClockProfile::builtin("chrony").unwrap());
+    let config = ProtocolConfig::parse("approach=detective").unwrap();
+    let setup = setup::<Tiga>(topology, config, Procedures::new()).unwrap();
+    let model = <Tiga as meridian_core::Protocol>::fault_model(&setup.cluster);
+    let duration_ns = 20 * NS_PER_S;
+    let options = SimOptions {
+        seed: 89,
+        duration_ns,
+        faults: FaultPlan::random_for_seed(&setup.cluster, &model, duration_ns, 89),
+        ..SimOptions::default()
+    };
+    let opts = WorkloadOptions::parse(std::iter::empty::<&str>()).unwrap();
+    let mut workload = meridian_workload::build("list-append", &setup.cluster, &opts).unwrap();
+    let report = run::<Tiga>(&setup, workload.as_mut(), &options, &mut |_| {});
+    let verdict = check(&report.history, Model::StrictSerializable);
+    assert!(verdict.valid, "{verdict}");
+    assert!(report.invariant.is_ok(), "{:?}", report.invariant);
+    assert!(
+        report.committed > 500,
+        "only {} committed",
+        report.committed
+    );
+}

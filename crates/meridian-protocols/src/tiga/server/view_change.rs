@@ -293,7 +293,7 @@ impl Server {
             .filter(|(count, body)| *count >= threshold && body.ts > base.ts())
             .map(|(_, body)| body)
             .collect();
-        self.raise_above_part_a(&a_maps, base.ts(), &mut part_b);
+        self.raise_above_part_a((&a_maps, &log), base.ts(), &mut part_b);
         log.extend(part_b);
         (base, log, part_a)
     }
@@ -314,15 +314,33 @@ impl Server {
     /// leader raises a late arrival. An entry at or below the checkpoint's timestamp
     /// `base` counts as conflicting with it (its keys are gone; as the GC floor does).
     /// Leaves `entries` sorted by timestamp.
-    fn raise_above_part_a(&self, a_maps: &KeyMaps, base: Timestamp, entries: &mut [TxnBody]) {
+    ///
+    /// A raised timestamp is one no entry of the log holds: the store keeps one version per
+    /// key and timestamp, and an earlier pass (part (b), then step ④) or a bump under this
+    /// leader's id may hold `floor + 1` already. Two transactions at one timestamp made a
+    /// replica refuse the second one's writes and vote it aborted after it had committed
+    /// elsewhere (seed 89, detective, chrony: a G1a).
+    fn raise_above_part_a(
+        &self,
+        (a_maps, part_a): (&KeyMaps, &[TxnBody]),
+        base: Timestamp,
+        entries: &mut [TxnBody],
+    ) {
         entries.sort_unstable_by_key(|b| (b.ts, b.id));
+        let mut taken: FxHashSet<Timestamp> =
+            part_a.iter().chain(entries.iter()).map(|b| b.ts).collect();
         let mut raised_ns = 0;
         for b in entries.iter_mut() {
             let (reads, writes) = keys_on(b, self.shard);
             let conflict = a_maps.conflict_floor(&reads, &writes, b.ts);
             if let Some(floor) = super::gc::floor_or_conflict(conflict, b.ts, base) {
-                raised_ns = raised_ns.max(floor.time_ns) + 1;
-                b.ts = Timestamp::new(raised_ns, self.id.0);
+                let mut ts = Timestamp::new(raised_ns.max(floor.time_ns) + 1, self.id.0);
+                while taken.contains(&ts) {
+                    ts.time_ns += 1;
+                }
+                taken.insert(ts);
+                raised_ns = ts.time_ns;
+                b.ts = ts;
             }
         }
         entries.sort_unstable_by_key(|b| (b.ts, b.id));
@@ -433,7 +451,7 @@ impl Server {
             let mut log = merge_largest(rebuilt, &received, self.shard, true);
             let (part_a, rest) = log.split_at_mut(vc.part_a.min(rebuilt.len()));
             let a_maps = self.part_a_maps(part_a);
-            self.raise_above_part_a(&a_maps, base, rest);
+            self.raise_above_part_a((&a_maps, part_a), base, rest);
             self.view_change.verified = Some(log);
             self.verify_all(ctx, 1);
         }
@@ -472,6 +490,13 @@ impl Server {
     /// sent to the followers with it.
     fn finish_view_change(&mut self, ctx: &mut Ctx<'_, TigaNode>, mut log: Vec<TxnBody>) {
         log.sort_unstable_by_key(|b| (b.ts, b.id));
+        // One transaction per timestamp (the store refuses a second version at one).
+        if let Some(w) = log.windows(2).find(|w| w[0].ts == w[1].ts) {
+            panic!(
+                "{}: the rebuilt log holds {} and {} at one timestamp {}",
+                self.id, w[0].id, w[1].id, w[0].ts
+            );
+        }
         for b in &mut log {
             // A decision taken before the view change stands. An entry whose decision
             // matters and that no server knew decided is aborted: every shard holds the same decided
