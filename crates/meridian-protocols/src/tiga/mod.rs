@@ -413,7 +413,7 @@ pub use headroom::{Estimator, Plan, Planned};
 pub use options::{Approach, HeadroomMode, Options, PathChoice, OPTIONS};
 pub use queue::{conflicts, KeyMaps, PriorityQueue};
 pub use server::{Server, State, REJOINS_RESTORED, RESTORED, TRUNCATED};
-pub use view::{Status, View, ViewManager, VIEW_MANAGER};
+pub use view::{Status, View, ViewManager, VIEW_MANAGER, VM_COMPACTIONS, VM_SNAPSHOT_INSTALLS};
 pub use wire::{Checkpoint, FastReply, Msg, Record, ShardResult, Timer, TxnBody, ViewChangeReport};
 
 use meridian_core::node::{Ctx, Setup};

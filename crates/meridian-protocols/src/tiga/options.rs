@@ -17,6 +17,7 @@ pub const OPTIONS: &[&str] = &[
     "heartbeat_ms",
     "failure_timeout_ms",
     "vm_tick_ms",
+    "vm_log_limit",
     "recovery_ms",
     "unsafe_skip_second_round",
     "headroom",
@@ -127,6 +128,9 @@ pub struct Options {
     pub failure_timeout_ns: u64,
     /// Period of the view manager's Raft tick, default 50 ms (elections after 10–20 ticks).
     pub vm_tick_ns: u64,
+    /// The view manager compacts its Raft log behind a snapshot of the view once it holds
+    /// more than this many entries, default 64 (one entry per view change).
+    pub vm_log_limit: u64,
     /// A leader that has held a multi-shard transaction this long without every involved
     /// leader's notification acts as its recovery coordinator and multicasts it again to
     /// every involved replica (§4 coordinator failure), default 1000 ms.
@@ -222,6 +226,7 @@ impl Options {
             heartbeat_ns: ms("heartbeat_ms", 100.0)?.max(NS_PER_MS),
             failure_timeout_ns: ms("failure_timeout_ms", 1000.0)?.max(NS_PER_MS),
             vm_tick_ns: ms("vm_tick_ms", 50.0)?.max(NS_PER_MS),
+            vm_log_limit: config.get("vm_log_limit", 64u64)?.max(1),
             recovery_ns: ms("recovery_ms", 1000.0)?.max(NS_PER_MS),
             unsafe_skip_second_round: config.get("unsafe_skip_second_round", false)?,
             headroom,

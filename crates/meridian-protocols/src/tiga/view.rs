@@ -177,7 +177,8 @@ impl ViewManager {
         };
         let members = cluster.services(VIEW_MANAGER);
         let raft = RaftGroup::new(id, members, timing, &records)
-            .expect("a view manager node is a member of its group");
+            .expect("a view manager node is a member of its group")
+            .with_log_limit(opts.vm_log_limit);
         ViewManager {
             view: View::initial(&cluster, &opts),
             cluster,
@@ -376,14 +377,23 @@ impl ViewManager {
     fn drain(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         let out = self.raft.drain();
         for record in out.records {
-            ctx.persist(Record::Raft(record));
+            persist(ctx, record);
         }
         for (to, m) in out.messages {
             ctx.send(to, Msg::Raft(m));
         }
+        let shards = self.cluster.shard_count() as usize;
         let mut installed = false;
+        // A snapshot (recovered at restart, or sent by a leader that compacted past this
+        // member) is the view as of its index: the commands after it follow on.
+        if let Some(view) = out.snapshot.and_then(|data| View::decode(&data, shards)) {
+            ctx.count(VM_SNAPSHOT_INSTALLS, 1);
+            if view.g_view > self.view.g_view {
+                self.view = view;
+                installed = true;
+            }
+        }
         for command in out.committed {
-            let shards = self.cluster.shard_count() as usize;
             let Some(view) = View::decode(&command, shards) else {
                 continue; // only this service proposes; an undecodable entry is skipped
             };
@@ -395,6 +405,16 @@ impl ViewManager {
         }
         if installed && self.raft.is_leader() {
             self.broadcast(ctx);
+        }
+        if self.raft.wants_snapshot() {
+            // Everything drained is applied: the view is the state machine at that index.
+            match self.raft.compact(self.view.encode()) {
+                Ok(record) => {
+                    ctx.count(VM_COMPACTIONS, 1);
+                    persist(ctx, record);
+                }
+                Err(e) => panic!("view manager: {e}"),
+            }
         }
     }
 
@@ -409,6 +429,21 @@ impl ViewManager {
             .map(|n| n.id)
             .collect();
         ctx.multicast(targets, &Msg::NewView(self.view.clone()));
+    }
+}
+
+/// The view manager's Raft log compactions (one per `vm_log_limit` view changes or so).
+pub const VM_COMPACTIONS: &str = "tiga.vm_log_compactions";
+/// Views a view-manager replica took from a snapshot (its own at restart, or a leader's).
+pub const VM_SNAPSHOT_INSTALLS: &str = "tiga.vm_snapshot_installs";
+
+/// Persists a Raft record, a snapshot as a checkpoint (it subsumes every earlier record
+/// of this node, which persists nothing else).
+fn persist(ctx: &mut Ctx<'_, TigaNode>, record: crate::raft_group::RaftRecord) {
+    if record.is_checkpoint() {
+        ctx.checkpoint(Record::Raft(record));
+    } else {
+        ctx.persist(Record::Raft(record));
     }
 }
 
