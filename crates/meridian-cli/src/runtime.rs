@@ -20,7 +20,7 @@ pub struct ClusterArgs {
     /// A bundled topology name or a TOML path.
     #[arg(long, default_value = "gcp-tiga")]
     pub topology: String,
-    /// Protocol the nodes run.
+    /// Protocol the nodes run (`--protocol help` lists them).
     #[arg(long, default_value = "tiga")]
     pub protocol: String,
     /// Protocol options, `key=value[,key=value…]`.
@@ -57,8 +57,34 @@ impl ClusterArgs {
                 self.wan_scale
             ));
         }
-        Ok(())
+        refuse_test_only_options(&self.protocol_opts)
     }
+}
+
+/// The runtime runs protocols for real data, so it refuses the options that exist only to
+/// show the checker catching a broken protocol (`unsafe_*`), and Tiga's coordination-free
+/// mode, whose safety rests on a clock error bound ε that the system clock the runtime
+/// reads does not guarantee (the simulator models such a clock; `meridian sim` takes both).
+pub fn refuse_test_only_options(protocol_opts: &str) -> Result<(), String> {
+    let options = meridian_core::node::parse_key_values(protocol_opts)
+        .map_err(|e| format!("--protocol-opts: {e}"))?;
+    for (key, value) in &options {
+        if key.starts_with("unsafe_") {
+            return Err(format!(
+                "--protocol-opts: `{key}` is a test-only option that breaks the protocol's \
+                 guarantee on purpose; the runtime refuses it (use `meridian sim`)"
+            ));
+        }
+        if key == "coordination" && value == "free" {
+            return Err(
+                "--protocol-opts: `coordination=free` needs a clock whose error bound ε is \
+                 guaranteed; the runtime reads the system clock, which guarantees none \
+                 (use `meridian sim`, whose clock models do)"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -68,7 +94,7 @@ pub struct ServerArgs {
     /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`), with
     /// every other role of its machine (topology `[machines]`).
     #[arg(long)]
-    node: String,
+    node: Option<String>,
     /// Durable logs go under `DIR/<node>/`; without it the node keeps nothing across restarts.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -115,6 +141,9 @@ pub fn server(args: ServerArgs) -> ExitCode {
         Ok(entry) => entry,
         Err(code) => return code,
     };
+    if args.node.is_none() {
+        return bad_input("--node: which node to run (e.g. `shard0/replica0`, `coord0`)");
+    }
     match (protocol.serve)(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => bad_input(e),
@@ -126,18 +155,15 @@ where
     P::Node: Send,
 {
     let setup = args.cluster.setup::<P>()?;
-    let node = setup.cluster.node_by_name(&args.node).ok_or_else(|| {
+    let wanted = args.node.as_deref().unwrap_or_default();
+    let node = setup.cluster.node_by_name(wanted).ok_or_else(|| {
         let names: Vec<&str> = setup
             .cluster
             .nodes
             .iter()
             .map(|n| n.name.as_str())
             .collect();
-        format!(
-            "--node: no node `{}` (nodes: {})",
-            args.node,
-            names.join(", ")
-        )
+        format!("--node: no node `{wanted}` (nodes: {})", names.join(", "))
     })?;
     let mut config = HostConfig::new(Addresses::from_topology(&setup.cluster)?);
     config.wan_scale = args.cluster.wan_scale;
@@ -159,7 +185,7 @@ where
         .await
         .map_err(|e| e.to_string())?;
     wait_for_signal().await;
-    tracing::info!(node = %args.node, "stopping");
+    tracing::info!(node = %wanted, "stopping");
     host.shutdown().await;
     Ok(())
 }
@@ -199,6 +225,12 @@ struct UpArgs {
     /// Log level of the servers.
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Durable logs go under `DIR/<node>/` (default: the run-dir's `data/`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Force records to disk after each event (survives power loss; slow).
+    #[arg(long)]
+    fsync: bool,
 }
 
 #[derive(Args, Debug)]
@@ -242,6 +274,9 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         std::fs::create_dir_all(run_dir.join(sub))
             .map_err(|e| format!("--run-dir {}: {e}", run_dir.display()))?;
     }
+    let data_dir = up.data_dir.clone().unwrap_or_else(|| run_dir.join("data"));
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
     let topology = std::fs::canonicalize(&up.cluster.topology)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| up.cluster.topology.clone());
@@ -266,7 +301,8 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
             .args(["--wan-scale", &up.cluster.wan_scale.to_string()])
             .args(["--node", &info.name, "--log-level", &up.log_level])
             .arg("--data-dir")
-            .arg(run_dir.join("data"))
+            .arg(&data_dir)
+            .args(up.fsync.then_some("--fsync"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
@@ -299,7 +335,7 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::from(1));
     }
-    println!(
+    outln!(
         "{} nodes on {} machines of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
         cluster.nodes.len(),
         cluster.machines.len(),
@@ -370,7 +406,7 @@ fn cluster_down(run_dir: &Path) -> Result<ExitCode, String> {
         }
         let _ = std::fs::remove_file(path);
     }
-    println!("stopped {} processes ({killed} killed)", pids.len());
+    outln!("stopped {} processes ({killed} killed)", pids.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -390,7 +426,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
     let mut up = vec![false; cluster.nodes.len()];
     // What each live node believes leads its shard (node id), from its /status.
     let mut belief: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
-    println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
+    outln!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
     for info in &cluster.nodes {
         // A machine's process is named by its first node.
         let host_name = file_name(&cluster.node(cluster.machine_mates(info.id)[0]).name);
@@ -410,7 +446,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
             (true, false) => "starting (process alive, not answering)",
             (false, _) => "down",
         };
-        println!(
+        outln!(
             "{:<18} {:<6} {:>8}  {state}",
             info.name,
             cluster.topology.region_name(info.region),
@@ -423,7 +459,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         let (leader, how) = reported_leader(replicas, &up, &belief)
             .map(|(leader, votes)| (leader, format!("reported by {votes}/{live} live replicas")))
             .unwrap_or((configured, "configured; not reported".to_string()));
-        println!(
+        outln!(
             "shard{s}: leader {} ({}, {how}), {live}/{} replicas up",
             cluster.node(leader).name,
             if up[leader.index()] { "up" } else { "DOWN" },
@@ -435,7 +471,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         .iter()
         .filter(|n| matches!(n.role, NodeRole::Coordinator { .. }) && up[n.id.index()])
         .count();
-    println!(
+    outln!(
         "coordinators: {coordinators_up}/{} up",
         cluster.coordinators.len()
     );

@@ -71,22 +71,33 @@ struct Cluster {
 
 impl Cluster {
     fn up(topology: &str, protocol: &str, wan_scale: &str) -> Cluster {
+        Cluster::up_with(topology, protocol, wan_scale, &[])
+    }
+
+    /// `cluster up` with `extra` arguments.
+    fn up_with(topology: &str, protocol: &str, wan_scale: &str, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let topology = topology_file(dir.path(), topology);
         let run = dir.path().join("run");
         let cluster = Cluster { dir, topology, run };
-        let up = meridian(&[
-            "cluster",
-            "up",
-            "--topology",
-            cluster.topology(),
-            "--protocol",
-            protocol,
-            "--wan-scale",
-            wan_scale,
-            "--run-dir",
-            cluster.run_dir(),
-        ]);
+        let up = meridian(
+            &[
+                &[
+                    "cluster",
+                    "up",
+                    "--topology",
+                    cluster.topology(),
+                    "--protocol",
+                    protocol,
+                    "--wan-scale",
+                    wan_scale,
+                    "--run-dir",
+                    cluster.run_dir(),
+                ][..],
+                extra,
+            ]
+            .concat(),
+        );
         assert_eq!(up.status.code(), Some(0), "{}", text(&up));
         cluster
     }
@@ -131,8 +142,35 @@ fn sigkill(pid: i32) {
 
 #[test]
 fn cluster_up_client_status_kill_and_down() {
-    let cluster = Cluster::up("local", "clock-si", "0");
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    let cluster = Cluster::up_with(
+        "local",
+        "clock-si",
+        "0",
+        &["--data-dir", data_dir, "--fsync"],
+    );
     let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    // `--data-dir` and `--fsync` reach every server.
+    let pid = pid_of(&run, "shard0/replica0");
+    let command_line = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(command_line.contains("--fsync"), "{command_line:?}");
+    assert!(data
+        .path()
+        .join("shard0-replica0")
+        .join("incarnation")
+        .exists());
+    assert!(!run.join("data").join("shard0-replica0").exists());
+    // `cluster status | head -4`: a reader that stops early is no panic.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let closed = Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(["cluster", "status", "--run-dir", run_dir])
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(closed.status.code(), Some(0), "{}", text(&closed));
 
     let status = meridian(&["cluster", "status", "--run-dir", run_dir]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
@@ -159,6 +197,26 @@ fn cluster_up_client_status_kill_and_down() {
     assert!(text(&txn).contains("n = 7"), "{}", text(&txn));
     let bad = client(&["txn", "frobnicate x"]);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+
+    // `bench --remote` with the in-process defaults (tiga, WAN scale 1) drives and labels
+    // what the cluster runs: clock-si at WAN scale 0.
+    let bench = meridian(&[
+        "bench",
+        "--remote",
+        "--topology",
+        topology,
+        "--duration",
+        "1s",
+        "--rate",
+        "50",
+        "--report",
+        "json",
+    ]);
+    assert_eq!(bench.status.code(), Some(0), "{}", text(&bench));
+    let report: serde_json::Value = serde_json::from_slice(&bench.stdout).unwrap();
+    assert_eq!(report["protocol"], "clock-si", "{report}");
+    assert_eq!(report["wan_scale"].as_f64(), Some(0.0), "{report}");
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
 
     sigkill(pid_of(&run, "shard0/replica0"));
     std::thread::sleep(Duration::from_millis(300));

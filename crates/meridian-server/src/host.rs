@@ -168,7 +168,14 @@ where
         let metrics: Vec<Arc<NodeMetrics>> = cluster
             .nodes
             .iter()
-            .map(|info| Arc::new(NodeMetrics::new(&info.name, P::NAME)))
+            .map(|info| {
+                Arc::new(NodeMetrics::for_run(
+                    &info.name,
+                    P::NAME,
+                    &cluster.topology.name,
+                    config.wan_scale,
+                ))
+            })
             .collect();
         for (id, inbox_rx) in receivers {
             let name = cluster.node(id).name.clone();

@@ -20,6 +20,10 @@ macro_rules! counters {
         pub struct NodeMetrics {
             pub node: String,
             pub protocol: String,
+            /// The topology's name and the WAN scale the host runs with, reported by
+            /// `/status` so that a remote client labels its run with what really runs.
+            pub topology: String,
+            pub wan_scale: f64,
             /// Set while the node's event loop runs.
             pub up: AtomicBool,
             /// The node id this node believes leads its shard; `NO_LEADER` if none.
@@ -75,6 +79,15 @@ impl NodeMetrics {
             protocol: protocol.to_string(),
             shard_leader: AtomicU64::new(NO_LEADER),
             ..NodeMetrics::default()
+        }
+    }
+
+    /// The same, labelled with the run's topology and WAN scale for `/status`.
+    pub fn for_run(node: &str, protocol: &str, topology: &str, wan_scale: f64) -> NodeMetrics {
+        NodeMetrics {
+            topology: topology.to_string(),
+            wan_scale,
+            ..NodeMetrics::new(node, protocol)
         }
     }
 
@@ -142,6 +155,8 @@ impl NodeMetrics {
         serde_json::json!({
             "node": self.node,
             "protocol": self.protocol,
+            "topology": self.topology,
+            "wan_scale": self.wan_scale,
             "up": self.up.load(Ordering::Relaxed),
             "pid": std::process::id(),
             "committed": self.committed.load(Ordering::Relaxed),
