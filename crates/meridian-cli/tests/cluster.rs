@@ -421,3 +421,284 @@ fn cluster_up_runs_one_process_per_machine() {
         text(&status)
     );
 }
+
+/// The cluster the topology file at `path` forms (no protocol services: the replicas and
+/// coordinators keep their ids, which is all the tests look up).
+fn plain_cluster(path: &str) -> meridian_core::Cluster {
+    let topology = meridian_core::Topology::load(path).unwrap();
+    meridian_core::Cluster::without_services(&topology).unwrap()
+}
+
+/// A key that lives on shard `shard`.
+fn key_on_shard(path: &str, shard: u32) -> String {
+    let cluster = plain_cluster(path);
+    (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| cluster.partitioner.shard_of(k.as_bytes()) == meridian_core::ShardId(shard))
+        .unwrap()
+}
+
+/// A GET on node `node`'s metrics port; the body.
+fn http_get(path: &str, node: &str, page: &str) -> String {
+    use std::io::{Read, Write};
+    let cluster = plain_cluster(path);
+    let id = cluster.node_by_name(node).unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
+    let base: u16 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics_base_port = "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", base + id.0 as u16)).unwrap();
+    write!(stream, "GET {page} HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// Every pid file of the run-dir, as (name, pid).
+fn pids(run: &Path) -> Vec<(String, i32)> {
+    let mut all: Vec<(String, i32)> = std::fs::read_dir(run.join("pids"))
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let pid = std::fs::read_to_string(e.path())
+                        .unwrap()
+                        .trim()
+                        .parse()
+                        .unwrap();
+                    (name, pid)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    all.sort();
+    all
+}
+
+/// Whether `pid` is gone (or a zombie its parent has not reaped yet).
+fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z'),
+    }
+}
+
+/// Processes whose command line mentions `needle` (the test's own topology file).
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .filter(|pid| !dead(*pid))
+        .collect()
+}
+
+/// Issue 22, item 4: a second `cluster up` on a running run-dir used to report success
+/// while its servers failed to bind, overwrite the pid files and truncate the live logs,
+/// after which `cluster down` missed the original servers.
+#[test]
+fn a_second_up_on_a_running_run_dir_is_refused_and_down_stops_the_first() {
+    let cluster = Cluster::up("local", "2pl-2pc", "0");
+    let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    let before = pids(&run);
+    assert!(!before.is_empty());
+    let log = run.join("logs").join("shard0-replica0.log");
+    let log_before = std::fs::metadata(&log).unwrap().len();
+    assert!(log_before > 0);
+    let again = meridian(&[
+        "cluster",
+        "up",
+        "--topology",
+        topology,
+        "--protocol",
+        "2pl-2pc",
+        "--wan-scale",
+        "0",
+        "--run-dir",
+        run_dir,
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("a cluster is running there"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(pids(&run), before, "pid files untouched");
+    assert!(
+        std::fs::metadata(&log).unwrap().len() >= log_before,
+        "log not truncated"
+    );
+    let status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+
+    let down = meridian(&["cluster", "down", "--run-dir", run_dir]);
+    assert_eq!(down.status.code(), Some(0), "{}", text(&down));
+    for (name, pid) in &before {
+        assert!(dead(*pid), "{name} (pid {pid}) still runs after down");
+    }
+    assert!(processes_mentioning(topology).is_empty());
+}
+
+/// A topology whose metrics ports overlap its peer ports is refused before anything
+/// starts; a `cluster up` that fails midway (one server cannot open its data directory)
+/// stops the servers it started and says which one failed.
+#[test]
+fn bad_port_layouts_are_refused_and_a_failed_up_leaves_no_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = topology_file(dir.path(), "local");
+    let text_of = std::fs::read_to_string(&good).unwrap();
+    let base: u16 = text_of
+        .lines()
+        .find_map(|l| l.strip_prefix("base_port = "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let overlapping = dir.path().join("overlap.toml");
+    std::fs::write(
+        &overlapping,
+        text_of.replace(
+            &format!("metrics_base_port = {}", base + 40),
+            &format!("metrics_base_port = {}", base + 2),
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let refused = meridian(&[
+        "cluster",
+        "up",
+        "--topology",
+        overlapping.to_str().unwrap(),
+        "--protocol",
+        "2pl-2pc",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(text(&refused).contains("overlap"), "{}", text(&refused));
+    assert!(!run.exists(), "nothing started, nothing written");
+
+    // shard1/replica0's data directory is a file: its server cannot start.
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("shard1-replica0"), "not a directory").unwrap();
+    let failed = meridian(&[
+        "cluster",
+        "up",
+        "--topology",
+        good.to_str().unwrap(),
+        "--protocol",
+        "2pl-2pc",
+        "--wan-scale",
+        "0",
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    assert!(
+        text(&failed).contains("shard1-replica0"),
+        "{}",
+        text(&failed)
+    );
+    assert!(pids(&run).is_empty(), "{:?}", pids(&run));
+    let left = processes_mentioning(good.to_str().unwrap());
+    assert!(left.is_empty(), "servers left behind: {left:?}");
+}
+
+/// One node stopped, started and restarted under management: `status` and `down` see
+/// it, and the restarted shard server serves what was written before it stopped (from its
+/// durable log). `/metrics` is Prometheus' format: `# TYPE` lines, `_total` counters and
+/// a latency histogram.
+#[test]
+fn one_node_stops_starts_and_restarts_under_management() {
+    let cluster = Cluster::up("local", "clock-si", "0");
+    let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    let client = |args: &[&str]| {
+        meridian(
+            &[
+                &["client", "--topology", topology, "--timeout", "3s"][..],
+                args,
+            ]
+            .concat(),
+        )
+    };
+    let key = key_on_shard(topology, 0);
+    let put = client(&["put", &key, "before"]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+
+    let metrics = http_get(topology, "coord0", "/metrics");
+    for needle in [
+        "# TYPE meridian_committed counter",
+        "meridian_committed_total{",
+        "# TYPE meridian_txn_latency_seconds histogram",
+        "meridian_txn_latency_seconds_bucket{",
+        "outcome=\"committed\"",
+    ] {
+        assert!(metrics.contains(needle), "{needle} in:\n{metrics}");
+    }
+
+    let node = "shard0/replica0";
+    let first = pid_of(&run, node);
+    let stop = meridian(&["cluster", "stop", "--run-dir", run_dir, "--node", node]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    assert!(dead(first));
+    let status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+    assert_eq!(status.status.code(), Some(1), "{}", text(&status));
+    assert!(
+        text(&status)
+            .lines()
+            .any(|l| l.starts_with(node) && l.ends_with("down")),
+        "{}",
+        text(&status)
+    );
+
+    let start = meridian(&["cluster", "start", "--run-dir", run_dir, "--node", node]);
+    assert_eq!(start.status.code(), Some(0), "{}", text(&start));
+    let second = pid_of(&run, node);
+    assert_ne!(first, second);
+    let status = meridian(&["cluster", "status", "--run-dir", run_dir]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    let get = client(&["get", &key]);
+    assert!(
+        text(&get).contains(&format!("{key} = \"before\"")),
+        "{}",
+        text(&get)
+    );
+    let twice = meridian(&["cluster", "start", "--run-dir", run_dir, "--node", node]);
+    assert_eq!(twice.status.code(), Some(2), "{}", text(&twice));
+    assert!(text(&twice).contains("already running"), "{}", text(&twice));
+
+    let coord = pid_of(&run, "coord0");
+    let restart = meridian(&[
+        "cluster",
+        "restart",
+        "--run-dir",
+        run_dir,
+        "--node",
+        "coord0",
+    ]);
+    assert_eq!(restart.status.code(), Some(0), "{}", text(&restart));
+    assert!(dead(coord));
+    let put = client(&["--coordinator", "coord0", "put", &key, "after"]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+
+    let all = pids(&run);
+    let down = meridian(&["cluster", "down", "--run-dir", run_dir]);
+    assert_eq!(down.status.code(), Some(0), "{}", text(&down));
+    for (name, pid) in all {
+        assert!(dead(pid), "{name} (pid {pid}) survived down");
+    }
+}

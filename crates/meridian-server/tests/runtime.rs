@@ -120,10 +120,7 @@ async fn tiga_commits_over_tcp_and_a_bad_frame_closes_only_its_connection() {
             .unwrap();
         assert_eq!(last_int(&committed.results), round);
     }
-    let errors = host
-        .metrics(coordinator)
-        .frame_errors
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let errors = host.metrics(coordinator).frame_errors.get();
     assert!(errors >= 3, "three bad connections counted, saw {errors}");
     host.shutdown().await;
 }
@@ -184,11 +181,7 @@ async fn a_restarted_host_recovers_from_its_durable_logs() {
         .cluster
         .nodes
         .iter()
-        .map(|n| {
-            host.metrics(n.id)
-                .records_recovered
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        .map(|n| host.metrics(n.id).records_recovered.get())
         .sum();
     assert!(recovered > 0, "the restarted nodes read their logs");
     let client = Client::connect(vec![addr], ClientOptions::default())
@@ -236,14 +229,7 @@ async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
             .unwrap();
         assert_eq!(last_int(&committed.results), 2 * round);
     }
-    let sent: u64 = left
-        .iter()
-        .map(|id| {
-            a.metrics(*id)
-                .reconnects
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
+    let sent: u64 = left.iter().map(|id| a.metrics(*id).reconnects.get()).sum();
     assert!(
         sent > 0,
         "nodes of one host opened TCP links to the other's"
@@ -298,8 +284,10 @@ async fn interactive_sessions_read_their_writes_and_commit() {
     // them: the coordinator began two transactions (Clock-SI counts `txns`).
     let page = host.metrics(setup.cluster.coordinators[1]).render();
     assert!(
-        page.contains("# TYPE meridian_protocol_events_total counter")
-            && page.contains("meridian_protocol_events_total{node=\"coord1\",name=\"txns\"} 2"),
+        page.contains("# TYPE meridian_protocol_events counter")
+            && page.contains(
+                "meridian_protocol_events_total{node=\"coord1\",protocol=\"clock-si\",name=\"txns\"} 2"
+            ),
         "{page}"
     );
     host.shutdown().await;
