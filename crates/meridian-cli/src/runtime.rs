@@ -101,6 +101,10 @@ pub struct ServerArgs {
     /// Force records to disk after each event (survives power loss; slow).
     #[arg(long)]
     fsync: bool,
+    /// Inbound connections each node holds at once (peers and clients); more are closed
+    /// at accept.
+    #[arg(long, default_value_t = meridian_server::Limits::default().max_connections)]
+    max_connections: usize,
     /// Added to this node's system clock, in ms (skew experiments).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     clock_offset_ms: f64,
@@ -141,6 +145,9 @@ pub fn server(args: ServerArgs) -> ExitCode {
         Ok(entry) => entry,
         Err(code) => return code,
     };
+    if args.max_connections == 0 {
+        return bad_input("--max-connections: must be at least 1");
+    }
     if args.node.is_none() {
         return bad_input("--node: which node to run (e.g. `shard0/replica0`, `coord0`)");
     }
@@ -171,6 +178,7 @@ where
     config.fsync = args.fsync;
     config.seed = args.seed;
     config.clock_offset_ms = args.clock_offset_ms;
+    config.limits.max_connections = args.max_connections;
     // A node's whole machine runs in this process: its roles share a clock and talk
     // through memory (topology `[machines]`).
     let machine = setup.cluster.machine_mates(node).to_vec();
@@ -238,6 +246,9 @@ struct UpArgs {
     /// Force records to disk after each event (survives power loss; slow).
     #[arg(long)]
     fsync: bool,
+    /// Inbound connections each server's node holds at once (see `server --help`).
+    #[arg(long, default_value_t = meridian_server::Limits::default().max_connections)]
+    max_connections: usize,
 }
 
 #[derive(Args, Debug)]
@@ -281,6 +292,7 @@ struct Saved {
     data_dir: PathBuf,
     fsync: bool,
     log_level: String,
+    max_connections: usize,
 }
 
 impl Saved {
@@ -334,6 +346,9 @@ fn lock_run_dir(run_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, Stri
 
 fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     up.cluster.check()?;
+    if up.max_connections == 0 {
+        return Err("--max-connections: must be at least 1".into());
+    }
     if let Err(code) = protocols::select(&up.cluster.protocol) {
         return Ok(code);
     }
@@ -377,6 +392,7 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         data_dir: std::fs::canonicalize(&data_dir).unwrap_or(data_dir),
         fsync: up.fsync,
         log_level: up.log_level.clone(),
+        max_connections: up.max_connections,
     };
     let json = serde_json::to_string_pretty(&saved).expect("serializable");
     std::fs::write(Saved::path(run_dir), json).map_err(|e| e.to_string())?;
@@ -455,6 +471,7 @@ fn spawn_machine(
         .arg("--data-dir")
         .arg(&saved.data_dir)
         .args(saved.fsync.then_some("--fsync"))
+        .args(["--max-connections", &saved.max_connections.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);

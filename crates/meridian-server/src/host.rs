@@ -97,6 +97,8 @@ pub struct HostConfig {
     pub inbox_capacity: usize,
     /// Capacity of each link's queue.
     pub link_capacity: usize,
+    /// What each node's listener admits (connections, frame sizes, timeouts).
+    pub limits: transport::Limits,
 }
 
 impl HostConfig {
@@ -112,6 +114,7 @@ impl HostConfig {
             serve_metrics: true,
             inbox_capacity: 65_536,
             link_capacity: 65_536,
+            limits: transport::Limits::default(),
         }
     }
 }
@@ -216,6 +219,7 @@ where
                     cluster_name,
                     inbox.clone(),
                     metrics[id.index()].clone(),
+                    config.limits.clone(),
                     stop.clone(),
                 ));
             }

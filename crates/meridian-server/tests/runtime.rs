@@ -326,3 +326,135 @@ async fn colocated_roles_skip_the_emulated_link() {
     );
     host.shutdown().await;
 }
+
+/// Waits (at most `within`) until `condition` holds; whether it did.
+async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition()
+}
+
+/// Whether the server closed `stream` (EOF or reset) within `within`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match tokio::time::timeout(within, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+fn client_hello() -> Vec<u8> {
+    let hello = meridian_client::wire::encode(&meridian_client::wire::Hello::Client);
+    let mut framed = (hello.len() as u32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&hello);
+    framed
+}
+
+/// Issue 22, item 3: a connection that stops inside a frame, one that never says hello
+/// and an idle client are each closed after their timeout (they stayed open for good),
+/// and the node's open-connection gauge returns to what the peers hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_stalled_connections_are_closed() {
+    let setup = setup::<ClockSi>("local");
+    let mut config = config(setup.cluster.nodes.len());
+    config.listen = true;
+    config.limits.hello_timeout = Duration::from_millis(300);
+    config.limits.frame_timeout = Duration::from_millis(300);
+    config.limits.client_idle_timeout = Duration::from_millis(600);
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let metrics = host.metrics(coordinator).clone();
+    let open_before = metrics.connections_open.get();
+
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(&client_hello()).await.unwrap();
+    stalled.write_all(&[0, 0, 0, 100, 1, 2, 3]).await.unwrap();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    idle.write_all(&client_hello()).await.unwrap();
+    for (what, stream) in [
+        ("stalled mid-frame", &mut stalled),
+        ("no hello", &mut silent),
+        ("idle client", &mut idle),
+    ] {
+        assert!(
+            closed_within(stream, Duration::from_secs(10)).await,
+            "{what}: still open"
+        );
+    }
+    assert!(metrics.connections_timed_out.get() >= 3);
+    assert!(
+        eventually(Duration::from_secs(5), || metrics.connections_open.get()
+            == open_before)
+        .await,
+        "open connections {} (before: {open_before})",
+        metrics.connections_open.get()
+    );
+    // A client that keeps talking is not idle.
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    for round in 1..=4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let committed = client.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+        assert_eq!(last_int(&committed.results), round);
+    }
+    host.shutdown().await;
+}
+
+/// A node holds at most `max_connections`: the ones beyond are closed at accept and
+/// counted, the ones within keep working, and a slot frees when a connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_closed_at_accept() {
+    let setup = setup::<ClockSi>("local");
+    let mut config = config(setup.cluster.nodes.len());
+    config.limits.max_connections = 8;
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let metrics = host.metrics(coordinator).clone();
+    // wan_scale 0 and one process: the peers talk through memory, so the limit is all
+    // the clients'.
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..20 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = stream.write_all(&client_hello()).await;
+        flood.push(stream);
+    }
+    let mut closed = 0;
+    for stream in &mut flood {
+        if closed_within(stream, Duration::from_millis(300)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 13, "20 + 1 connections, 8 slots");
+    assert_eq!(metrics.connections_refused.get(), 13);
+    assert_eq!(metrics.connections_open.get(), 8);
+    let committed = client.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+    assert_eq!(last_int(&committed.results), 1);
+    flood.clear();
+    assert!(
+        eventually(Duration::from_secs(5), || metrics.connections_open.get()
+            == 1)
+        .await,
+        "slots free when connections close"
+    );
+    let again = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let committed = again.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+    assert_eq!(last_int(&committed.results), 2);
+    host.shutdown().await;
+}
