@@ -133,8 +133,34 @@ pub fn tokio_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
+        .on_thread_park(return_freed_memory)
         .build()
         .expect("tokio runtime")
+}
+
+extern "C" {
+    /// mimalloc's own collection entry point (the allocator `main.rs` installs).
+    fn mi_collect(force: bool);
+}
+
+/// mimalloc keeps a block freed by another thread until the thread that allocated it
+/// next allocates or collects, so a worker that goes idle after a burst (the read buffers
+/// of connections that closed) would keep that memory from the system indefinitely. An
+/// idle worker therefore collects its heap, at most once a second.
+fn return_freed_memory() {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    }
+    LAST.with(|last| {
+        if last
+            .get()
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            last.set(Some(Instant::now()));
+            // SAFETY: mi_collect takes no pointers and may be called from any thread.
+            unsafe { mi_collect(true) };
+        }
+    });
 }
 
 pub fn server(args: ServerArgs) -> ExitCode {

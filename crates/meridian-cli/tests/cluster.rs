@@ -915,9 +915,6 @@ fn forty_sixteen_mib_length_prefixes_do_not_grow_a_coordinator() {
     let mut released = held;
     assert!(
         eventually(Duration::from_secs(10), || {
-            // The allocator reclaims blocks freed by another thread when that thread next
-            // allocates: a little traffic, as any live cluster has.
-            meridian(&["client", "--topology", topology, "get", "warm"]);
             released = rss_mib(pid);
             released < before + 32.0
         }),
