@@ -215,6 +215,11 @@ where
             .collect();
         tracing::info!(machine = %setup.cluster.machine_of(node), nodes = %names.join(", "), "hosting a machine");
     }
+    // Each hosted node holds up to max_connections inbound sockets, plus its outbound
+    // links, listeners and log files.
+    let descriptors =
+        (machine.len() * (args.max_connections + 2 * setup.cluster.nodes.len())) as u64 + 64;
+    enough_descriptors(descriptors);
     let host = Host::<P>::start(setup, &machine, config)
         .await
         .map_err(|e| e.to_string())?;
@@ -222,6 +227,28 @@ where
     tracing::info!(node = %wanted, "stopping");
     host.shutdown().await;
     Ok(())
+}
+
+/// Raises this process's open-file limit towards `wanted` (up to the hard limit), so that
+/// the connection limit, not EMFILE, is what refuses connections; warns when it cannot.
+fn enough_descriptors(wanted: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= wanted {
+        return;
+    }
+    let raised = wanted.min(hard);
+    if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_err() || raised < wanted {
+        tracing::warn!(
+            soft,
+            hard,
+            wanted,
+            "the open-file limit is below what --max-connections needs; connections may \
+             fail with `too many open files` before the limit refuses them"
+        );
+    }
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM.

@@ -1025,3 +1025,51 @@ fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
     ]);
     assert_eq!(after.status.code(), Some(0), "{}", text(&after));
 }
+
+/// The soft open-file limit of a running `meridian server --max-connections N` started
+/// under `ulimit -Sn 256`, once it has started (its /status answers).
+fn soft_limit_with(max_connections: &str) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let topology = topology_file(dir.path(), "local");
+    let path = topology.to_str().unwrap();
+    let script = format!(
+        "ulimit -Sn 256 && exec {} server --topology {path} --protocol 2pl-2pc --wan-scale 0 \
+         --node coord0 --max-connections {max_connections}",
+        env!("CARGO_BIN_EXE_meridian"),
+    );
+    let mut server = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    let answering = eventually(Duration::from_secs(10), || {
+        std::panic::catch_unwind(|| http_get(path, "coord0", "/status")).is_ok()
+    });
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(answering, "the server started");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    (
+        fields[3].parse().unwrap(),
+        fields[4].parse().unwrap_or(u64::MAX),
+    )
+}
+
+/// A server started with a soft open-file limit below what `--max-connections` needs
+/// raises it (to the hard limit at most), so the connection limit, not EMFILE, is what
+/// refuses connections; one that needs no more leaves the limit alone.
+#[test]
+fn a_server_raises_its_open_file_limit_for_its_connections() {
+    let (soft, hard) = soft_limit_with("2000");
+    assert!(soft >= 2000u64.min(hard), "soft {soft}, hard {hard}");
+    let (soft, _) = soft_limit_with("100");
+    assert_eq!(soft, 256, "no raise needed");
+}
