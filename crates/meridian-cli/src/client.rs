@@ -89,13 +89,18 @@ fn plan(args: &ClientArgs) -> Result<Plan, String> {
     // protocol services (placed after them) do not change.
     let cluster = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
     let addresses = Addresses::from_topology(&cluster)?;
-    let first = cluster.node_by_name(&args.coordinator).ok_or_else(|| {
-        format!(
-            "--coordinator: no node `{}` (coordinators: coord0..coord{})",
-            args.coordinator,
-            cluster.coordinators.len().saturating_sub(1)
-        )
-    })?;
+    // Only a coordinator takes client requests: any other node (a replica, a service)
+    // would refuse the transaction, which would read as an abort, not as the typo it is.
+    let first = cluster
+        .node_by_name(&args.coordinator)
+        .filter(|node| cluster.coordinators.contains(node))
+        .ok_or_else(|| {
+            format!(
+                "--coordinator: `{}` is not a coordinator (coordinators: coord0..coord{})",
+                args.coordinator,
+                cluster.coordinators.len().saturating_sub(1)
+            )
+        })?;
     let mut coordinators = vec![addresses.peer[first.index()]];
     coordinators.extend(
         cluster
@@ -182,7 +187,7 @@ fn parse_ops(text: &str) -> Result<Vec<(String, Op)>, String> {
 
 /// Prints each op's output in the order given.
 fn print_committed(ops: &[Labeled], committed: &Committed) {
-    println!(
+    outln!(
         "committed ({:?}{})",
         committed.path,
         committed
@@ -199,15 +204,15 @@ fn print_committed(ops: &[Labeled], committed: &Committed) {
             .flatten();
         let key = &labeled.key;
         match labeled.op {
-            Op::Get(_) | Op::Check(..) => println!("{key} = {}", show(&output)),
-            Op::Add(..) => println!(
+            Op::Get(_) | Op::Check(..) => outln!("{key} = {}", show(&output)),
+            Op::Add(..) => outln!(
                 "{key} = {}",
                 output
                     .as_ref()
                     .and_then(|v| decode_int(v))
                     .map_or("?".to_string(), |n| n.to_string())
             ),
-            Op::Put(..) | Op::Append(..) => println!("{key} written"),
+            Op::Put(..) | Op::Append(..) => outln!("{key} written"),
         }
     }
 }

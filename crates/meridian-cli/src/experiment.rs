@@ -88,7 +88,7 @@ fn plot_file(args: PlotArgs) -> ExitCode {
     match experiment::replot(&exp, &out) {
         Ok(files) => {
             for f in files {
-                println!("wrote {}", f.display());
+                outln!("wrote {}", f.display());
             }
             ExitCode::SUCCESS
         }
@@ -151,7 +151,7 @@ fn run_file(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return bad_input(e),
     };
-    println!(
+    outln!(
         "{} ({}) on the {}: {} points",
         exp.name,
         exp.paper,
@@ -165,7 +165,7 @@ fn run_file(args: RunArgs) -> ExitCode {
             .iter()
             .find(|m| m.region == meridian_bench::metrics::ALL)
         {
-            println!(
+            outln!(
                 "  {:<40} {:>9.0} txns/s  p50 {:>8} ms  p99 {:>8} ms  aborts {:>6}",
                 params.join(" "),
                 all.throughput_tps,
@@ -175,11 +175,11 @@ fn run_file(args: RunArgs) -> ExitCode {
             );
         }
         for v in &r.violations {
-            println!("  VIOLATION at {}: {v}", params.join(" "));
+            outln!("  VIOLATION at {}: {v}", params.join(" "));
         }
     }
     for f in &files {
-        println!("wrote {}", f.display());
+        outln!("wrote {}", f.display());
     }
     if results.iter().any(|r| !r.violations.is_empty()) {
         return ExitCode::from(1);

@@ -82,6 +82,7 @@ pub struct DemoArgs {
     /// A bundled topology name or a TOML path.
     #[arg(long, default_value = "gcp-tiga")]
     topology: String,
+    /// Protocol the nodes run (`--protocol help` lists them).
     #[arg(long, default_value = "tiga")]
     protocol: String,
     /// Run this long (e.g. `30s`); without it, until Ctrl-C.
@@ -213,10 +214,15 @@ pub fn demo(demo: DemoArgs) -> ExitCode {
 }
 
 fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
-    let plan = match parse(args, until_ctrl_c) {
+    let mut plan = match parse(args, until_ctrl_c) {
         Ok(p) => p,
         Err(e) => return bad_input(e),
     };
+    if plan.args.remote {
+        if let Err(e) = adopt_the_clusters_run(&mut plan.args.cluster) {
+            return bad_input(e);
+        }
+    }
     let protocol = match protocols::select(&plan.args.cluster.protocol) {
         Ok(entry) => entry,
         Err(code) => return code,
@@ -233,6 +239,49 @@ fn run(args: BenchArgs, until_ctrl_c: bool) -> ExitCode {
         Err(e) => return bad_input(e),
     };
     finish(&plan, &report, &cluster)
+}
+
+/// A remote run drives and labels what the cluster really runs: its protocol and WAN scale
+/// come from a coordinator's `/status`, not from this command's flags (which describe an
+/// in-process cluster); a topology other than the cluster's is refused, since the
+/// coordinators' addresses come from it.
+fn adopt_the_clusters_run(args: &mut ClusterArgs) -> Result<(), String> {
+    let topology = meridian_core::Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    let cluster = Cluster::without_services(&topology).map_err(|e| e.to_string())?;
+    let addresses = Addresses::from_topology(&cluster)?;
+    let status = cluster
+        .coordinators
+        .iter()
+        .find_map(|c| crate::runtime::http_get(addresses.metrics[c.index()], "/status"))
+        .ok_or_else(|| {
+            format!(
+                "--remote: no coordinator of `{}` answers /status (is the cluster up?)",
+                topology.name
+            )
+        })?;
+    let status: serde_json::Value =
+        serde_json::from_str(&status).map_err(|e| format!("--remote: bad /status: {e}"))?;
+    if let Some(theirs) = status["topology"].as_str() {
+        if theirs != topology.name {
+            return Err(format!(
+                "--topology: the cluster runs topology `{theirs}`, not `{}`",
+                topology.name
+            ));
+        }
+    }
+    if let Some(protocol) = status["protocol"].as_str() {
+        if protocol != args.protocol {
+            eprintln!(
+                "note: the cluster runs {protocol}; --protocol {} is ignored",
+                args.protocol
+            );
+            args.protocol = protocol.to_string();
+        }
+    }
+    if let Some(scale) = status["wan_scale"].as_f64() {
+        args.wan_scale = scale;
+    }
+    Ok(())
 }
 
 /// One in-process run for `meridian experiment` (`target = "runtime"`): every node of the
@@ -362,7 +411,7 @@ where
         }
     }
     if plan.args.live {
-        println!();
+        outln!();
     }
     let report = load.finish().await;
     if let Some(host) = host {
@@ -465,14 +514,14 @@ fn finish(plan: &Plan, report: &LoadReport, cluster: &Cluster) -> ExitCode {
         invariant: report.invariant.clone().err(),
     };
     if plan.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json).expect("serializable")
         );
     } else {
         print_table(&json);
         if let Some(c) = &check {
-            println!("{c}");
+            outln!("{c}");
         }
     }
     let passed = check.as_ref().is_none_or(|c| c.valid) && report.invariant.is_ok();
@@ -484,7 +533,7 @@ fn finish(plan: &Plan, report: &LoadReport, cluster: &Cluster) -> ExitCode {
 }
 
 fn print_table(j: &BenchJson) {
-    println!(
+    outln!(
         "{} on {} ({}; WAN scale {}{}): {:.1} s{}, {} committed ({:.0}/s), {} aborted, {} unknown",
         j.protocol,
         j.topology,
@@ -506,20 +555,20 @@ fn print_table(j: &BenchJson) {
         j.aborted,
         j.unknown
     );
-    print!("{}", meridian_bench::report::table(&j.regions, &j.all));
+    out!("{}", meridian_bench::report::table(&j.regions, &j.all));
     for (reason, count) in &j.abort_reasons {
-        println!("  {count:>8} × {reason}");
+        outln!("  {count:>8} × {reason}");
     }
     for (reason, count) in &j.unknown_reasons {
-        println!("  {count:>8} × unknown: {reason}");
+        outln!("  {count:>8} × unknown: {reason}");
     }
     if j.throttled > 0 {
-        println!(
+        outln!(
             "  {:>8} arrivals throttled (every client of their coordinator busy)",
             j.throttled
         );
     }
     if let Some(invariant) = &j.invariant {
-        println!("workload invariant violated: {invariant}");
+        outln!("workload invariant violated: {invariant}");
     }
 }

@@ -1,7 +1,8 @@
 //! `meridian`: the command-line front door.
 //!
 //! * `meridian check --model M FILE` — check a JSON Lines history (exit 0 valid, 1 anomalies,
-//!   2 malformed input).
+//!   2 malformed input: a line that does not parse, two entries with one index, a value
+//!   written twice to a key, or a file with no transactions, which proves nothing).
 //! * `meridian sim …` — run a protocol in the deterministic simulator, optionally check the
 //!   history; `meridian sim swarm --seeds N …` runs many seeds and prints a replay command
 //!   for every failure.
@@ -21,6 +22,23 @@
 /// mimalloc serves them markedly faster than the system allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `println!` that tolerates a closed stdout: a reader that stops early (`| head -4`) is no
+/// error of ours, so the rest of the output is dropped instead of panicking on EPIPE.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that tolerates a closed stdout (see `outln!`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 mod client;
 mod experiment;
@@ -114,18 +132,56 @@ fn check(args: CheckArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return bad_input(format!("{}: {e}", args.file.display())),
     };
+    if let Err(e) = well_formed(&history) {
+        return bad_input(format!("{}: {e}", args.file.display()));
+    }
     let report = meridian_check::check(&history, model);
+    // The checker reports a history that breaks its own contract (a value written twice, a
+    // key used as list and register) as a `malformed` anomaly; that is bad input, not a
+    // verdict on the database.
+    let malformed: Vec<&meridian_check::Anomaly> = report
+        .anomalies
+        .iter()
+        .filter(|a| a.kind == meridian_check::AnomalyKind::Malformed)
+        .collect();
+    if !malformed.is_empty() {
+        for anomaly in &malformed {
+            eprintln!("error: {}: {anomaly}", args.file.display());
+        }
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report).expect("report serializes")
         );
     } else {
-        println!("{report}");
+        outln!("{report}");
     }
     if report.valid {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     }
+}
+
+/// What a history must be before it is worth checking: at least one transaction (an empty
+/// file says nothing about the database, so it is refused rather than called valid), each
+/// under its own index.
+fn well_formed(history: &meridian_check::history::History) -> Result<(), String> {
+    if history.is_empty() {
+        return Err("the history holds no transactions; there is nothing to check".into());
+    }
+    let mut seen = std::collections::HashMap::with_capacity(history.len());
+    for (position, entry) in history.iter().enumerate() {
+        if let Some(first) = seen.insert(entry.index, position) {
+            return Err(format!(
+                "index {} is used by two transactions (entries {} and {})",
+                entry.index,
+                first + 1,
+                position + 1
+            ));
+        }
+    }
+    Ok(())
 }

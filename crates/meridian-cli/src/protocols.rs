@@ -116,8 +116,8 @@ pub fn find(name: &str) -> Result<&'static Entry, String> {
 /// ends the command (exit 0); an unknown name prints them as an error (exit 2).
 pub fn select(name: &str) -> Result<&'static Entry, ExitCode> {
     if name == "help" {
-        println!("protocols (`--protocol NAME`, options `--protocol-opts key=value,…`):");
-        print!("{}", listing());
+        outln!("protocols (`--protocol NAME`, options `--protocol-opts key=value,…`):");
+        out!("{}", listing());
         return Err(ExitCode::SUCCESS);
     }
     find(name).map_err(crate::bad_input)

@@ -20,7 +20,7 @@ pub struct ClusterArgs {
     /// A bundled topology name or a TOML path.
     #[arg(long, default_value = "gcp-tiga")]
     pub topology: String,
-    /// Protocol the nodes run.
+    /// Protocol the nodes run (`--protocol help` lists them).
     #[arg(long, default_value = "tiga")]
     pub protocol: String,
     /// Protocol options, `key=value[,key=value…]`.
@@ -57,8 +57,34 @@ impl ClusterArgs {
                 self.wan_scale
             ));
         }
-        Ok(())
+        refuse_test_only_options(&self.protocol_opts)
     }
+}
+
+/// The runtime runs protocols for real data, so it refuses the options that exist only to
+/// show the checker catching a broken protocol (`unsafe_*`), and Tiga's coordination-free
+/// mode, whose safety rests on a clock error bound ε that the system clock the runtime
+/// reads does not guarantee (the simulator models such a clock; `meridian sim` takes both).
+pub fn refuse_test_only_options(protocol_opts: &str) -> Result<(), String> {
+    let options = meridian_core::node::parse_key_values(protocol_opts)
+        .map_err(|e| format!("--protocol-opts: {e}"))?;
+    for (key, value) in &options {
+        if key.starts_with("unsafe_") {
+            return Err(format!(
+                "--protocol-opts: `{key}` is a test-only option that breaks the protocol's \
+                 guarantee on purpose; the runtime refuses it (use `meridian sim`)"
+            ));
+        }
+        if key == "coordination" && value == "free" {
+            return Err(
+                "--protocol-opts: `coordination=free` needs a clock whose error bound ε is \
+                 guaranteed; the runtime reads the system clock, which guarantees none \
+                 (use `meridian sim`, whose clock models do)"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -68,13 +94,17 @@ pub struct ServerArgs {
     /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`), with
     /// every other role of its machine (topology `[machines]`).
     #[arg(long)]
-    node: String,
+    node: Option<String>,
     /// Durable logs go under `DIR/<node>/`; without it the node keeps nothing across restarts.
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Force records to disk after each event (survives power loss; slow).
     #[arg(long)]
     fsync: bool,
+    /// Inbound connections each node holds at once (peers and clients); more are closed
+    /// at accept.
+    #[arg(long, default_value_t = meridian_server::Limits::default().max_connections)]
+    max_connections: usize,
     /// Added to this node's system clock, in ms (skew experiments).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     clock_offset_ms: f64,
@@ -103,8 +133,34 @@ pub fn tokio_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
+        .on_thread_park(return_freed_memory)
         .build()
         .expect("tokio runtime")
+}
+
+extern "C" {
+    /// mimalloc's own collection entry point (the allocator `main.rs` installs).
+    fn mi_collect(force: bool);
+}
+
+/// mimalloc keeps a block freed by another thread until the thread that allocated it
+/// next allocates or collects, so a worker that goes idle after a burst (the read buffers
+/// of connections that closed) would keep that memory from the system indefinitely. An
+/// idle worker therefore collects its heap, at most once a second.
+fn return_freed_memory() {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    }
+    LAST.with(|last| {
+        if last
+            .get()
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            last.set(Some(Instant::now()));
+            // SAFETY: mi_collect takes no pointers and may be called from any thread.
+            unsafe { mi_collect(true) };
+        }
+    });
 }
 
 pub fn server(args: ServerArgs) -> ExitCode {
@@ -115,6 +171,12 @@ pub fn server(args: ServerArgs) -> ExitCode {
         Ok(entry) => entry,
         Err(code) => return code,
     };
+    if args.max_connections == 0 {
+        return bad_input("--max-connections: must be at least 1");
+    }
+    if args.node.is_none() {
+        return bad_input("--node: which node to run (e.g. `shard0/replica0`, `coord0`)");
+    }
     match (protocol.serve)(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => bad_input(e),
@@ -126,18 +188,15 @@ where
     P::Node: Send,
 {
     let setup = args.cluster.setup::<P>()?;
-    let node = setup.cluster.node_by_name(&args.node).ok_or_else(|| {
+    let wanted = args.node.as_deref().unwrap_or_default();
+    let node = setup.cluster.node_by_name(wanted).ok_or_else(|| {
         let names: Vec<&str> = setup
             .cluster
             .nodes
             .iter()
             .map(|n| n.name.as_str())
             .collect();
-        format!(
-            "--node: no node `{}` (nodes: {})",
-            args.node,
-            names.join(", ")
-        )
+        format!("--node: no node `{wanted}` (nodes: {})", names.join(", "))
     })?;
     let mut config = HostConfig::new(Addresses::from_topology(&setup.cluster)?);
     config.wan_scale = args.cluster.wan_scale;
@@ -145,6 +204,7 @@ where
     config.fsync = args.fsync;
     config.seed = args.seed;
     config.clock_offset_ms = args.clock_offset_ms;
+    config.limits.max_connections = args.max_connections;
     // A node's whole machine runs in this process: its roles share a clock and talk
     // through memory (topology `[machines]`).
     let machine = setup.cluster.machine_mates(node).to_vec();
@@ -155,13 +215,40 @@ where
             .collect();
         tracing::info!(machine = %setup.cluster.machine_of(node), nodes = %names.join(", "), "hosting a machine");
     }
+    // Each hosted node holds up to max_connections inbound sockets, plus its outbound
+    // links, listeners and log files.
+    let descriptors =
+        (machine.len() * (args.max_connections + 2 * setup.cluster.nodes.len())) as u64 + 64;
+    enough_descriptors(descriptors);
     let host = Host::<P>::start(setup, &machine, config)
         .await
         .map_err(|e| e.to_string())?;
     wait_for_signal().await;
-    tracing::info!(node = %args.node, "stopping");
+    tracing::info!(node = %wanted, "stopping");
     host.shutdown().await;
     Ok(())
+}
+
+/// Raises this process's open-file limit towards `wanted` (up to the hard limit), so that
+/// the connection limit, not EMFILE, is what refuses connections; warns when it cannot.
+fn enough_descriptors(wanted: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= wanted {
+        return;
+    }
+    let raised = wanted.min(hard);
+    if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_err() || raised < wanted {
+        tracing::warn!(
+            soft,
+            hard,
+            wanted,
+            "the open-file limit is below what --max-connections needs; connections may \
+             fail with `too many open files` before the limit refuses them"
+        );
+    }
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM.
@@ -182,12 +269,19 @@ pub struct ClusterCommandArgs {
 
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
-    /// Start every node of the topology as a process on this machine.
+    /// Start every node of the topology as a process on this machine (refused while a
+    /// cluster runs on the same run-dir).
     Up(UpArgs),
-    /// Stop the processes `up` started (SIGTERM, then SIGKILL after 5 s).
+    /// Stop the processes of the run-dir (SIGTERM, then SIGKILL after 5 s).
     Down(RunDirArgs),
     /// Show which nodes are up and each shard's leader.
     Status(RunDirArgs),
+    /// Stop one node's process (with every role of its machine).
+    Stop(NodeArgs),
+    /// Start one node's process again (with every role of its machine), as `up` started it.
+    Start(NodeArgs),
+    /// Stop, then start one node's process.
+    Restart(NodeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -199,6 +293,15 @@ struct UpArgs {
     /// Log level of the servers.
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Durable logs go under `DIR/<node>/` (default: the run-dir's `data/`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Force records to disk after each event (survives power loss; slow).
+    #[arg(long)]
+    fsync: bool,
+    /// Inbound connections each server's node holds at once (see `server --help`).
+    #[arg(long, default_value_t = meridian_server::Limits::default().max_connections)]
+    max_connections: usize,
 }
 
 #[derive(Args, Debug)]
@@ -208,11 +311,23 @@ struct RunDirArgs {
     run_dir: PathBuf,
 }
 
+#[derive(Args, Debug)]
+struct NodeArgs {
+    #[command(flatten)]
+    run: RunDirArgs,
+    /// The node, by name (`shard0/replica1`, `coord3`); its whole machine's process.
+    #[arg(long)]
+    node: String,
+}
+
 pub fn cluster(args: ClusterCommandArgs) -> ExitCode {
     let result = match args.command {
         ClusterCommand::Up(up) => cluster_up(&up),
         ClusterCommand::Down(run) => cluster_down(&run.run_dir),
         ClusterCommand::Status(run) => cluster_status(&run.run_dir),
+        ClusterCommand::Stop(node) => node_stop(&node),
+        ClusterCommand::Start(node) => node_start(&node),
+        ClusterCommand::Restart(node) => node_stop(&node).and_then(|_| node_start(&node)),
     };
     match result {
         Ok(code) => code,
@@ -220,21 +335,76 @@ pub fn cluster(args: ClusterCommandArgs) -> ExitCode {
     }
 }
 
-/// What `up` records for `down` and `status`: the arguments the servers were started with.
-fn saved_args_path(run_dir: &Path) -> PathBuf {
-    run_dir.join("cluster.args")
+/// How `up` started the servers, recorded in the run-dir for `status`, `start` and `down`.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+struct Saved {
+    topology: String,
+    protocol: String,
+    protocol_opts: String,
+    wan_scale: f64,
+    data_dir: PathBuf,
+    fsync: bool,
+    log_level: String,
+    max_connections: usize,
+}
+
+impl Saved {
+    fn path(run_dir: &Path) -> PathBuf {
+        run_dir.join("cluster.json")
+    }
+
+    fn load(run_dir: &Path) -> Result<Saved, String> {
+        let path = Saved::path(run_dir);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("{}: {e} (did `cluster up` run here?)", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn cluster_args(&self) -> ClusterArgs {
+        ClusterArgs {
+            topology: self.topology.clone(),
+            protocol: self.protocol.clone(),
+            protocol_opts: self.protocol_opts.clone(),
+            wan_scale: self.wan_scale,
+        }
+    }
 }
 
 fn file_name(node: &str) -> String {
     node.replace('/', "-")
 }
 
+/// The file name of the process that hosts `node`: its machine's first node.
+fn process_name(cluster: &Cluster, node: meridian_core::NodeId) -> String {
+    file_name(&cluster.node(cluster.machine_mates(node)[0]).name)
+}
+
+/// An exclusive lock on the run-dir while a command changes what runs there, so that two
+/// `cluster` commands cannot interleave their pid files.
+fn lock_run_dir(run_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    let path = run_dir.join("cluster.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        format!(
+            "--run-dir {}: another `meridian cluster` command is working on it",
+            run_dir.display()
+        )
+    })
+}
+
 fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
     up.cluster.check()?;
+    if up.max_connections == 0 {
+        return Err("--max-connections: must be at least 1".into());
+    }
     if let Err(code) = protocols::select(&up.cluster.protocol) {
         return Ok(code);
     }
-    let protocol = up.cluster.protocol.clone();
     let cluster = up.cluster.cluster()?;
     let addresses = Addresses::from_topology(&cluster)?;
     let run_dir = &up.run.run_dir;
@@ -242,75 +412,208 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         std::fs::create_dir_all(run_dir.join(sub))
             .map_err(|e| format!("--run-dir {}: {e}", run_dir.display()))?;
     }
+    let _lock = lock_run_dir(run_dir)?;
+    let running = running_servers(run_dir)?;
+    if !running.is_empty() {
+        let names: Vec<String> = running
+            .iter()
+            .map(|(n, p, _)| format!("{n} (pid {p})"))
+            .collect();
+        return Err(format!(
+            "--run-dir {}: a cluster is running there ({}); `meridian cluster down --run-dir {}` first",
+            run_dir.display(),
+            names.join(", "),
+            run_dir.display()
+        ));
+    }
+    ports_free(
+        &cluster,
+        &addresses,
+        &cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
+    )?;
+    let data_dir = up.data_dir.clone().unwrap_or_else(|| run_dir.join("data"));
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
     let topology = std::fs::canonicalize(&up.cluster.topology)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| up.cluster.topology.clone());
-    let saved = [
-        topology.clone(),
-        protocol.clone(),
-        up.cluster.protocol_opts.clone(),
-    ]
-    .join("\n");
-    std::fs::write(saved_args_path(run_dir), saved).map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // One process per machine, named by its first node.
+    let saved = Saved {
+        topology,
+        protocol: up.cluster.protocol.clone(),
+        protocol_opts: up.cluster.protocol_opts.clone(),
+        wan_scale: up.cluster.wan_scale,
+        data_dir: std::fs::canonicalize(&data_dir).unwrap_or(data_dir),
+        fsync: up.fsync,
+        log_level: up.log_level.clone(),
+        max_connections: up.max_connections,
+    };
+    let json = serde_json::to_string_pretty(&saved).expect("serializable");
+    std::fs::write(Saved::path(run_dir), json).map_err(|e| e.to_string())?;
+    // Pid files of servers that are gone (a crash, a reboot) are stale, not a cluster.
+    for (_, _, path) in pid_files(run_dir)? {
+        let _ = std::fs::remove_file(path);
+    }
+    let mut started = Vec::new();
     for machine in &cluster.machines {
-        let info = cluster.node(machine.nodes[0]);
-        let name = file_name(&info.name);
-        let log = std::fs::File::create(run_dir.join("logs").join(format!("{name}.log")))
-            .map_err(|e| e.to_string())?;
-        let mut command = Command::new(&exe);
-        command
-            .args(["server", "--topology", &topology, "--protocol", &protocol])
-            .args(["--protocol-opts", &up.cluster.protocol_opts])
-            .args(["--wan-scale", &up.cluster.wan_scale.to_string()])
-            .args(["--node", &info.name, "--log-level", &up.log_level])
-            .arg("--data-dir")
-            .arg(run_dir.join("data"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log);
-        // Its own process group: a Ctrl-C at the terminal that ran `up` does not reach it.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        std::fs::write(
-            run_dir.join("pids").join(format!("{name}.pid")),
-            child.id().to_string(),
-        )
-        .map_err(|e| e.to_string())?;
+        match spawn_machine(run_dir, &saved, &cluster, machine.nodes[0]) {
+            Ok(child) => started.push(child),
+            Err(e) => {
+                stop_children(started);
+                return Err(e);
+            }
+        }
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut waiting: Vec<usize> = (0..cluster.nodes.len()).collect();
-    while !waiting.is_empty() && Instant::now() < deadline {
-        waiting.retain(|&i| http_get(addresses.metrics[i], "/status").is_none());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if !waiting.is_empty() {
-        let names: Vec<&str> = waiting
-            .iter()
-            .map(|&i| cluster.nodes[i].name.as_str())
-            .collect();
+    let all: Vec<usize> = (0..cluster.nodes.len()).collect();
+    if let Err(e) = wait_until_answering(&cluster, &addresses, &all, &mut started) {
+        eprintln!("error: {e} (see {}/logs)", run_dir.display());
         eprintln!(
-            "error: not answering after 20 s: {} (see {}/logs)",
-            names.join(", "),
-            run_dir.display()
+            "stopping the {} servers this command started",
+            started.len()
         );
+        stop_children(started);
         return Ok(ExitCode::from(1));
     }
-    println!(
-        "{} nodes on {} machines of `{}` running {protocol} (WAN scale {}); logs in {}/logs",
+    outln!(
+        "{} nodes on {} machines of `{}` running {} (WAN scale {}); logs in {}/logs",
         cluster.nodes.len(),
         cluster.machines.len(),
         cluster.topology.name,
-        up.cluster.wan_scale,
+        saved.protocol,
+        saved.wan_scale,
         run_dir.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
-/// The pid files under `run_dir/pids`, as (node file name, pid).
+/// A server process `up` or `start` launched: its pid file and its handle.
+struct Started {
+    name: String,
+    pid_file: PathBuf,
+    child: std::process::Child,
+}
+
+/// Launches the process of `node`'s machine with the saved arguments; its output is
+/// appended to its log (a restart keeps the earlier runs' lines).
+fn spawn_machine(
+    run_dir: &Path,
+    saved: &Saved,
+    cluster: &Cluster,
+    node: meridian_core::NodeId,
+) -> Result<Started, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let first = &cluster.node(cluster.machine_mates(node)[0]).name;
+    let name = file_name(first);
+    let log_path = run_dir.join("logs").join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut command = Command::new(&exe);
+    command
+        .args([
+            "server",
+            "--topology",
+            &saved.topology,
+            "--protocol",
+            &saved.protocol,
+        ])
+        .args(["--protocol-opts", &saved.protocol_opts])
+        .args(["--wan-scale", &saved.wan_scale.to_string()])
+        .args(["--node", first, "--log-level", &saved.log_level])
+        .arg("--data-dir")
+        .arg(&saved.data_dir)
+        .args(saved.fsync.then_some("--fsync"))
+        .args(["--max-connections", &saved.max_connections.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    // Its own process group: a Ctrl-C at the terminal that ran `up` does not reach it.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let pid_file = run_dir.join("pids").join(format!("{name}.pid"));
+    let started = Started {
+        name,
+        pid_file,
+        child,
+    };
+    if let Err(e) = std::fs::write(&started.pid_file, started.child.id().to_string()) {
+        stop_children(vec![started]);
+        return Err(format!("{}: {e}", run_dir.display()));
+    }
+    Ok(started)
+}
+
+/// Refuses to start when a node's port is taken (by another cluster, or any program):
+/// the server would fail to bind, and saying which port beats a log to read.
+fn ports_free(
+    cluster: &Cluster,
+    addresses: &Addresses,
+    nodes: &[meridian_core::NodeId],
+) -> Result<(), String> {
+    for &id in nodes {
+        for (what, addr) in [
+            ("port", addresses.peer[id.index()]),
+            ("metrics port", addresses.metrics[id.index()]),
+        ] {
+            if let Err(e) = std::net::TcpListener::bind(addr) {
+                return Err(format!(
+                    "{}'s {what} {addr} is not free ({e}); is another cluster or program using it?",
+                    cluster.node(id).name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits (at most 20 s) until nodes `waiting` answer `/status`; fails at once when one of
+/// `started` exits.
+fn wait_until_answering(
+    cluster: &Cluster,
+    addresses: &Addresses,
+    waiting: &[usize],
+    started: &mut [Started],
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut waiting = waiting.to_vec();
+    loop {
+        waiting.retain(|&i| http_get(addresses.metrics[i], "/status").is_none());
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        for s in started.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(format!("the server of {} exited ({status})", s.name));
+            }
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<&str> = waiting
+                .iter()
+                .map(|&i| cluster.nodes[i].name.as_str())
+                .collect();
+            return Err(format!("not answering after 20 s: {}", names.join(", ")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops processes this command started (SIGTERM, SIGKILL after 5 s) and removes their
+/// pid files, so a failed command leaves nothing running.
+fn stop_children(started: Vec<Started>) {
+    let pids: Vec<(String, i32, PathBuf)> = started
+        .iter()
+        .map(|s| (s.name.clone(), s.child.id() as i32, s.pid_file.clone()))
+        .collect();
+    terminate(&pids);
+    for mut s in started {
+        let _ = s.child.wait();
+    }
+}
+
+/// The pid files under `run_dir/pids`, as (process name, pid, file).
 fn pid_files(run_dir: &Path) -> Result<Vec<(String, i32, PathBuf)>, String> {
     let dir = run_dir.join("pids");
     let entries = std::fs::read_dir(&dir).map_err(|e| {
@@ -335,6 +638,21 @@ fn pid_files(run_dir: &Path) -> Result<Vec<(String, i32, PathBuf)>, String> {
     Ok(pids)
 }
 
+/// The pid files whose process is alive and is a `meridian server` (a pid reused by an
+/// unrelated program after a reboot is not a server of ours).
+fn running_servers(run_dir: &Path) -> Result<Vec<(String, i32, PathBuf)>, String> {
+    let mut pids = pid_files(run_dir)?;
+    pids.retain(|(_, pid, _)| is_server(*pid));
+    Ok(pids)
+}
+
+fn is_server(pid: i32) -> bool {
+    alive(pid)
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|line| line.split(|b| *b == 0).any(|arg| arg == b"server"))
+            .unwrap_or(false)
+}
+
 fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() && !is_zombie(pid)
 }
@@ -350,67 +668,153 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-fn cluster_down(run_dir: &Path) -> Result<ExitCode, String> {
+/// SIGTERM to each live server of `pids`, SIGKILL to those still alive 5 s later; removes
+/// every pid file. Returns how many needed SIGKILL.
+fn terminate(pids: &[(String, i32, PathBuf)]) -> usize {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let pids = pid_files(run_dir)?;
-    for (_, pid, _) in &pids {
+    let live: Vec<&(String, i32, PathBuf)> =
+        pids.iter().filter(|(_, p, _)| is_server(*p)).collect();
+    for (_, pid, _) in &live {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|(_, pid, _)| alive(*pid)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    while live.iter().any(|(_, pid, _)| alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
     let mut killed = 0;
-    for (name, pid, path) in &pids {
+    for (name, pid, _) in &live {
         if alive(*pid) {
             eprintln!("{name} (pid {pid}) ignored SIGTERM for 5 s: SIGKILL");
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
             killed += 1;
         }
+    }
+    for (_, _, path) in pids {
         let _ = std::fs::remove_file(path);
     }
-    println!("stopped {} processes ({killed} killed)", pids.len());
+    killed
+}
+
+fn cluster_down(run_dir: &Path) -> Result<ExitCode, String> {
+    let _lock = lock_run_dir(run_dir)?;
+    let pids = pid_files(run_dir)?;
+    let running = pids.iter().filter(|(_, p, _)| is_server(*p)).count();
+    let killed = terminate(&pids);
+    outln!("stopped {running} processes ({killed} killed)");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The saved cluster of `run_dir` and node `name` in it.
+fn saved_node(
+    run_dir: &Path,
+    name: &str,
+) -> Result<(Saved, Arc<Cluster>, meridian_core::NodeId), String> {
+    let saved = Saved::load(run_dir)?;
+    let cluster = saved.cluster_args().cluster()?;
+    let node = cluster.node_by_name(name).ok_or_else(|| {
+        let names: Vec<&str> = cluster.nodes.iter().map(|n| n.name.as_str()).collect();
+        format!("--node: no node `{name}` (nodes: {})", names.join(", "))
+    })?;
+    Ok((saved, cluster, node))
+}
+
+fn node_stop(args: &NodeArgs) -> Result<ExitCode, String> {
+    let run_dir = &args.run.run_dir;
+    let (_, cluster, node) = saved_node(run_dir, &args.node)?;
+    let _lock = lock_run_dir(run_dir)?;
+    let process = process_name(&cluster, node);
+    let pids: Vec<_> = pid_files(run_dir)?
+        .into_iter()
+        .filter(|(name, _, _)| *name == process)
+        .collect();
+    if !pids.iter().any(|(_, p, _)| is_server(*p)) {
+        outln!("{} is not running", args.node);
+        terminate(&pids);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let killed = terminate(&pids);
+    outln!(
+        "stopped {} ({}){}",
+        args.node,
+        machine_names(&cluster, node),
+        if killed > 0 { " with SIGKILL" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn machine_names(cluster: &Cluster, node: meridian_core::NodeId) -> String {
+    let names: Vec<&str> = cluster
+        .machine_mates(node)
+        .iter()
+        .map(|n| cluster.node(*n).name.as_str())
+        .collect();
+    names.join(", ")
+}
+
+fn node_start(args: &NodeArgs) -> Result<ExitCode, String> {
+    let run_dir = &args.run.run_dir;
+    let (saved, cluster, node) = saved_node(run_dir, &args.node)?;
+    let _lock = lock_run_dir(run_dir)?;
+    let process = process_name(&cluster, node);
+    if let Some((_, pid, _)) = running_servers(run_dir)?
+        .into_iter()
+        .find(|(name, _, _)| *name == process)
+    {
+        return Err(format!("{} is already running (pid {pid})", args.node));
+    }
+    let addresses = Addresses::from_topology(&cluster)?;
+    let mates = cluster.machine_mates(node).to_vec();
+    ports_free(&cluster, &addresses, &mates)?;
+    let mut started = vec![spawn_machine(run_dir, &saved, &cluster, node)?];
+    let waiting: Vec<usize> = mates.iter().map(|n| n.index()).collect();
+    if let Err(e) = wait_until_answering(&cluster, &addresses, &waiting, &mut started) {
+        eprintln!("error: {e} (see {}/logs)", run_dir.display());
+        stop_children(started);
+        return Ok(ExitCode::from(1));
+    }
+    outln!(
+        "started {} ({}), pid {}",
+        args.node,
+        machine_names(&cluster, node),
+        started[0].child.id()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
-    let saved = std::fs::read_to_string(saved_args_path(run_dir))
-        .map_err(|e| format!("{}: {e} (did `cluster up` run here?)", run_dir.display()))?;
-    let mut lines = saved.lines();
-    let args = ClusterArgs {
-        topology: lines.next().unwrap_or_default().to_string(),
-        protocol: lines.next().unwrap_or_default().to_string(),
-        protocol_opts: lines.next().unwrap_or_default().to_string(),
-        wan_scale: 0.0,
-    };
-    let cluster = args.cluster()?;
+    let saved = Saved::load(run_dir)?;
+    let cluster = saved.cluster_args().cluster()?;
     let addresses = Addresses::from_topology(&cluster)?;
     let pids = pid_files(run_dir).unwrap_or_default();
     let mut up = vec![false; cluster.nodes.len()];
     // What each live node believes leads its shard (node id), from its /status.
     let mut belief: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
-    println!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
+    outln!("{:<18} {:<6} {:>8}  state", "node", "region", "pid");
     for info in &cluster.nodes {
-        // A machine's process is named by its first node.
-        let host_name = file_name(&cluster.node(cluster.machine_mates(info.id)[0]).name);
+        let host_name = process_name(&cluster, info.id);
         let pid = pids
             .iter()
             .find(|(n, _, _)| *n == host_name)
             .map(|(_, p, _)| *p);
         let running = pid.is_some_and(alive);
-        let status = http_get(addresses.metrics[info.id.index()], "/status");
-        let answers = status.is_some();
-        up[info.id.index()] = running && answers;
+        let status = http_get(addresses.metrics[info.id.index()], "/status")
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
+        let reported = status
+            .as_ref()
+            .and_then(|s| s["state"].as_str().map(str::to_string));
         belief[info.id.index()] = status
-            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .as_ref()
             .and_then(|json| json["shard_leader"].as_u64());
-        let state = match (running, answers) {
-            (true, true) => "up",
-            (true, false) => "starting (process alive, not answering)",
+        let state = match (running, reported.as_deref()) {
+            (true, Some("up")) => "up",
+            (true, Some("recovering")) => "RECOVERING (replaying its durable log)",
+            (true, Some(_)) => "starting",
+            (true, None) => "starting (process alive, not answering)",
             (false, _) => "down",
         };
-        println!(
+        up[info.id.index()] = state == "up";
+        outln!(
             "{:<18} {:<6} {:>8}  {state}",
             info.name,
             cluster.topology.region_name(info.region),
@@ -423,7 +827,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         let (leader, how) = reported_leader(replicas, &up, &belief)
             .map(|(leader, votes)| (leader, format!("reported by {votes}/{live} live replicas")))
             .unwrap_or((configured, "configured; not reported".to_string()));
-        println!(
+        outln!(
             "shard{s}: leader {} ({}, {how}), {live}/{} replicas up",
             cluster.node(leader).name,
             if up[leader.index()] { "up" } else { "DOWN" },
@@ -435,7 +839,7 @@ fn cluster_status(run_dir: &Path) -> Result<ExitCode, String> {
         .iter()
         .filter(|n| matches!(n.role, NodeRole::Coordinator { .. }) && up[n.id.index()])
         .count();
-    println!(
+    outln!(
         "coordinators: {coordinators_up}/{} up",
         cluster.coordinators.len()
     );

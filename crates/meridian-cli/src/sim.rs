@@ -315,7 +315,7 @@ fn run_one(args: RunArgs) -> ExitCode {
         }
     }
     if plan.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json_report(&plan, &result)).expect("serializable")
         );
@@ -431,13 +431,13 @@ fn load_s(plan: &Plan) -> f64 {
 fn print_counts<K: std::fmt::Display>(label: &str, counts: &std::collections::BTreeMap<K, u64>) {
     if !counts.is_empty() {
         let items: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("{label}: {}", items.join(", "));
+        outln!("{label}: {}", items.join(", "));
     }
 }
 
 fn print_table(plan: &Plan, result: &RunResult) {
     let r = &result.report;
-    println!(
+    outln!(
         "{} on {} · workload {} · seed {} · faults {} · {} virtual",
         plan.args.protocol,
         plan.topology.name,
@@ -446,9 +446,11 @@ fn print_table(plan: &Plan, result: &RunResult) {
         plan.args.faults,
         plan.args.duration
     );
-    println!(
+    outln!(
         "committed {}  aborted {}  unknown {}",
-        r.committed, r.aborted, r.unknown
+        r.committed,
+        r.aborted,
+        r.unknown
     );
     if !r.abort_reasons.is_empty() {
         let reasons: Vec<String> = r
@@ -456,17 +458,17 @@ fn print_table(plan: &Plan, result: &RunResult) {
             .iter()
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
-        println!("abort reasons: {}", reasons.join(", "));
+        outln!("abort reasons: {}", reasons.join(", "));
     }
     let (regions, all) = (
         regions_json(&r.regions, load_s(plan)),
         all_json(&r.regions, load_s(plan)),
     );
-    print!("{}", meridian_bench::report::table(&regions, &all));
+    out!("{}", meridian_bench::report::table(&regions, &all));
     print_counts("protocol counters", &r.counters);
     print_counts("faults applied", &r.faults_applied);
     let wall = result.wall_s.max(1e-9);
-    println!(
+    outln!(
         "simulated {} events ({} messages delivered, {} dropped) in {:.2} s: {:.0} events/s, {:.0} messages/s",
         r.events,
         r.messages_delivered,
@@ -477,13 +479,13 @@ fn print_table(plan: &Plan, result: &RunResult) {
     );
     if let Some(check) = &result.check {
         if check.valid {
-            println!(
+            outln!(
                 "check {}: valid ({} transactions)",
                 check.model,
                 r.history.len()
             );
         } else {
-            println!(
+            outln!(
                 "check {}: {} anomalies\n{check}",
                 check.model,
                 check.anomalies.len()
@@ -491,13 +493,14 @@ fn print_table(plan: &Plan, result: &RunResult) {
         }
     }
     if r.invariant.is_ok() && r.audited_keys > 0 {
-        println!(
+        outln!(
             "workload `{}` conditions hold on the final state (audit read {} keys)",
-            plan.args.workload, r.audited_keys
+            plan.args.workload,
+            r.audited_keys
         );
     }
     if let Err(e) = &r.invariant {
-        println!("workload invariant violated: {e}");
+        outln!("workload invariant violated: {e}");
     }
 }
 
@@ -611,7 +614,7 @@ fn summarize_swarm(args: &RunArgs, results: Vec<(u64, Result<RunResult, String>)
                         .err()
                         .map(|e| format!("; invariant: {e}"))
                         .unwrap_or_default();
-                    println!(
+                    outln!(
                         "FAIL seed {seed}: anomalies [{}]{invariant}\n  replay: {}",
                         kinds.join(", "),
                         replay_command(args, *seed)
@@ -620,7 +623,7 @@ fn summarize_swarm(args: &RunArgs, results: Vec<(u64, Result<RunResult, String>)
             }
         }
     }
-    println!("swarm: {} seeds, {failures} failed · committed {committed}, aborted {aborted}, unknown {unknown}", results.len());
+    outln!("swarm: {} seeds, {failures} failed · committed {committed}, aborted {aborted}, unknown {unknown}", results.len());
     if failures == 0 {
         ExitCode::SUCCESS
     } else {

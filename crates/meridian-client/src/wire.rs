@@ -5,11 +5,18 @@
 //! saying who speaks; after it a peer connection carries the protocol's messages and a
 //! client connection carries [`RequestFrame`]s one way and [`ResponseFrame`]s the other.
 //!
-//! Bad input: a frame longer than [`MAX_FRAME_BYTES`], a stream that ends inside a frame,
-//! and a frame that does not decode as the expected type (or has bytes left over) are each a
+//! Bad input: a frame longer than its limit, a stream that ends inside a frame, and a frame
+//! that does not decode as the expected type (or has bytes left over) are each a
 //! [`FrameError`]; the server closes that connection and keeps serving the others.
+//!
+//! **Limits.** A server reads with a [`FrameDecoder`], which refuses a length prefix over
+//! its limit the moment the prefix arrives and, unlike `LengthDelimitedCodec`, never
+//! reserves room for a frame it has only been promised: a connection holds the bytes it
+//! has really sent, at most its limit. The limits: [`MAX_HELLO_BYTES`] until the hello,
+//! then [`MAX_CLIENT_FRAME_BYTES`] for a client (requests are small) and
+//! [`MAX_FRAME_BYTES`] for a peer (a Raft snapshot can be large).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use meridian_core::txn::{ClientRequest, ClientResponse};
 use meridian_core::NodeId;
 use serde::de::DeserializeOwned;
@@ -19,6 +26,68 @@ use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 /// The largest frame a node accepts (16 MiB): larger claims are refused before any
 /// allocation, so a corrupt or hostile length prefix cannot exhaust memory.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// The largest hello a node reads (its only variable part is the cluster's name).
+pub const MAX_HELLO_BYTES: usize = 4 << 10;
+
+/// The largest client request a node reads (1 MiB: a transaction's keys and values).
+pub const MAX_CLIENT_FRAME_BYTES: usize = 1 << 20;
+
+/// Bytes of the length prefix.
+const PREFIX_BYTES: usize = 4;
+
+/// A length-delimited frame decoder (u32 big-endian prefix) with a limit it can change
+/// between frames; see the module doc for why it does not use `LengthDelimitedCodec`'s.
+#[derive(Debug, Clone)]
+pub struct FrameDecoder {
+    max_frame_bytes: usize,
+}
+
+impl FrameDecoder {
+    pub fn new(max_frame_bytes: usize) -> FrameDecoder {
+        FrameDecoder { max_frame_bytes }
+    }
+
+    /// Applies to the frames not yet started.
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: usize) {
+        self.max_frame_bytes = max_frame_bytes;
+    }
+
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_bytes
+    }
+}
+
+impl Decoder for FrameDecoder {
+    type Item = BytesMut;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, FrameError> {
+        let Some(prefix) = src.get(..PREFIX_BYTES) else {
+            return Ok(None);
+        };
+        let length = u32::from_be_bytes(prefix.try_into().expect("4 bytes")) as usize;
+        if length > self.max_frame_bytes {
+            return Err(FrameError::Oversized {
+                length,
+                limit: self.max_frame_bytes,
+            });
+        }
+        if src.len() < PREFIX_BYTES + length {
+            return Ok(None);
+        }
+        src.advance(PREFIX_BYTES);
+        Ok(Some(src.split_to(length)))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, FrameError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(FrameError::Truncated(src.len())),
+        }
+    }
+}
 
 /// The first frame of a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,8 +115,8 @@ pub struct ResponseFrame {
 /// Why a connection's input is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    #[error("frame of more than {MAX_FRAME_BYTES} bytes")]
-    Oversized,
+    #[error("frame of {length} bytes announced, more than the limit of {limit}")]
+    Oversized { length: usize, limit: usize },
     #[error("stream ended inside a frame ({0} bytes of it received)")]
     Truncated(usize),
     #[error("frame does not decode: {0}")]
@@ -87,7 +156,10 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
 pub fn codec_error(error: std::io::Error) -> FrameError {
     let text = error.to_string();
     if text.contains("frame size too big") {
-        FrameError::Oversized
+        FrameError::Oversized {
+            length: 0,
+            limit: MAX_FRAME_BYTES,
+        }
     } else if text.contains("bytes remaining on stream") {
         FrameError::Truncated(0)
     } else {
@@ -96,18 +168,16 @@ pub fn codec_error(error: std::io::Error) -> FrameError {
 }
 
 /// Splits a complete byte stream into frames and decodes each as a `T`, the way a
-/// connection reader does; stops at the first error. The fuzz target drives this.
+/// connection reader does (with a peer's limit); stops at the first error. The fuzz target
+/// drives this.
 pub fn decode_stream<T: DeserializeOwned>(bytes: &[u8]) -> Result<Vec<T>, FrameError> {
-    let mut codec = codec();
+    let mut decoder = FrameDecoder::new(MAX_FRAME_BYTES);
     let mut buffer = BytesMut::from(bytes);
     let mut values = Vec::new();
-    loop {
-        match codec.decode(&mut buffer).map_err(codec_error)? {
-            Some(frame) => values.push(decode(&frame)?),
-            None if buffer.is_empty() => return Ok(values),
-            None => return Err(FrameError::Truncated(buffer.len())),
-        }
+    while let Some(frame) = decoder.decode_eof(&mut buffer)? {
+        values.push(decode(&frame)?);
     }
+    Ok(values)
 }
 
 #[cfg(test)]
@@ -161,6 +231,27 @@ mod tests {
         assert_eq!(back, vec![request(1), request(2)]);
     }
 
+    /// A prefix over the limit is refused with only the prefix received, and a frame
+    /// under it is not reserved for: the buffer holds what arrived, nothing more.
+    #[test]
+    fn an_announced_frame_is_refused_or_buffered_as_it_arrives_never_reserved() {
+        let mut decoder = FrameDecoder::new(MAX_CLIENT_FRAME_BYTES);
+        let mut buffer = BytesMut::new();
+        buffer.put_u32(16 << 20);
+        assert!(matches!(
+            decoder.decode(&mut buffer),
+            Err(FrameError::Oversized { length, limit }) if length == 16 << 20 && limit == 1 << 20
+        ));
+        let mut buffer = BytesMut::with_capacity(64);
+        buffer.put_u32(1 << 20);
+        buffer.put_slice(&[7; 10]);
+        assert!(decoder.decode(&mut buffer).unwrap().is_none());
+        assert!(buffer.capacity() < 1024, "reserved {}", buffer.capacity());
+        buffer.put_slice(&vec![7; (1 << 20) - 10]);
+        assert_eq!(decoder.decode(&mut buffer).unwrap().unwrap().len(), 1 << 20);
+        assert!(buffer.is_empty());
+    }
+
     #[test]
     fn bad_frames_are_errors_not_panics() {
         let stream = framed(&[request(1)]);
@@ -174,7 +265,7 @@ mod tests {
         oversized.put_slice(b"xx");
         assert!(matches!(
             decode_stream::<RequestFrame>(&oversized),
-            Err(FrameError::Oversized)
+            Err(FrameError::Oversized { .. })
         ));
         let mut raw = BytesMut::new();
         raw.put_u32(3);

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -49,6 +50,20 @@ impl Addresses {
                 .next()
                 .ok_or_else(|| format!("runtime.host `{}` resolves to nothing", spec.host))
         };
+        // Node i listens on two ports; the ranges must not meet, or a node's metrics
+        // listener takes another node's peer port and one of them cannot start.
+        let (peer, metrics) = (
+            usize::from(spec.base_port),
+            usize::from(spec.metrics_base_port),
+        );
+        if peer < metrics + n && metrics < peer + n {
+            return Err(format!(
+                "runtime: the metrics ports {metrics}..={} overlap the nodes' ports {peer}..={} \
+                 ({n} nodes); move metrics_base_port or base_port",
+                metrics + n - 1,
+                peer + n - 1
+            ));
+        }
         Ok(Addresses {
             peer: (0..n)
                 .map(|i| port(spec.base_port, i))
@@ -82,6 +97,8 @@ pub struct HostConfig {
     pub inbox_capacity: usize,
     /// Capacity of each link's queue.
     pub link_capacity: usize,
+    /// What each node's listener admits (connections, frame sizes, timeouts).
+    pub limits: transport::Limits,
 }
 
 impl HostConfig {
@@ -97,6 +114,7 @@ impl HostConfig {
             serve_metrics: true,
             inbox_capacity: 65_536,
             link_capacity: 65_536,
+            limits: transport::Limits::default(),
         }
     }
 }
@@ -110,7 +128,13 @@ pub struct Host<P: Protocol> {
     metrics: Vec<Arc<NodeMetrics>>,
     stop: CancellationToken,
     tasks: JoinSet<()>,
+    /// Each hosted node's lock on its data directory, held while the host lives.
+    _data_locks: Vec<DataLock>,
 }
+
+/// An exclusive lock on a node's data directory: two processes appending to one durable
+/// log would corrupt it, so the second is refused at start.
+type DataLock = nix::fcntl::Flock<std::fs::File>;
 
 /// Why a host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +151,8 @@ pub enum HostError {
         dir: PathBuf,
         error: std::io::Error,
     },
+    #[error("{node}: its data directory {dir} is in use by another process (a server of this node already runs)")]
+    DataDirInUse { node: String, dir: PathBuf },
     #[error("{0}")]
     Config(String),
 }
@@ -160,6 +186,7 @@ where
         let mut tasks = JoinSet::new();
         let mut inboxes: Vec<Option<mpsc::Sender<Inbound<Msg<P>>>>> = vec![None; n];
         let mut receivers = Vec::new();
+        let mut data_locks = Vec::new();
         for &id in hosted {
             let (tx, rx) = mpsc::channel(config.inbox_capacity);
             inboxes[id.index()] = Some(tx);
@@ -168,7 +195,14 @@ where
         let metrics: Vec<Arc<NodeMetrics>> = cluster
             .nodes
             .iter()
-            .map(|info| Arc::new(NodeMetrics::new(&info.name, P::NAME)))
+            .map(|info| {
+                Arc::new(NodeMetrics::for_run(
+                    &info.name,
+                    P::NAME,
+                    &cluster.topology.name,
+                    config.wan_scale,
+                ))
+            })
             .collect();
         for (id, inbox_rx) in receivers {
             let name = cluster.node(id).name.clone();
@@ -185,6 +219,7 @@ where
                     cluster_name,
                     inbox.clone(),
                     metrics[id.index()].clone(),
+                    config.limits.clone(),
                     stop.clone(),
                 ));
             }
@@ -197,8 +232,9 @@ where
                 ));
             }
             let routes = routes::<P>(id, &cluster, &config, &inboxes, &metrics, &stop, &mut tasks);
-            let node_loop =
+            let (node_loop, lock) =
                 build_node::<P>(id, &setup, &config, routes, metrics[id.index()].clone())?;
+            data_locks.extend(lock);
             tasks.spawn(node_loop.run(inbox_rx, stop.clone()));
             tracing::info!(node = %name, id = %id, protocol = P::NAME, "node started");
         }
@@ -208,6 +244,7 @@ where
             metrics,
             stop,
             tasks,
+            _data_locks: data_locks,
         })
     }
 
@@ -311,17 +348,19 @@ fn routes<P: Protocol>(
         .collect()
 }
 
-/// Builds node `id` from its durable log (if any) and wraps it in its event loop.
+/// Builds node `id` from its durable log (if any) and wraps it in its event loop; with a
+/// data directory, also the lock that keeps it this process's.
 fn build_node<P: Protocol>(
     id: NodeId,
     setup: &Setup<P>,
     config: &HostConfig,
     routes: Vec<Route<Msg<P>>>,
     metrics: Arc<NodeMetrics>,
-) -> Result<NodeLoop<P::Node>, HostError> {
+) -> Result<(NodeLoop<P::Node>, Option<DataLock>), HostError> {
     let name = setup.cluster.node(id).name.clone();
-    let (wal, recovered, incarnation) = match &config.data_dir {
-        None => (None, Vec::new(), 0),
+    metrics.recovering.store(true, Ordering::Relaxed);
+    let (wal, recovered, incarnation, lock) = match &config.data_dir {
+        None => (None, Vec::new(), 0, None),
         Some(dir) => {
             let dir = dir.join(name.replace('/', "-"));
             let wal_error = |error| HostError::Wal {
@@ -329,12 +368,13 @@ fn build_node<P: Protocol>(
                 dir: dir.clone(),
                 error,
             };
+            let lock = lock_data_dir(&name, &dir)?;
             let incarnation = next_incarnation(&dir).map_err(wal_error)?;
             let (wal, records, dropped) = Wal::open(&dir, config.fsync).map_err(wal_error)?;
             if dropped > 0 {
                 tracing::warn!(node = %name, dropped_bytes = dropped, "dropped a torn tail of the durable log");
             }
-            (Some(wal), records, incarnation)
+            (Some(wal), records, incarnation, Some(lock))
         }
     };
     NodeMetrics::add(&metrics.records_recovered, recovered.len() as u64);
@@ -342,8 +382,9 @@ fn build_node<P: Protocol>(
         tracing::info!(node = %name, records = recovered.len(), incarnation, "recovering from the durable log");
     }
     let node = P::build(id, setup, &recovered);
+    metrics.recovering.store(false, Ordering::Relaxed);
     let seed = config.seed ^ (u64::from(id.0) << 32) ^ u64::from(incarnation);
-    Ok(NodeLoop::new(
+    let node_loop = NodeLoop::new(
         id,
         node,
         NodeRng::seed_from_u64(seed),
@@ -352,7 +393,34 @@ fn build_node<P: Protocol>(
         wal,
         (config.clock_offset_ms * NS_PER_MS as f64) as i64,
         metrics,
-    ))
+    );
+    Ok((node_loop, lock))
+}
+
+/// Takes `dir/LOCK` exclusively, without waiting: another live process holding it is an
+/// error, a lock left by a dead one is not (the kernel drops it with the process).
+fn lock_data_dir(node: &str, dir: &std::path::Path) -> Result<DataLock, HostError> {
+    let wal_error = |error| HostError::Wal {
+        node: node.to_string(),
+        dir: dir.to_path_buf(),
+        error,
+    };
+    std::fs::create_dir_all(dir).map_err(wal_error)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))
+        .map_err(wal_error)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| match errno {
+            nix::errno::Errno::EWOULDBLOCK => HostError::DataDirInUse {
+                node: node.to_string(),
+                dir: dir.to_path_buf(),
+            },
+            other => wal_error(other.into()),
+        },
+    )
 }
 
 /// Counts the node's starts in `dir/incarnation`, so each start draws a fresh RNG stream.

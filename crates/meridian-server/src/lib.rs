@@ -24,3 +24,4 @@ pub mod transport;
 
 pub use host::{Addresses, Host, HostConfig, HostError, LocalClient};
 pub use load::{Load, LoadOptions, LoadReport, Target};
+pub use transport::Limits;

@@ -1,139 +1,232 @@
-//! Per-node counters, served in Prometheus text format (and a JSON `/status`) over a
+//! Per-node metrics, served in the Prometheus text format (and a JSON `/status`) over a
 //! minimal HTTP/1.0 responder: one GET per connection, no keep-alive. A full HTTP stack
 //! would be a large dependency for two fixed pages.
+//!
+//! The metrics themselves are `prometheus-client`'s (the Prometheus project's own Rust
+//! client, maintained under its GitHub organisation): it writes the `# HELP`/`# TYPE`
+//! lines, the `_total` suffix of counters and the histogram buckets of the exposition
+//! format for us, and its counters are lock-free atomics, as the hand-rolled ones were.
+//! The older `prometheus` crate would do too, but it keeps a global default registry and
+//! pulls in protobuf; each node here has its own registry, served on its own port.
 
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// A label set: `(name, value)` pairs.
+type Labels = Vec<(String, String)>;
+
 macro_rules! counters {
     ($($name:ident: $help:literal),* $(,)?) => {
-        /// One node's counters; every field is a monotone counter unless named `_now`.
-        #[derive(Debug, Default)]
+        /// One node's metrics. The counters are monotone; `up`, `recovering`,
+        /// `shard_leader` and `connections_open` are the node's current state.
+        #[derive(Debug)]
         pub struct NodeMetrics {
             pub node: String,
             pub protocol: String,
+            /// The topology's name and the WAN scale the host runs with, reported by
+            /// `/status` so that a remote client labels its run with what really runs.
+            pub topology: String,
+            pub wan_scale: f64,
             /// Set while the node's event loop runs.
             pub up: AtomicBool,
+            /// Set while the node reads and replays its durable log, before its loop runs.
+            pub recovering: AtomicBool,
             /// The node id this node believes leads its shard; `NO_LEADER` if none.
             pub shard_leader: AtomicU64,
+            /// Inbound connections open now.
+            pub connections_open: Gauge<i64, AtomicI64>,
             /// The protocol's own counters (`ctx.count`), as the simulator reports them;
             /// the node loop publishes its sums here after each event that counted.
-            pub protocol_counters: Mutex<BTreeMap<&'static str, u64>>,
-            $(#[doc = $help] pub $name: AtomicU64,)*
+            pub protocol_counters: Family<Labels, Counter>,
+            /// Seconds from a client request's arrival to its outcome, by outcome.
+            pub txn_latency: Family<Labels, Histogram, fn() -> Histogram>,
+            up_gauge: Gauge<i64, AtomicI64>,
+            leader_gauge: Gauge<i64, AtomicI64>,
+            resident_gauge: Gauge<i64, AtomicI64>,
+            registry: Registry,
+            $(#[doc = $help] pub $name: Counter,)*
         }
 
         impl NodeMetrics {
-            fn render_counters(&self, out: &mut String) {
-                let node = &self.node;
+            fn register_counters(&mut self) {
                 $(
-                    let _ = writeln!(out, "# HELP meridian_{} {}", stringify!($name), $help);
-                    let _ = writeln!(
-                        out,
-                        "meridian_{}{{node=\"{node}\"}} {}",
-                        stringify!($name),
-                        self.$name.load(Ordering::Relaxed)
+                    self.registry.register(
+                        concat!("meridian_", stringify!($name)),
+                        $help,
+                        self.$name.clone(),
                     );
                 )*
+            }
+
+            fn with_names(node: &str, protocol: &str, topology: &str, wan_scale: f64) -> NodeMetrics {
+                let labels = [("node", node), ("protocol", protocol)]
+                    .map(|(k, v)| (Cow::Borrowed(k), Cow::Owned(v.to_string())));
+                NodeMetrics {
+                    node: node.to_string(),
+                    protocol: protocol.to_string(),
+                    topology: topology.to_string(),
+                    wan_scale,
+                    up: AtomicBool::new(false),
+                    recovering: AtomicBool::new(false),
+                    shard_leader: AtomicU64::new(NO_LEADER),
+                    connections_open: Gauge::default(),
+                    protocol_counters: Family::default(),
+                    txn_latency: Family::new_with_constructor(latency_histogram),
+                    up_gauge: Gauge::default(),
+                    leader_gauge: Gauge::default(),
+                    resident_gauge: Gauge::default(),
+                    registry: Registry::with_labels(labels.into_iter()),
+                    $($name: Counter::default(),)*
+                }
             }
         }
     };
 }
 
 counters! {
-    messages_sent: "Protocol messages this node handed to its links.",
-    messages_received: "Protocol messages delivered to this node.",
-    messages_dropped: "Messages dropped because a link's queue was full (backpressure).",
-    timers_fired: "Timers that fired.",
-    client_requests: "Client requests handed to this node.",
-    committed: "Transactions this node answered as committed.",
-    aborted: "Transactions this node answered as aborted.",
-    unknown: "Transactions this node answered as unknown.",
-    responses_dropped: "Responses dropped because the client's connection was full or gone.",
-    frame_errors: "Connections closed for a malformed, truncated or oversized frame.",
-    connections_accepted: "Inbound connections accepted.",
-    reconnects: "Outbound link connections (re)established.",
-    records_persisted: "Durable records written (checkpoints included).",
-    bytes_persisted: "Bytes written to the durable log.",
-    records_recovered: "Durable records read back at start.",
+    messages_sent: "Protocol messages this node handed to its links",
+    messages_received: "Protocol messages delivered to this node",
+    messages_dropped: "Messages dropped because a link's queue was full (backpressure)",
+    timers_fired: "Timers that fired",
+    client_requests: "Client requests handed to this node",
+    committed: "Transactions this node answered as committed",
+    aborted: "Transactions this node answered as aborted",
+    unknown: "Transactions this node answered as unknown",
+    responses_dropped: "Responses dropped because the client's connection was full or gone",
+    frame_errors: "Connections closed for a malformed, truncated or oversized frame",
+    connections_accepted: "Inbound connections accepted",
+    connections_refused: "Inbound connections closed at once: the node was at its connection limit",
+    connections_timed_out: "Inbound connections closed for silence (idle, or stalled inside a frame)",
+    reconnects: "Outbound link connections (re)established",
+    records_persisted: "Durable records written (checkpoints included)",
+    bytes_persisted: "Bytes written to the durable log",
+    records_recovered: "Durable records read back at start",
 }
 
 /// `shard_leader` when the protocol names no leader.
 pub const NO_LEADER: u64 = u64::MAX;
 
+/// Transaction latency buckets: 0.5 ms to about 65 s, doubling (WAN round trips are
+/// 10–300 ms; the tail reaches the client timeouts of seconds).
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for NodeMetrics {
+    fn default() -> NodeMetrics {
+        NodeMetrics::new("", "")
+    }
+}
+
 impl NodeMetrics {
     pub fn new(node: &str, protocol: &str) -> NodeMetrics {
-        NodeMetrics {
-            node: node.to_string(),
-            protocol: protocol.to_string(),
-            shard_leader: AtomicU64::new(NO_LEADER),
-            ..NodeMetrics::default()
-        }
+        NodeMetrics::for_run(node, protocol, "", 0.0)
     }
 
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// The same, labelled with the run's topology and WAN scale for `/status`.
+    pub fn for_run(node: &str, protocol: &str, topology: &str, wan_scale: f64) -> NodeMetrics {
+        let mut metrics = NodeMetrics::with_names(node, protocol, topology, wan_scale);
+        metrics.register_counters();
+        let registry = &mut metrics.registry;
+        registry.register(
+            "meridian_up",
+            "Whether the node's event loop runs",
+            metrics.up_gauge.clone(),
+        );
+        registry.register(
+            "meridian_shard_leader",
+            "The node id this node believes leads its shard (-1: none)",
+            metrics.leader_gauge.clone(),
+        );
+        registry.register(
+            "meridian_connections_open",
+            "Inbound connections open now",
+            metrics.connections_open.clone(),
+        );
+        registry.register(
+            "meridian_protocol_events",
+            "What the protocol counted (ctx.count), by name",
+            metrics.protocol_counters.clone(),
+        );
+        registry.register(
+            "meridian_txn_latency_seconds",
+            "Seconds from a client request's arrival at this coordinator to its outcome",
+            metrics.txn_latency.clone(),
+        );
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident set size of the process",
+            metrics.resident_gauge.clone(),
+        );
+        metrics
+    }
+
+    pub fn add(counter: &Counter, n: u64) {
+        counter.inc_by(n);
+    }
+
+    /// Records one transaction's outcome and its latency at this coordinator.
+    pub fn observe_outcome(&self, outcome: &'static str, latency: Duration) {
+        let counter = match outcome {
+            "committed" => &self.committed,
+            "aborted" => &self.aborted,
+            _ => &self.unknown,
+        };
+        counter.inc();
+        self.txn_latency
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+            .observe(latency.as_secs_f64());
     }
 
     /// The Prometheus text exposition of this node and the process.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let up = u8::from(self.up.load(Ordering::Relaxed));
-        let _ = writeln!(
-            out,
-            "# HELP meridian_up Whether the node's event loop runs."
-        );
-        let _ = writeln!(
-            out,
-            "meridian_up{{node=\"{}\",protocol=\"{}\"}} {up}",
-            self.node, self.protocol
-        );
-        self.render_counters(&mut out);
-        self.render_protocol_counters(&mut out);
+        self.up_gauge
+            .set(i64::from(self.up.load(Ordering::Relaxed)));
+        self.leader_gauge
+            .set(match self.shard_leader.load(Ordering::Relaxed) {
+                NO_LEADER => -1,
+                id => id as i64,
+            });
         if let Some(rss) = resident_bytes() {
-            let _ = writeln!(
-                out,
-                "# HELP process_resident_memory_bytes Resident set size."
-            );
-            let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+            self.resident_gauge.set(rss as i64);
         }
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
 
-    /// Adds an event's protocol counts (one uncontended lock per event that counted).
+    /// Adds an event's protocol counts (one read lock per name that counted).
     pub fn add_protocol_counters(&self, sums: &mut FxHashMap<&'static str, u64>) {
-        if sums.is_empty() {
-            return;
-        }
-        let mut counters = self.protocol_counters.lock().expect("metrics lock");
         for (name, by) in sums.drain() {
-            *counters.entry(name).or_default() += by;
+            self.protocol_counters
+                .get_or_create(&vec![("name".to_string(), name.to_string())])
+                .inc_by(by);
         }
     }
 
-    fn render_protocol_counters(&self, out: &mut String) {
-        let counters = self.protocol_counters.lock().expect("metrics lock");
-        if counters.is_empty() {
-            return;
-        }
-        let _ = writeln!(
-            out,
-            "# HELP meridian_protocol_events_total What the protocol counted (ctx.count), by name."
-        );
-        let _ = writeln!(out, "# TYPE meridian_protocol_events_total counter");
-        for (name, value) in counters.iter() {
-            let _ = writeln!(
-                out,
-                "meridian_protocol_events_total{{node=\"{}\",name=\"{name}\"}} {value}",
-                self.node
-            );
+    /// What the node is doing: `recovering` (replaying its durable log), `up` (its loop
+    /// runs) or `starting`/`stopped` (neither). Protocol-level recovery (a view change, a
+    /// replica catching up) is not visible here: the node contract exposes only the
+    /// leader a node believes in.
+    pub fn state(&self) -> &'static str {
+        if self.recovering.load(Ordering::Relaxed) {
+            "recovering"
+        } else if self.up.load(Ordering::Relaxed) {
+            "up"
+        } else {
+            "starting"
         }
     }
 
@@ -142,9 +235,13 @@ impl NodeMetrics {
         serde_json::json!({
             "node": self.node,
             "protocol": self.protocol,
+            "topology": self.topology,
+            "wan_scale": self.wan_scale,
+            "state": self.state(),
             "up": self.up.load(Ordering::Relaxed),
             "pid": std::process::id(),
-            "committed": self.committed.load(Ordering::Relaxed),
+            "committed": self.committed.get(),
+            "records_recovered": self.records_recovered.get(),
             "shard_leader": match self.shard_leader.load(Ordering::Relaxed) {
                 NO_LEADER => None,
                 id => Some(id),
@@ -182,7 +279,11 @@ pub async fn serve(listener: TcpListener, metrics: Arc<NodeMetrics>, stop: Cance
             };
             let path = head.split_whitespace().nth(1).unwrap_or("/");
             let (status, kind, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+                "/metrics" => (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics.render(),
+                ),
                 "/status" => ("200 OK", "application/json", metrics.status_json()),
                 _ => (
                     "404 Not Found",
@@ -216,4 +317,46 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
         head.extend_from_slice(&buf[..n]);
     }
     Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_typed_counters_are_totals_and_latency_is_a_histogram() {
+        let metrics = NodeMetrics::for_run("coord0", "tiga", "local", 0.0);
+        NodeMetrics::add(&metrics.committed, 0);
+        metrics.observe_outcome("committed", Duration::from_millis(3));
+        metrics.observe_outcome("aborted", Duration::from_millis(300));
+        let mut counts = FxHashMap::default();
+        counts.insert("fast_path", 2);
+        metrics.add_protocol_counters(&mut counts);
+        let text = metrics.render();
+        for needle in [
+            "# TYPE meridian_committed counter",
+            "meridian_committed_total{node=\"coord0\",protocol=\"tiga\"} 1",
+            "meridian_aborted_total{node=\"coord0\",protocol=\"tiga\"} 1",
+            "# TYPE meridian_txn_latency_seconds histogram",
+            "meridian_txn_latency_seconds_bucket{node=\"coord0\",protocol=\"tiga\",le=\"0.004\",outcome=\"committed\"} 1",
+            "meridian_txn_latency_seconds_count{node=\"coord0\",protocol=\"tiga\",outcome=\"aborted\"} 1",
+            "meridian_protocol_events_total{node=\"coord0\",protocol=\"tiga\",name=\"fast_path\"} 2",
+            "# TYPE meridian_up gauge",
+        ] {
+            assert!(text.contains(needle), "{needle} in:\n{text}");
+        }
+        assert!(!text.contains(".."), "{text}");
+    }
+
+    #[test]
+    fn status_says_recovering_while_the_log_replays() {
+        let metrics = NodeMetrics::new("shard0/replica0", "tiga");
+        assert_eq!(metrics.state(), "starting");
+        metrics.recovering.store(true, Ordering::Relaxed);
+        let status: serde_json::Value = serde_json::from_str(&metrics.status_json()).unwrap();
+        assert_eq!(status["state"], "recovering");
+        metrics.recovering.store(false, Ordering::Relaxed);
+        metrics.up.store(true, Ordering::Relaxed);
+        assert_eq!(metrics.state(), "up");
+    }
 }

@@ -65,7 +65,8 @@ pub struct NodeLoop<N: Node> {
     timers: DelayQueue<(TimerId, N::Timer)>,
     timer_keys: FxHashMap<TimerId, delay_queue::Key>,
     to_self: VecDeque<N::Msg>,
-    pending: FxHashMap<RequestId, Reply>,
+    /// Requests awaiting an answer, with when they arrived (for the latency histogram).
+    pending: FxHashMap<RequestId, (Reply, Instant)>,
     next_request: u64,
     /// The protocol's counts since they were last published to `metrics`.
     protocol_counts: FxHashMap<&'static str, u64>,
@@ -175,7 +176,7 @@ impl<N: Node> NodeLoop<N> {
                 NodeMetrics::add(&self.metrics.client_requests, 1);
                 self.next_request += 1;
                 let id = RequestId(self.next_request);
-                self.pending.insert(id, reply);
+                self.pending.insert(id, (reply, Instant::now()));
                 self.handle(|n, ctx| n.on_client_request(ctx, id, request));
             }
         }
@@ -272,16 +273,16 @@ impl<N: Node> NodeLoop<N> {
     }
 
     fn respond(&mut self, request: RequestId, response: ClientResponse) {
-        let Some(reply) = self.pending.remove(&request) else {
+        let Some((reply, arrived)) = self.pending.remove(&request) else {
             panic!("{} answered {request} twice or never received it", self.id);
         };
         if let ClientResponse::Outcome(outcome) = &response {
-            let counter = match outcome {
-                Outcome::Committed { .. } => &self.metrics.committed,
-                Outcome::Aborted { .. } => &self.metrics.aborted,
-                Outcome::Unknown { .. } => &self.metrics.unknown,
+            let outcome = match outcome {
+                Outcome::Committed { .. } => "committed",
+                Outcome::Aborted { .. } => "aborted",
+                Outcome::Unknown { .. } => "unknown",
             };
-            NodeMetrics::add(counter, 1);
+            self.metrics.observe_outcome(outcome, arrived.elapsed());
         }
         if !reply.send(response) {
             NodeMetrics::add(&self.metrics.responses_dropped, 1);

@@ -16,11 +16,19 @@
 //! **Incoming.** Every connection opens with a [`Hello`]. A peer's frames are decoded as
 //! the protocol's messages, a client's as [`RequestFrame`]s. A malformed, truncated or
 //! oversized frame closes that one connection with a logged error.
+//!
+//! **Limits** ([`Limits`]): a node holds at most `max_connections` inbound connections
+//! (one more is closed at accept); a connection buffers at most its frame limit (4 KiB
+//! before its hello, 1 MiB for a client, 16 MiB for a peer), refused when the length
+//! prefix arrives and never reserved ahead of the bytes; a connection that says no hello,
+//! stalls inside a frame, or (a client) sends nothing for long is closed. Its buffer goes
+//! with it. Without authentication (no TLS yet) a forged peer hello gets a peer's limits.
 
 use crate::metrics::NodeMetrics;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use futures_util::{SinkExt, StreamExt};
-use meridian_client::wire::{self, FrameError, Hello, RequestFrame, ResponseFrame};
+use meridian_client::wire::{self, FrameDecoder, FrameError, Hello, RequestFrame, ResponseFrame};
 use meridian_core::txn::{ClientRequest, ClientResponse};
 use meridian_core::NodeId;
 use serde::de::DeserializeOwned;
@@ -28,7 +36,6 @@ use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncRead;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -183,43 +190,101 @@ async fn pump<M: Serialize>(
     }
 }
 
-/// Accepts connections for node `node` until `stop`.
+/// What a node's listener admits. Every bound is per node (per listening port).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Inbound connections open at once, peers and clients together; one more is closed
+    /// as soon as it is accepted (and counted in `connections_refused`).
+    pub max_connections: usize,
+    /// The largest frame a client may send; a larger length prefix closes the connection
+    /// when it arrives, before any of the frame is buffered.
+    pub max_client_frame_bytes: usize,
+    /// The same for a peer (protocol messages, Raft snapshots included).
+    pub max_peer_frame_bytes: usize,
+    /// A connection must say hello this soon after it opens.
+    pub hello_timeout: Duration,
+    /// A frame, once its first byte arrived, must be complete this soon.
+    pub frame_timeout: Duration,
+    /// A client connection that sends nothing this long is closed. Peers have no idle
+    /// limit: a quiet protocol is not a dead link, and closing it would lose a message.
+    pub client_idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 1024,
+            max_client_frame_bytes: wire::MAX_CLIENT_FRAME_BYTES,
+            max_peer_frame_bytes: wire::MAX_FRAME_BYTES,
+            hello_timeout: Duration::from_secs(5),
+            frame_timeout: Duration::from_secs(10),
+            client_idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Accepts connections for node `node` until `stop`, at most `limits.max_connections` at
+/// a time.
 pub async fn listen<M: DeserializeOwned + Send + 'static>(
     listener: TcpListener,
     node: NodeId,
     cluster: String,
     inbox: mpsc::Sender<Inbound<M>>,
     metrics: Arc<NodeMetrics>,
+    limits: Limits,
     stop: CancellationToken,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(s) => s,
                 Err(e) => {
+                    // EMFILE and the like: back off instead of spinning on the error.
                     tracing::warn!(%node, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            NodeMetrics::add(&metrics.connections_refused, 1);
+            tracing::debug!(%node, %peer, "refusing a connection: at the connection limit");
+            drop(stream);
+            continue;
+        };
         NodeMetrics::add(&metrics.connections_accepted, 1);
         let _ = stream.set_nodelay(true);
-        let (inbox, metrics, stop, cluster) = (
+        let (inbox, metrics, stop, cluster, limits) = (
             inbox.clone(),
             metrics.clone(),
             stop.clone(),
             cluster.clone(),
+            limits.clone(),
         );
         tokio::spawn(async move {
+            metrics.connections_open.inc();
             let result = tokio::select! {
                 _ = stop.cancelled() => Ok(()),
-                r = serve_connection(stream, &cluster, inbox) => r,
+                r = serve_connection(stream, &cluster, inbox, &limits) => r,
             };
-            if let Err(e) = result {
-                NodeMetrics::add(&metrics.frame_errors, 1);
-                tracing::error!(%node, %peer, error = %e, "closing connection: bad input");
+            metrics.connections_open.dec();
+            drop(slot);
+            match result {
+                Ok(()) => {}
+                Err(
+                    e @ (ConnectionError::NoHello
+                    | ConnectionError::Stalled(_)
+                    | ConnectionError::Idle(_)),
+                ) => {
+                    NodeMetrics::add(&metrics.connections_timed_out, 1);
+                    tracing::info!(%node, %peer, error = %e, "closing connection");
+                }
+                Err(e) => {
+                    NodeMetrics::add(&metrics.frame_errors, 1);
+                    tracing::error!(%node, %peer, error = %e, "closing connection: bad input");
+                }
             }
         });
     }
@@ -234,18 +299,28 @@ pub enum ConnectionError {
     WrongCluster(String, String),
     #[error("no hello within the deadline")]
     NoHello,
+    #[error("a frame began but was not complete within {0:?}")]
+    Stalled(Duration),
+    #[error("a client sent nothing for {0:?}")]
+    Idle(Duration),
 }
+
+type Reader = FramedRead<tokio::net::tcp::OwnedReadHalf, FrameDecoder>;
 
 async fn serve_connection<M: DeserializeOwned + Send + 'static>(
     stream: TcpStream,
     cluster: &str,
     inbox: mpsc::Sender<Inbound<M>>,
+    limits: &Limits,
 ) -> Result<(), ConnectionError> {
     let (read, write) = stream.into_split();
-    let mut reader = FramedRead::new(read, wire::codec());
-    let hello = tokio::time::timeout(Duration::from_secs(10), next_frame::<Hello, _>(&mut reader))
-        .await
-        .map_err(|_| ConnectionError::NoHello)?;
+    let mut reader = FramedRead::new(read, FrameDecoder::new(wire::MAX_HELLO_BYTES));
+    let hello = tokio::time::timeout(
+        limits.hello_timeout,
+        next_frame::<Hello>(&mut reader, limits.frame_timeout),
+    )
+    .await
+    .map_err(|_| ConnectionError::NoHello)?;
     match hello? {
         None => Ok(()),
         Some(Hello::Peer {
@@ -255,7 +330,10 @@ async fn serve_connection<M: DeserializeOwned + Send + 'static>(
             if theirs != cluster {
                 return Err(ConnectionError::WrongCluster(theirs, cluster.to_string()));
             }
-            while let Some(msg) = next_frame::<M, _>(&mut reader).await? {
+            reader
+                .decoder_mut()
+                .set_max_frame_bytes(limits.max_peer_frame_bytes);
+            while let Some(msg) = next_frame::<M>(&mut reader, limits.frame_timeout).await? {
                 if inbox.send(Inbound::Message { from, msg }).await.is_err() {
                     return Ok(());
                 }
@@ -263,50 +341,100 @@ async fn serve_connection<M: DeserializeOwned + Send + 'static>(
             Ok(())
         }
         Some(Hello::Client) => {
-            let (replies, mut outgoing) = mpsc::channel::<ResponseFrame>(4096);
-            let mut writer = FramedWrite::new(write, wire::codec());
-            let writer_task = tokio::spawn(async move {
-                while let Some(frame) = outgoing.recv().await {
-                    if writer.send(wire::encode(&frame)).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            let result = async {
-                while let Some(frame) = next_frame::<RequestFrame, _>(&mut reader).await? {
-                    let reply = Reply::Remote {
-                        id: frame.id,
-                        to: replies.clone(),
-                    };
-                    let request = frame.request;
-                    if inbox
-                        .send(Inbound::Request { request, reply })
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            .await;
-            drop(replies);
-            // Let answers still owed drain unless the connection was bad.
-            if result.is_err() {
-                writer_task.abort();
-            }
-            result
+            reader
+                .decoder_mut()
+                .set_max_frame_bytes(limits.max_client_frame_bytes);
+            serve_client(reader, write, inbox, limits).await
         }
     }
 }
 
-/// The next frame decoded as `T`; None at a clean end of stream.
-async fn next_frame<T: DeserializeOwned, R: AsyncRead + Unpin>(
-    reader: &mut FramedRead<R, tokio_util::codec::LengthDelimitedCodec>,
-) -> Result<Option<T>, FrameError> {
-    match reader.next().await {
+async fn serve_client<M: Send + 'static>(
+    mut reader: Reader,
+    write: tokio::net::tcp::OwnedWriteHalf,
+    inbox: mpsc::Sender<Inbound<M>>,
+    limits: &Limits,
+) -> Result<(), ConnectionError> {
+    let (replies, mut outgoing) = mpsc::channel::<ResponseFrame>(4096);
+    let mut writer = FramedWrite::new(write, wire::codec());
+    let writer_task = tokio::spawn(async move {
+        while let Some(frame) = outgoing.recv().await {
+            if writer.send(wire::encode(&frame)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let result = async {
+        loop {
+            let frame = tokio::time::timeout(
+                limits.client_idle_timeout,
+                next_frame::<RequestFrame>(&mut reader, limits.frame_timeout),
+            )
+            .await
+            .map_err(|_| ConnectionError::Idle(limits.client_idle_timeout))??;
+            let Some(frame) = frame else { break };
+            let reply = Reply::Remote {
+                id: frame.id,
+                to: replies.clone(),
+            };
+            let request = frame.request;
+            if inbox
+                .send(Inbound::Request { request, reply })
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    drop(replies);
+    // Let answers still owed drain unless the connection was bad.
+    if result.is_err() {
+        writer_task.abort();
+    }
+    result
+}
+
+/// The next frame decoded as `T`; None at a clean end of stream. A frame whose first byte
+/// has arrived must be complete within `frame_timeout` (a sender that stops mid-frame
+/// would otherwise hold its connection and buffer for good).
+async fn next_frame<T: DeserializeOwned>(
+    reader: &mut Reader,
+    frame_timeout: Duration,
+) -> Result<Option<T>, ConnectionError> {
+    // The common case, a frame already buffered or arriving, costs no timer.
+    let frame = match reader.next().now_or_never() {
+        Some(frame) => frame,
+        None => next_frame_timed(reader, frame_timeout).await?,
+    };
+    match frame {
         None => Ok(None),
-        Some(Err(e)) => Err(wire::codec_error(e)),
-        Some(Ok(frame)) => wire::decode(&frame).map(Some),
+        Some(Err(e)) => Err(e.into()),
+        Some(Ok(frame)) => Ok(Some(wire::decode(&frame)?)),
+    }
+}
+
+/// Waits for the next frame, checking a few times per `frame_timeout` whether part of one
+/// sits in the buffer, and for how long. (`FramedRead::next` is cancel-safe: what a
+/// cancelled poll read stays in the buffer.)
+async fn next_frame_timed(
+    reader: &mut Reader,
+    frame_timeout: Duration,
+) -> Result<Option<Result<bytes::BytesMut, FrameError>>, ConnectionError> {
+    let check_every = frame_timeout / 4;
+    let mut partial_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            frame = reader.next() => return Ok(frame),
+            _ = tokio::time::sleep(check_every) => {
+                if reader.read_buffer().is_empty() {
+                    partial_since = None;
+                } else if partial_since.get_or_insert_with(Instant::now).elapsed() >= frame_timeout {
+                    return Err(ConnectionError::Stalled(frame_timeout));
+                }
+            }
+        }
     }
 }

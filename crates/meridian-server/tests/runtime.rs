@@ -10,25 +10,36 @@ use meridian_core::{NodeId, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::ClockSi;
 use meridian_protocols::tiga::Tiga;
 use meridian_server::{Addresses, Host, HostConfig};
-use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Free loopback ports (bound then released; the race with other tests is negligible).
+/// Loopback ports for `n` nodes (peer and metrics), below Linux's ephemeral range
+/// (32768–60999): a port taken from the ephemeral range by binding port 0 and releasing it
+/// can be handed to any outgoing connection (parallel tests open many) before the host
+/// binds it. Each candidate range is checked free; the start is spread by pid and a
+/// per-process counter so parallel test processes do not pick the same range.
 fn free_addresses(n: usize) -> Addresses {
-    let grab = || {
-        let listeners: Vec<TcpListener> = (0..n)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        listeners
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let span = 2 * n as u64;
+    for _ in 0..500 {
+        let draw = u64::from(std::process::id())
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) * 7_919);
+        let base = 10_000 + draw % (22_000 - span);
+        let ports: Vec<u16> = (base..base + span).map(|p| p as u16).collect();
+        if ports
             .iter()
-            .map(|l| l.local_addr().unwrap())
-            .collect::<Vec<SocketAddr>>()
-    };
-    Addresses {
-        peer: grab(),
-        metrics: grab(),
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            let addr = |p: &u16| std::net::SocketAddr::from(([127, 0, 0, 1], *p));
+            return Addresses {
+                peer: ports[..n].iter().map(addr).collect(),
+                metrics: ports[n..].iter().map(addr).collect(),
+            };
+        }
     }
+    panic!("no free port range below the ephemeral range");
 }
 
 fn setup<P: Protocol>(topology: &str) -> Setup<P> {
@@ -120,10 +131,7 @@ async fn tiga_commits_over_tcp_and_a_bad_frame_closes_only_its_connection() {
             .unwrap();
         assert_eq!(last_int(&committed.results), round);
     }
-    let errors = host
-        .metrics(coordinator)
-        .frame_errors
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let errors = host.metrics(coordinator).frame_errors.get();
     assert!(errors >= 3, "three bad connections counted, saw {errors}");
     host.shutdown().await;
 }
@@ -144,17 +152,39 @@ async fn a_dead_cluster_and_a_lost_coordinator_are_distinct_errors() {
         dead.err()
     );
 
-    let host = start::<Tiga>(&setup, config).await;
-    let client = Client::connect(vec![addr], options).await.unwrap();
-    client.execute(add_txn(&setup, &["x"], 1)).await.unwrap();
+    // Only the coordinator runs: the replicas it asks are not there, so a transaction it
+    // takes stays in flight until the coordinator goes away.
+    let coordinator = setup.cluster.coordinators[0];
+    let host = Host::<Tiga>::start(setup.clone(), &[coordinator], config)
+        .await
+        .unwrap();
+    let options = ClientOptions {
+        timeout: Duration::from_secs(30),
+        ..options
+    };
+    let client = std::sync::Arc::new(Client::connect(vec![addr], options).await.unwrap());
+    let in_flight = tokio::spawn({
+        let client = client.clone();
+        let txn = add_txn(&setup, &["x"], 1);
+        async move { client.execute(txn).await }
+    });
+    let metrics = host.metrics(coordinator).clone();
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.client_requests.get()
+            == 1)
+        .await,
+        "the coordinator took the request"
+    );
     host.shutdown().await;
+    let lost = in_flight.await.unwrap();
+    assert!(
+        matches!(lost, Err(ClientError::Unknown { .. })),
+        "a request in flight when its coordinator went away may have committed: {lost:?}"
+    );
     let after = client.execute(add_txn(&setup, &["x"], 1)).await;
     assert!(
-        matches!(
-            after,
-            Err(ClientError::Unknown { .. } | ClientError::Unreachable { .. })
-        ),
-        "{after:?}"
+        matches!(after, Err(ClientError::Unreachable { .. })),
+        "nothing listens any more, nothing was sent: {after:?}"
     );
 }
 
@@ -184,11 +214,7 @@ async fn a_restarted_host_recovers_from_its_durable_logs() {
         .cluster
         .nodes
         .iter()
-        .map(|n| {
-            host.metrics(n.id)
-                .records_recovered
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        .map(|n| host.metrics(n.id).records_recovered.get())
         .sum();
     assert!(recovered > 0, "the restarted nodes read their logs");
     let client = Client::connect(vec![addr], ClientOptions::default())
@@ -205,9 +231,10 @@ async fn a_restarted_host_recovers_from_its_durable_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
-    let setup = setup::<Tiga>("local");
+    let setup = setup::<Tiga>("gcp-tiga");
     let mut config = config(setup.cluster.nodes.len());
-    config.wan_scale = 1.0;
+    let scale = 0.1;
+    config.wan_scale = scale;
     let (left, right): (Vec<NodeId>, Vec<NodeId>) = setup
         .cluster
         .nodes
@@ -220,30 +247,50 @@ async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
     let b = Host::<Tiga>::start(setup.clone(), &right, config.clone())
         .await
         .unwrap();
-    let coordinators: Vec<SocketAddr> = setup
+    // A commit needs an answer from each touched shard's leader: at least the emulated
+    // round trip from the coordinator to the farthest of those leaders. Ask the
+    // coordinator for which that floor is highest.
+    let names = ["m", "n", "o"];
+    let shards: Vec<meridian_core::ShardId> = names.iter().map(|n| key(&setup, n).0).collect();
+    let floor_ms = |c: NodeId| {
+        shards
+            .iter()
+            .map(|s| {
+                2.0 * setup
+                    .cluster
+                    .one_way_ms(c, setup.cluster.initial_leader(*s))
+                    * scale
+            })
+            .fold(0.0, f64::max)
+    };
+    let coordinator = *setup
         .cluster
         .coordinators
         .iter()
-        .map(|c| config.addresses.peer[c.index()])
-        .collect();
-    let client = Client::connect(coordinators, ClientOptions::default())
-        .await
+        .max_by(|x, y| floor_ms(**x).total_cmp(&floor_ms(**y)))
         .unwrap();
+    let floor = Duration::from_secs_f64(floor_ms(coordinator) / 1000.0);
+    assert!(
+        floor >= Duration::from_millis(5),
+        "a delay worth measuring: {floor:?}"
+    );
+    let client = Client::connect(
+        vec![config.addresses.peer[coordinator.index()]],
+        ClientOptions::default(),
+    )
+    .await
+    .unwrap();
     for round in 1..=3 {
-        let committed = client
-            .execute(add_txn(&setup, &["m", "n", "o"], 2))
-            .await
-            .unwrap();
+        let started = std::time::Instant::now();
+        let committed = client.execute(add_txn(&setup, &names, 2)).await.unwrap();
+        let took = started.elapsed();
         assert_eq!(last_int(&committed.results), 2 * round);
+        assert!(
+            took >= floor,
+            "round {round} took {took:?}, under the emulated round trip {floor:?}"
+        );
     }
-    let sent: u64 = left
-        .iter()
-        .map(|id| {
-            a.metrics(*id)
-                .reconnects
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
+    let sent: u64 = left.iter().map(|id| a.metrics(*id).reconnects.get()).sum();
     assert!(
         sent > 0,
         "nodes of one host opened TCP links to the other's"
@@ -298,8 +345,10 @@ async fn interactive_sessions_read_their_writes_and_commit() {
     // them: the coordinator began two transactions (Clock-SI counts `txns`).
     let page = host.metrics(setup.cluster.coordinators[1]).render();
     assert!(
-        page.contains("# TYPE meridian_protocol_events_total counter")
-            && page.contains("meridian_protocol_events_total{node=\"coord1\",name=\"txns\"} 2"),
+        page.contains("# TYPE meridian_protocol_events counter")
+            && page.contains(
+                "meridian_protocol_events_total{node=\"coord1\",protocol=\"clock-si\",name=\"txns\"} 2"
+            ),
         "{page}"
     );
     host.shutdown().await;
@@ -336,5 +385,137 @@ async fn colocated_roles_skip_the_emulated_link() {
         each < Duration::from_millis(200),
         "{each:?} per transaction"
     );
+    host.shutdown().await;
+}
+
+/// Waits (at most `within`) until `condition` holds; whether it did.
+async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition()
+}
+
+/// Whether the server closed `stream` (EOF or reset) within `within`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match tokio::time::timeout(within, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+fn client_hello() -> Vec<u8> {
+    let hello = meridian_client::wire::encode(&meridian_client::wire::Hello::Client);
+    let mut framed = (hello.len() as u32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&hello);
+    framed
+}
+
+/// Issue 22, item 3: a connection that stops inside a frame, one that never says hello
+/// and an idle client are each closed after their timeout (they stayed open for good),
+/// and the node's open-connection gauge returns to what the peers hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_stalled_connections_are_closed() {
+    let setup = setup::<ClockSi>("local");
+    let mut config = config(setup.cluster.nodes.len());
+    config.listen = true;
+    config.limits.hello_timeout = Duration::from_millis(300);
+    config.limits.frame_timeout = Duration::from_millis(300);
+    config.limits.client_idle_timeout = Duration::from_millis(600);
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let metrics = host.metrics(coordinator).clone();
+    let open_before = metrics.connections_open.get();
+
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(&client_hello()).await.unwrap();
+    stalled.write_all(&[0, 0, 0, 100, 1, 2, 3]).await.unwrap();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    idle.write_all(&client_hello()).await.unwrap();
+    for (what, stream) in [
+        ("stalled mid-frame", &mut stalled),
+        ("no hello", &mut silent),
+        ("idle client", &mut idle),
+    ] {
+        assert!(
+            closed_within(stream, Duration::from_secs(10)).await,
+            "{what}: still open"
+        );
+    }
+    assert!(metrics.connections_timed_out.get() >= 3);
+    assert!(
+        eventually(Duration::from_secs(5), || metrics.connections_open.get()
+            == open_before)
+        .await,
+        "open connections {} (before: {open_before})",
+        metrics.connections_open.get()
+    );
+    // A client that keeps talking is not idle.
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    for round in 1..=4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let committed = client.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+        assert_eq!(last_int(&committed.results), round);
+    }
+    host.shutdown().await;
+}
+
+/// A node holds at most `max_connections`: the ones beyond are closed at accept and
+/// counted, the ones within keep working, and a slot frees when a connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_closed_at_accept() {
+    let setup = setup::<ClockSi>("local");
+    let mut config = config(setup.cluster.nodes.len());
+    config.limits.max_connections = 8;
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<ClockSi>(&setup, config).await;
+    let metrics = host.metrics(coordinator).clone();
+    // wan_scale 0 and one process: the peers talk through memory, so the limit is all
+    // the clients'.
+    let client = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..20 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = stream.write_all(&client_hello()).await;
+        flood.push(stream);
+    }
+    let mut closed = 0;
+    for stream in &mut flood {
+        if closed_within(stream, Duration::from_millis(300)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 13, "20 + 1 connections, 8 slots");
+    assert_eq!(metrics.connections_refused.get(), 13);
+    assert_eq!(metrics.connections_open.get(), 8);
+    let committed = client.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+    assert_eq!(last_int(&committed.results), 1);
+    flood.clear();
+    assert!(
+        eventually(Duration::from_secs(5), || metrics.connections_open.get()
+            == 1)
+        .await,
+        "slots free when connections close"
+    );
+    let again = Client::connect(vec![addr], ClientOptions::default())
+        .await
+        .unwrap();
+    let committed = again.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
+    assert_eq!(last_int(&committed.results), 2);
     host.shutdown().await;
 }
