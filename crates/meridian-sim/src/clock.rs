@@ -62,8 +62,12 @@ impl ClockModel {
         (self.read(true_ns) - true_ns as i128) as f64 / NS_PER_MS as f64
     }
 
-    /// Applies a scheduled step (positive: the clock jumps ahead).
+    /// Applies a scheduled step (positive: the clock jumps ahead). A TrueTime clock
+    /// (`truetime`, K2 §2.2) is not stepped: its hardware keeps the bound.
     pub fn step(&mut self, step_ns: f64) {
+        if self.params.truetime {
+            return;
+        }
         self.steps_ns += step_ns;
     }
 
