@@ -235,7 +235,10 @@ impl Coordinator {
             });
         if !live {
             let why = AbortReason::Failure;
-            return ctx.respond(request, ClientResponse::Outcome(Outcome::Aborted { reason: why }));
+            return ctx.respond(
+                request,
+                ClientResponse::Outcome(Outcome::Aborted { reason: why }),
+            );
         }
         let seq = id.seq;
         match step {
@@ -409,9 +412,11 @@ impl Coordinator {
         let recorder = t.recorder.unwrap_or(self.id);
         for i in 0..txn.pieces.len() {
             let piece = &txn.pieces[i];
-            let earlier_pending = (0..i).any(|j| txn.pieces[j].shard == piece.shard && results[j].is_none());
+            let earlier_pending =
+                (0..i).any(|j| txn.pieces[j].shard == piece.shard && results[j].is_none());
             let deps = piece.dependencies();
-            if sent[i] || earlier_pending || deps.iter().any(|d| results[usize::from(*d)].is_none()) {
+            if sent[i] || earlier_pending || deps.iter().any(|d| results[usize::from(*d)].is_none())
+            {
                 continue;
             }
             sent[i] = true;
@@ -429,7 +434,10 @@ impl Coordinator {
                 piece: piece.clone(),
                 inputs,
             };
-            ctx.send(self.cluster.initial_leader(piece.shard), Msg::Execute(Box::new(exec)));
+            ctx.send(
+                self.cluster.initial_leader(piece.shard),
+                Msg::Execute(Box::new(exec)),
+            );
         }
     }
 
@@ -455,7 +463,10 @@ impl Coordinator {
                     piece: piece.clone(),
                     inputs,
                 };
-                ctx.send(self.cluster.initial_leader(piece.shard), Msg::Execute(Box::new(exec)));
+                ctx.send(
+                    self.cluster.initial_leader(piece.shard),
+                    Msg::Execute(Box::new(exec)),
+                );
             }
         } else {
             self.send_pending(ctx, seq);
@@ -502,7 +513,9 @@ impl Coordinator {
                     Body::OneShot { results, .. } => {
                         results.get(usize::from(step)).is_some_and(Option::is_none)
                     }
-                    Body::Session { pending, .. } => pending.as_ref().is_some_and(|p| p.step == step),
+                    Body::Session { pending, .. } => {
+                        pending.as_ref().is_some_and(|p| p.step == step)
+                    }
                 };
                 if expected {
                     self.abort(ctx, seq, reason);
@@ -597,7 +610,13 @@ impl Coordinator {
                 ..
             } => {
                 ctx.count("k2.recorder_aborted", 1);
-                return self.answer(ctx, seq, Outcome::Aborted { reason: AbortReason::Failure });
+                return self.answer(
+                    ctx,
+                    seq,
+                    Outcome::Aborted {
+                        reason: AbortReason::Failure,
+                    },
+                );
             }
             Phase::Committing {
                 decided: Some(true),
@@ -615,7 +634,9 @@ impl Coordinator {
             return;
         }
         let results = match &t.body {
-            Body::OneShot { results, .. } => results.iter().map(|r| r.clone().expect("all")).collect(),
+            Body::OneShot { results, .. } => {
+                results.iter().map(|r| r.clone().expect("all")).collect()
+            }
             Body::Session { .. } => Vec::new(),
         };
         let outcome = Outcome::Committed {
@@ -650,7 +671,13 @@ impl Coordinator {
         if let (Some(ts), Some(recorder)) = (t.ts, t.recorder) {
             if !t.participants.is_empty() {
                 let participants = t.participants.iter().copied().collect();
-                ctx.send(recorder, Msg::Abort { txn: ts, participants });
+                ctx.send(
+                    recorder,
+                    Msg::Abort {
+                        txn: ts,
+                        participants,
+                    },
+                );
             }
         }
         ctx.count("k2.aborts", 1);
@@ -684,7 +711,7 @@ impl Coordinator {
                     self.maybe_answer(ctx, seq);
                 }
             }
-            Timer::DataNodeTick => {}
+            Timer::DataNodeTick | Timer::RecorderDeadline { .. } => {}
         }
     }
 

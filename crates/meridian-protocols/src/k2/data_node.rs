@@ -159,7 +159,11 @@ impl DataNode {
                 txn: *txn,
                 recorder: l.recorder,
                 results: l.results.iter().map(|(s, r)| (*s, r.clone())).collect(),
-                writes: l.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                writes: l
+                    .writes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
             })
             .collect();
         Snapshot {
@@ -184,7 +188,6 @@ impl DataNode {
         ctx.set_timer(self.opts.retry_ns, Timer::DataNodeTick);
     }
 
-
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, msg: Msg) {
         match msg {
             Msg::Execute(exec) => self.on_execute(ctx, from, *exec),
@@ -195,13 +198,18 @@ impl DataNode {
             } => self.on_resolve(ctx, from, txn, committed, ack),
             Msg::Commit { txn, participants } => {
                 let env = env(&self.cluster, &self.opts);
-                self.recorder.on_end(ctx, &env, from, txn, true, participants);
+                self.recorder
+                    .on_end(ctx, &env, from, txn, true, participants);
             }
             Msg::Abort { txn, participants } => {
                 let env = env(&self.cluster, &self.opts);
-                self.recorder.on_end(ctx, &env, from, txn, false, participants);
+                self.recorder
+                    .on_end(ctx, &env, from, txn, false, participants);
             }
-            Msg::Push { txn } => self.recorder.on_push(ctx, from, txn),
+            Msg::Push { txn } => {
+                let env = env(&self.cluster, &self.opts);
+                self.recorder.on_push(ctx, &env, from, txn);
+            }
             Msg::Finalized { txn, shard } => self.recorder.on_finalized(ctx, txn, shard),
             _ => {}
         }
@@ -231,7 +239,11 @@ impl DataNode {
         if let Some(result) = self.live.get(&txn).and_then(|l| l.results.get(&step)) {
             return reply(ctx, Ok(result.clone()));
         }
-        if self.waiting.iter().any(|w| w.exec.txn == txn && w.exec.step == step) {
+        if self
+            .waiting
+            .iter()
+            .any(|w| w.exec.txn == txn && w.exec.step == step)
+        {
             return;
         }
         if txn.time_ns.saturating_add(self.opts.max_txn_age_ns()) < ctx.now_ns() {
@@ -283,7 +295,8 @@ impl DataNode {
         self.pushes.insert(txn, (recorder, ctx.now_ns()));
         if recorder == self.id {
             // The local recorder: hold the push there, resolved when it decides.
-            self.recorder.on_push(ctx, self.id, txn);
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.on_push(ctx, &env, self.id, txn);
         } else {
             ctx.send(recorder, Msg::Push { txn });
         }
@@ -374,7 +387,8 @@ impl DataNode {
         };
         self.add_intents(&record, ctx.now_ns());
         if exec.recorder == self.id {
-            self.recorder.open(exec.txn);
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.open(ctx, &env, exec.txn);
         }
         self.persist(ctx, Record::Intents(Box::new(record)));
         Ok(result)
@@ -463,6 +477,11 @@ impl DataNode {
     }
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, K2Node>, timer: Timer) {
+        if let Timer::RecorderDeadline { txn } = timer {
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.on_deadline(ctx, &env, txn);
+            return self.resolve_local(ctx);
+        }
         if !matches!(timer, Timer::DataNodeTick) {
             return;
         }
@@ -504,6 +523,12 @@ impl DataNode {
         self.resolve_local(ctx);
     }
 
+    /// The store (tests).
+    #[cfg(test)]
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub fn check_invariants(&self) -> Result<(), String> {
         self.store.check()?;
         for w in &self.waiting {
@@ -519,7 +544,11 @@ impl DataNode {
                 return Err(format!("{txn} is both live and finished"));
             }
             for key in live.writes.keys() {
-                if !self.store.key(key).is_some_and(|s| s.intents.contains_key(txn)) {
+                if !self
+                    .store
+                    .key(key)
+                    .is_some_and(|s| s.intents.contains_key(txn))
+                {
                     return Err(format!("{txn} lost its intent on {key:?}"));
                 }
             }

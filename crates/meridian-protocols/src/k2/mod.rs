@@ -54,9 +54,9 @@
 //! * **Recorder placement**: the primary of the first shard a transaction writes (one-shot:
 //!   its first writing piece; interactive: its first `Put`). Read-only transactions have
 //!   none. In-progress status is volatile; decisions are persisted before anyone hears
-//!   them. A transaction with no decision `2 × txn_timeout` after its timestamp is aborted
-//!   (its coordinator gave up at `txn_timeout`), and a commit of one that old is refused,
-//!   which lets aborted decisions be forgotten after `4 × txn_timeout`.
+//!   them. A transaction with no decision `txn_timeout` after its timestamp is aborted
+//!   (its coordinator gives up then too: §5.3's failed coordinator), and a commit of one
+//!   that old is refused, which lets aborted decisions be forgotten after `2 × txn_timeout`.
 //! * **Durability** (§5.1's shared storage): each primary's log holds its intents (on
 //!   creation), finalizations, recorder decisions and acknowledgements, and a *read floor*
 //!   reserved `read_floor_ms` ahead of the reads it serves; after a crash every key's RT
@@ -69,7 +69,7 @@
 //! * **Version garbage collection**: `max_versions_per_key` newest versions are kept; a
 //!   read below the oldest kept one aborts.
 //! * **Stale intents** (a failed coordinator, a lost finalization) are pushed by their
-//!   primary once older than `2 × txn_timeout`, without waiting for a reader.
+//!   primary once older than `txn_timeout`, without waiting for a reader.
 //!
 //! ## Not implemented (yet)
 //! K2-VCR (§6: epochs, replica reads) — read replicas are inert and every read is served

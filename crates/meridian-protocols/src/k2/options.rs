@@ -60,7 +60,7 @@ pub struct Options {
     /// Retransmission interval (`retry_ms`; default the largest round trip × 2, ≥ 5 ms).
     pub retry_ns: u64,
     /// A coordinator gives a transaction this long (`txn_timeout_ms`; 8 × retry, ≥ 1 s);
-    /// recorders abort undetermined transactions after twice as long.
+    /// recorders abort undetermined transactions whose timestamp is older.
     pub txn_timeout_ns: u64,
     /// Live transactions per coordinator (`max_inflight`; 1024).
     pub max_inflight: usize,
@@ -163,10 +163,12 @@ impl Options {
         }
     }
 
-    /// A recorder aborts a transaction it has no decision for after this long, and refuses
-    /// to commit one whose timestamp is older (so forgotten aborts stay aborts).
+    /// A recorder aborts a transaction it has no decision for once its timestamp is this
+    /// old, and refuses to commit one that old (so forgotten aborts stay aborts): by then
+    /// its coordinator has given up on it anyway (§5.3: a failed coordinator's
+    /// transactions are aborted).
     pub fn max_txn_age_ns(&self) -> u64 {
-        2 * self.txn_timeout_ns
+        self.txn_timeout_ns
     }
 }
 
@@ -174,8 +176,7 @@ impl Options {
 /// the TTC bound (§4.1), so running it on clocks that may err more would test nothing.
 fn check_oracle_clocks(cluster: &Cluster, epsilon_us: u64) -> Result<(), String> {
     for node in &cluster.nodes {
-        if !matches!(&node.role, NodeRole::Service { name, .. } if name == super::ORACLE_SERVICE)
-        {
+        if !matches!(&node.role, NodeRole::Service { name, .. } if name == super::ORACLE_SERVICE) {
             continue;
         }
         let bound_ms = node.clock.params.error_bound_ms;

@@ -34,7 +34,14 @@ impl Oracle {
             self.last_high_ns = high_ns;
             ctx.count("k2.oracle_requests", 1);
             let oracle = self.index;
-            ctx.send(from, Msg::OracleTs { req, high_ns, oracle });
+            ctx.send(
+                from,
+                Msg::OracleTs {
+                    req,
+                    high_ns,
+                    oracle,
+                },
+            );
         }
     }
 }

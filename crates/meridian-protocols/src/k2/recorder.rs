@@ -14,7 +14,7 @@
 //!
 //! Decisions are persisted before anyone hears them (persist-then-send in one handler).
 
-use super::wire::{DecisionRecord, Msg, Record, TxnTs};
+use super::wire::{DecisionRecord, Msg, Record, Timer, TxnTs};
 use super::K2Node;
 use meridian_core::node::Ctx;
 use meridian_core::{Cluster, NodeId, ShardId};
@@ -98,10 +98,28 @@ impl Recorder {
     }
 
     /// The transaction's first write reached this recorder: open its record.
-    pub fn open(&mut self, txn: TxnTs) {
-        self.entries.entry(txn).or_insert(Entry::Open {
-            pushers: BTreeSet::new(),
-        });
+    pub fn open(&mut self, ctx: &mut Ctx<'_, K2Node>, env: &Env<'_>, txn: TxnTs) {
+        if !self.entries.contains_key(&txn) {
+            self.entries.insert(
+                txn,
+                Entry::Open {
+                    pushers: BTreeSet::new(),
+                },
+            );
+            arm_deadline(ctx, env, txn);
+        }
+    }
+
+    /// The deadline of an open record passed (`Timer::RecorderDeadline`).
+    pub fn on_deadline(&mut self, ctx: &mut Ctx<'_, K2Node>, env: &Env<'_>, txn: TxnTs) {
+        if !matches!(self.entries.get(&txn), Some(Entry::Open { .. })) {
+            return;
+        }
+        if ctx.now_ns().saturating_sub(txn.time_ns) <= env.max_txn_age_ns {
+            return arm_deadline(ctx, env, txn);
+        }
+        ctx.count("k2.recorder_timeouts", 1);
+        self.decide(ctx, env, txn, false, Vec::new());
     }
 
     /// The decision, if made.
@@ -157,11 +175,9 @@ impl Recorder {
     }
 
     /// PUSHWS from a primary.
-    pub fn on_push(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, txn: TxnTs) {
-        let entry = self.entries.entry(txn).or_insert(Entry::Open {
-            pushers: BTreeSet::new(),
-        });
-        match entry {
+    pub fn on_push(&mut self, ctx: &mut Ctx<'_, K2Node>, env: &Env<'_>, from: NodeId, txn: TxnTs) {
+        self.open(ctx, env, txn);
+        match self.entries.get_mut(&txn).expect("opened") {
             Entry::Open { pushers } => {
                 pushers.insert(from);
             }
@@ -180,12 +196,7 @@ impl Recorder {
     }
 
     /// A participant finalized.
-    pub fn on_finalized(
-        &mut self,
-        ctx: &mut Ctx<'_, K2Node>,
-        txn: TxnTs,
-        shard: ShardId,
-    ) {
+    pub fn on_finalized(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs, shard: ShardId) {
         let Some(Entry::Decided {
             unacked,
             committed,
@@ -252,7 +263,14 @@ impl Recorder {
         }
         for shard in unacked {
             let ack = true;
-            ctx.send(env.cluster.initial_leader(shard), Msg::Resolve { txn, committed, ack });
+            ctx.send(
+                env.cluster.initial_leader(shard),
+                Msg::Resolve {
+                    txn,
+                    committed,
+                    ack,
+                },
+            );
         }
     }
 
@@ -295,4 +313,11 @@ impl Recorder {
             }
         }
     }
+}
+
+/// Wakes the recorder when `txn` reaches `max_txn_age` (by its timestamp, on this clock).
+fn arm_deadline(ctx: &mut Ctx<'_, K2Node>, env: &Env<'_>, txn: TxnTs) {
+    let deadline = txn.time_ns.saturating_add(env.max_txn_age_ns);
+    let after_ns = deadline.saturating_sub(ctx.now_ns()).max(1_000_000);
+    ctx.set_timer(after_ns, Timer::RecorderDeadline { txn });
 }

@@ -76,6 +76,8 @@ pub enum Timer {
     CommitWait { txn: TxnTs },
     /// Primary: re-push, re-finalize, sweep stale intents, expire recorder entries.
     DataNodeTick,
+    /// Recorder: `txn` reaches `max_txn_age`; abort it unless decided.
+    RecorderDeadline { txn: TxnTs },
 }
 
 /// A write intent as persisted when it is created (§5.3: "all data and temporary write
@@ -123,17 +125,25 @@ pub struct Snapshot {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Record {
     /// Coordinator: booted (its incarnation tags its timestamps).
-    Started { incarnation: u32 },
+    Started {
+        incarnation: u32,
+    },
     /// Primary: intents created by one step.
     Intents(Box<IntentRecord>),
     /// Primary: the transaction's intents were finalized (applied or dropped).
-    Finalized { txn: TxnTs, committed: bool },
+    Finalized {
+        txn: TxnTs,
+        committed: bool,
+    },
     /// Primary: reads up to this timestamp may have been served (§5.3 recovery of the read
     /// version tracker).
     ReadFloor(Timestamp),
     /// Recorder: a decision, and later its finalization acknowledged.
     Decided(DecisionRecord),
-    Acked { txn: TxnTs, shard: ShardId },
+    Acked {
+        txn: TxnTs,
+        shard: ShardId,
+    },
     /// Primary: everything up to here.
     Checkpoint(Box<Snapshot>),
 }

@@ -37,9 +37,7 @@ impl KeyState {
             return Some(own.value.clone());
         }
         let newer = self.versions.partition_point(|(v, _)| *v <= ts);
-        newer
-            .checked_sub(1)
-            .map(|i| self.versions[i].1.clone())
+        newer.checked_sub(1).map(|i| self.versions[i].1.clone())
     }
 
     /// Other transactions' intents below `ts` (Fig. 10 line 1: what a reader must push).
@@ -111,7 +109,11 @@ impl Store {
             if !state.versions.windows(2).all(|w| w[0].0 < w[1].0) {
                 return Err(format!("versions of {key:?} out of order"));
             }
-            if state.versions.first().is_some_and(|(v, _)| *v < state.pruned_below) {
+            if state
+                .versions
+                .first()
+                .is_some_and(|(v, _)| *v < state.pruned_below)
+            {
                 return Err(format!("{key:?} keeps a version below its pruning point"));
             }
         }
@@ -188,7 +190,11 @@ mod tests {
         s.finalize(ts(10), false, 8);
         assert_eq!(s.undetermined_below(ts(20)).count(), 0);
         assert_eq!(s.value_at(ts(20)), None, "an aborted intent leaves nothing");
-        assert_eq!(s.value_at(ts(30)), Some(val(3)), "a writer reads its own intent");
+        assert_eq!(
+            s.value_at(ts(30)),
+            Some(val(3)),
+            "a writer reads its own intent"
+        );
     }
 
     #[test]
