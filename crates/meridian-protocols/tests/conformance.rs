@@ -59,7 +59,7 @@ mod k2 {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "3dc811c872e7a7ba"), (6, "5cdf3fc22e8c516f")],
+        golden: &[(5, "cbc823e3b604b565"), (6, "47eb018ff0729fb6")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_read_tracking=true",
             workload: "bank",

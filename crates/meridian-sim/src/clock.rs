@@ -166,4 +166,41 @@ mod tests {
             rarely.read(10_000 * NS_PER_MS)
         );
     }
+
+    #[test]
+    fn a_truetime_clock_keeps_its_bound_through_scheduled_steps() {
+        // K2's TTC oracles (topologies/k2-five-regions.toml): 200 ppm, calibrated every
+        // 62.5 ms, ε = 100 us.
+        let params = ClockParams {
+            error_ms: 0.005,
+            drift_ppm: 200.0,
+            resync_ms: 62.5,
+            steps_per_minute: 0.0,
+            error_bound_ms: Some(0.1),
+            truetime: true,
+        };
+        let mut clock = ClockModel::new(&params, 11);
+        let mut worst: f64 = 0.0;
+        for t in (0..10_000u64).step_by(1) {
+            if t == 5_000 {
+                clock.step(-40.0 * NS_PER_MS as f64);
+            }
+            worst = worst.max(clock.error_ms(t * NS_PER_MS).abs());
+        }
+        // Drift between calibrations (12.5 us) plus the calibration error (5 us).
+        assert!(
+            worst > 0.0 && worst <= 0.0175 + 1e-6,
+            "worst |error| {worst} ms"
+        );
+        let ordinary = ClockParams {
+            truetime: false,
+            ..params
+        };
+        let mut clock = ClockModel::new(&ordinary, 11);
+        clock.step(-40.0 * NS_PER_MS as f64);
+        assert!(
+            clock.error_ms(NS_PER_MS) < -39.0,
+            "an ordinary clock is stepped"
+        );
+    }
 }

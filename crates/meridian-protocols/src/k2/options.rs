@@ -42,7 +42,10 @@ pub struct Options {
     pub epsilon_ns: u64,
     /// The ordinary servers' assumed maximum drift D (`drift_ppm`; 200, §2.2).
     pub drift_ppm: u64,
-    /// The batch's time to live, which is also its width (`ttl_us`; 100, §7.2).
+    /// The batch's time to live, which is also its width (`ttl_us`; 100 as in §7.2, or
+    /// four of the topology's largest intra-region round trips if that is more: §4.3 asks
+    /// for a TTL above the latency of getting a timestamp, else every batch has expired
+    /// when it arrives and serves only the transactions that waited for it).
     pub ttl_ns: u64,
     /// Nanoseconds between two timestamps of a batch (`step_ns`; 10, §4.4).
     pub step_ns: u64,
@@ -94,7 +97,7 @@ impl Options {
             }
         };
         let epsilon_us: u64 = config.get("epsilon_us", 100)?;
-        let ttl_us: u64 = config.get("ttl_us", 100)?;
+        let ttl_us: u64 = config.get("ttl_us", default_ttl_us(cluster))?;
         let step_ns: u64 = config.get("step_ns", 10)?;
         let drift_ppm: u64 = config.get("drift_ppm", 200)?;
         in_range("epsilon_us", epsilon_us, 1, 1_000_000)?;
@@ -223,6 +226,15 @@ fn positive_ms(key: &str, ms: f64) -> Result<(), String> {
 
 fn ms_to_ns(ms: f64) -> u64 {
     (ms * NS_PER_MS as f64).round() as u64
+}
+
+/// The default TTL: 100 µs, or four intra-region round trips (the oracle's latency here).
+fn default_ttl_us(cluster: &Cluster) -> u64 {
+    let regions = cluster.topology.regions.len() as u16;
+    let intra_ms = (0..regions)
+        .map(|r| cluster.topology.rtt_ms(RegionId(r), RegionId(r)))
+        .fold(0.0, f64::max);
+    ((4.0 * intra_ms * 1000.0).ceil() as u64).max(100)
 }
 
 /// The largest round trip between any two regions of the cluster.
