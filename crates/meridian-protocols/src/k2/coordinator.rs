@@ -410,10 +410,11 @@ impl Coordinator {
         };
         let ts = t.ts.expect("executing");
         let recorder = t.recorder.unwrap_or(self.id);
-        for i in 0..txn.pieces.len() {
-            let piece = &txn.pieces[i];
-            let earlier_pending =
-                (0..i).any(|j| txn.pieces[j].shard == piece.shard && results[j].is_none());
+        for (i, piece) in txn.pieces.iter().enumerate() {
+            let earlier_pending = txn.pieces[..i]
+                .iter()
+                .zip(results.iter())
+                .any(|(p, r)| p.shard == piece.shard && r.is_none());
             let deps = piece.dependencies();
             if sent[i] || earlier_pending || deps.iter().any(|d| results[usize::from(*d)].is_none())
             {

@@ -14,7 +14,9 @@
 
 use super::options::Options;
 use super::recorder::{Env, Recorder};
-use super::wire::{Execute, IntentRecord, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs};
+use super::wire::{
+    Execute, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs,
+};
 use super::write_stream::{Intent, Store, View};
 use super::K2Node;
 use meridian_core::node::Ctx;
@@ -118,10 +120,10 @@ impl DataNode {
     }
 
     fn load(&mut self, s: &Snapshot) {
-        for (key, pruned_below, versions) in &s.keys {
-            let state = self.store.key_mut(key);
-            state.pruned_below = *pruned_below;
-            state.versions = versions.clone();
+        for k in &s.keys {
+            let state = self.store.key_mut(&k.key);
+            state.pruned_below = k.pruned_below;
+            state.versions = k.versions.clone();
         }
         for t in &s.txns {
             for (key, value) in &t.writes {
@@ -150,7 +152,11 @@ impl DataNode {
             .keys
             .iter()
             .filter(|(_, s)| !s.versions.is_empty())
-            .map(|(k, s)| (k.clone(), s.pruned_below, s.versions.clone()))
+            .map(|(k, s)| KeySnapshot {
+                key: k.clone(),
+                pruned_below: s.pruned_below,
+                versions: s.versions.clone(),
+            })
             .collect();
         let txns = self
             .live
@@ -434,8 +440,8 @@ impl DataNode {
         if self.live.contains_key(&txn) {
             self.finalize(txn, committed);
             self.persist(ctx, Record::Finalized { txn, committed });
-        } else if !self.finished.contains_key(&txn) {
-            self.finished.insert(txn, committed);
+        } else {
+            self.finished.entry(txn).or_insert(committed);
         }
         self.pushes.remove(&txn);
         if ack {

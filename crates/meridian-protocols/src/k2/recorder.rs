@@ -99,13 +99,10 @@ impl Recorder {
 
     /// The transaction's first write reached this recorder: open its record.
     pub fn open(&mut self, ctx: &mut Ctx<'_, K2Node>, env: &Env<'_>, txn: TxnTs) {
-        if !self.entries.contains_key(&txn) {
-            self.entries.insert(
-                txn,
-                Entry::Open {
-                    pushers: BTreeSet::new(),
-                },
-            );
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.entries.entry(txn) {
+            slot.insert(Entry::Open {
+                pushers: BTreeSet::new(),
+            });
             arm_deadline(ctx, env, txn);
         }
     }

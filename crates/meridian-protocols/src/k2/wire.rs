@@ -110,12 +110,20 @@ pub struct TxnSnapshot {
     pub writes: Vec<(Key, Value)>,
 }
 
+/// One key's committed versions in a checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeySnapshot {
+    pub key: Key,
+    /// Versions below this were discarded.
+    pub pruned_below: Timestamp,
+    /// Oldest first.
+    pub versions: Vec<(TxnTs, Value)>,
+}
+
 /// A primary's state as of a checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// Per key: the timestamp below which versions were discarded, and the committed
-    /// versions (oldest first).
-    pub keys: Vec<(Key, Timestamp, Vec<(TxnTs, Value)>)>,
+    pub keys: Vec<KeySnapshot>,
     pub txns: Vec<TxnSnapshot>,
     pub finished: Vec<(TxnTs, bool)>,
     pub decisions: Vec<DecisionRecord>,
