@@ -73,7 +73,12 @@
 //!
 //! ## Not implemented (yet)
 //! K2-VCR (§6: epochs, replica reads) — read replicas are inert and every read is served
-//! by a primary; the baselines `p2pl-ttc` and `mvto-hlc`.
+//! by a primary; the baselines `p2pl-ttc` and `mvto-hlc`. An open question for K2-VCR:
+//! §6.3 takes a commit epoch as the maximum of the epochs the *writes* proposed and the
+//! recorder's, but nodes cut epochs at slightly different true times, so a transaction T
+//! that read T′'s write (after PUSHWS) can get a smaller epoch than T′ when its recorder's
+//! cut lags; a replica view between the two epochs would show T without T′. Reads (and
+//! the epochs of the versions they return) will have to propose epochs too.
 //!
 //! ## Options
 //! See [`Options`]; the test-only `unsafe_skip_read_tracking=true` removes the read

@@ -227,11 +227,11 @@ fn write_streams_hold_several_intents_per_key_and_without_them_writers_wait_or_a
 #[test]
 fn the_client_hears_a_commit_only_after_the_commit_wait() {
     // ε = 20 ms makes the commit wait (2(TTL+ε)(1+D) ≈ 40 ms) longer than the work.
-    let mut d = driver("epsilon_us=20000");
+    let mut d = driver("epsilon_us=20000,ttl_us=100");
     let start = d.now;
     let r = d.submit(0, txn(vec![read(&d, 0, "k")]));
     assert!(d.run_until_answered(&[r], 200 * MS));
-    let mut d2 = driver("epsilon_us=20000");
+    let mut d2 = driver("epsilon_us=20000,ttl_us=100");
     let r2 = d2.submit(0, txn(vec![read(&d2, 0, "k")]));
     d2.run_for(40 * MS);
     assert!(d2.outcome(r2).is_none(), "still waiting at 40 ms");
@@ -357,12 +357,68 @@ fn options_are_checked_by_name() {
     for (raw, needle) in [
         ("timestamps=sometimes", "timestamps"),
         ("ttl_us=0", "ttl_us"),
-        ("step_ns=200000", "step_ns"),
+        ("step_ns=20000000", "step_ns"),
         ("bogus=1", "bogus"),
         ("txn_timeout_ms=1,retry_ms=10", "txn_timeout_ms"),
     ] {
         let config = meridian_core::ProtocolConfig::parse(raw).unwrap();
         let err = K2::parse_options(&config, &cluster).unwrap_err();
         assert!(err.contains(needle), "{raw}: {err}");
+    }
+}
+
+#[test]
+fn a_coordinator_whose_oracle_crashed_asks_the_next_nearest() {
+    let mut d = driver("");
+    let oracles = d.cluster.services(ORACLE_SERVICE);
+    assert_eq!(oracles.len(), 2, "one per region by default");
+    let near = *oracles
+        .iter()
+        .find(|o| d.cluster.region_of(**o) == d.cluster.region_of(d.coordinator_node(0)))
+        .expect("an oracle in the coordinator's region");
+    d.crash(near);
+    let r = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[r], 500 * MS));
+    committed(&d, r);
+    assert!(d
+        .counters
+        .get("k2.ts_request_retries")
+        .is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn random_loss_duplication_and_reordering_keep_appends_atomic_and_exactly_once() {
+    let mut d = driver("");
+    d.faults = crate::testkit::Faults {
+        drop: 0.05,
+        duplicate: 0.1,
+        jitter_ns: 3 * MS,
+    };
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let t = txn(vec![append(&d, 0, "k", i), append(&d, 1, "j", i)]);
+        requests.push((i, d.submit((i % 2) as usize, t)));
+        d.run_for(7 * MS);
+    }
+    d.faults = crate::testkit::Faults::default();
+    let ids: Vec<_> = requests.iter().map(|(_, r)| *r).collect();
+    assert!(d.run_until_answered(&ids, 20_000 * MS));
+    d.run_for(2_000 * MS);
+    let r = d.submit(0, txn(vec![read(&d, 0, "k"), read(&d, 1, "j")]));
+    assert!(d.run_until_answered(&[r], 1_000 * MS));
+    let (results, _) = committed(&d, r);
+    let (k, j) = (list(&results[0]), list(&results[1]));
+    assert_eq!(k, j, "both appends of a transaction or neither");
+    let mut seen = k.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), k.len(), "no append applied twice");
+    for (i, req) in requests {
+        let present = k.contains(&i);
+        match d.outcome(req) {
+            Some(Outcome::Committed { .. }) => assert!(present, "committed {i} is missing"),
+            Some(Outcome::Aborted { .. }) => assert!(!present, "aborted {i} is present"),
+            _ => {}
+        }
     }
 }
