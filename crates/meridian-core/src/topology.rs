@@ -22,7 +22,8 @@
 //!
 //! [clocks]
 //! profile = "huygens"                # perfect | huygens | chrony | ntpd | bad | a custom name
-//! overrides = [{ region = "BR", profile = "bad" }, { node = "shard0/replica1", profile = "ntpd" }]
+//! overrides = [{ region = "BR", profile = "bad" }, { node = "shard0/replica1", profile = "ntpd" },
+//!              { service = "oracle", profile = "ttc" }]   # every member of a service
 //! steps = [{ node = "coord0", at_ms = 5000.0, step_ms = -40.0 }]
 //! [clocks.custom.wobbly]
 //! error_ms = 2.0                     # typical |error|; drawn per node, re-drawn every resync
@@ -113,6 +114,11 @@ pub struct ClockParams {
     /// A guaranteed bound on |error| (the model clips to it), if the profile offers one.
     #[serde(default)]
     pub error_bound_ms: Option<f64>,
+    /// A TrueTime clock (K2 §2.2): a hardware clock disciplined by PTP against a time
+    /// master, trusted to stay within `error_bound_ms`. A scheduled clock step (a fault of
+    /// the software time daemon of an ordinary server) does not reach it.
+    #[serde(default)]
+    pub truetime: bool,
 }
 
 fn default_resync_ms() -> f64 {
@@ -136,6 +142,7 @@ impl ClockProfile {
                 resync_ms,
                 steps_per_minute,
                 error_bound_ms,
+                truetime: false,
             };
         let params = match name {
             "perfect" => params(0.0, 0.0, 1000.0, 0.0, Some(0.0)),
@@ -263,6 +270,8 @@ pub struct Topology {
 enum NodeSelector {
     Region(RegionId),
     Node(String),
+    /// Every member of a protocol service (none when the protocol runs no such service).
+    Service(String),
 }
 
 // ---- raw file shapes -------------------------------------------------------------------
@@ -355,6 +364,9 @@ struct RawClocks {
 struct RawClockOverride {
     region: Option<Spanned<String>>,
     node: Option<Spanned<String>>,
+    /// Every member of this service (K2's TTC oracles run on TrueTime clocks).
+    #[serde(default)]
+    service: Option<Spanned<String>>,
     profile: Spanned<String>,
 }
 
@@ -885,8 +897,19 @@ impl Topology {
             self.default_clock = Self::profile(p, &clocks.custom, name, "clocks.profile")?;
         }
         for o in &clocks.overrides {
-            let selector =
-                Self::selector(p, &self.regions, &o.region, &o.node, "clocks.overrides")?;
+            let selector = match &o.service {
+                Some(service) if o.region.is_none() && o.node.is_none() => {
+                    NodeSelector::Service(service.get_ref().clone())
+                }
+                Some(_) => {
+                    return Err(p.error(
+                        None,
+                        "clocks.overrides",
+                        "each entry names exactly one of `region`, `node` or `service`",
+                    ))
+                }
+                None => Self::selector(p, &self.regions, &o.region, &o.node, "clocks.overrides")?,
+            };
             self.clock_overrides.push((
                 selector,
                 Self::profile(p, &clocks.custom, &o.profile, "clocks.overrides.profile")?,
@@ -1210,6 +1233,7 @@ impl Cluster {
                 .filter(|n| n.region == *r)
                 .map(|n| n.id)
                 .collect()),
+            NodeSelector::Service(service) => Ok(self.services(service)),
             NodeSelector::Node(name) => {
                 self.node_by_name(name)
                     .map(|n| vec![n])

@@ -7,6 +7,7 @@
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod clock_si;
+pub mod k2;
 pub mod kit;
 pub mod tiga;
 pub mod two_pl;

@@ -53,3 +53,19 @@ mod conventional_si {
     };
     meridian_sim::conformance_tests!(meridian_protocols::clock_si::ConventionalSi, SPEC);
 }
+
+mod k2 {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "interactive=true",
+        seconds: 20,
+        golden: &[(5, "cbc823e3b604b565"), (6, "47eb018ff0729fb6")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_read_tracking=true",
+            workload: "bank",
+            workload_opts: "",
+        },
+        ..Conformance::new("k2-five-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::k2::K2, SPEC);
+}

@@ -62,8 +62,12 @@ impl ClockModel {
         (self.read(true_ns) - true_ns as i128) as f64 / NS_PER_MS as f64
     }
 
-    /// Applies a scheduled step (positive: the clock jumps ahead).
+    /// Applies a scheduled step (positive: the clock jumps ahead). A TrueTime clock
+    /// (`truetime`, K2 §2.2) is not stepped: its hardware keeps the bound.
     pub fn step(&mut self, step_ns: f64) {
+        if self.params.truetime {
+            return;
+        }
         self.steps_ns += step_ns;
     }
 
@@ -160,6 +164,43 @@ mod tests {
         assert_eq!(
             often.read(10_000 * NS_PER_MS),
             rarely.read(10_000 * NS_PER_MS)
+        );
+    }
+
+    #[test]
+    fn a_truetime_clock_keeps_its_bound_through_scheduled_steps() {
+        // K2's TTC oracles (topologies/k2-five-regions.toml): 200 ppm, calibrated every
+        // 62.5 ms, ε = 100 us.
+        let params = ClockParams {
+            error_ms: 0.005,
+            drift_ppm: 200.0,
+            resync_ms: 62.5,
+            steps_per_minute: 0.0,
+            error_bound_ms: Some(0.1),
+            truetime: true,
+        };
+        let mut clock = ClockModel::new(&params, 11);
+        let mut worst: f64 = 0.0;
+        for t in (0..10_000u64).step_by(1) {
+            if t == 5_000 {
+                clock.step(-40.0 * NS_PER_MS as f64);
+            }
+            worst = worst.max(clock.error_ms(t * NS_PER_MS).abs());
+        }
+        // Drift between calibrations (12.5 us) plus the calibration error (5 us).
+        assert!(
+            worst > 0.0 && worst <= 0.0175 + 1e-6,
+            "worst |error| {worst} ms"
+        );
+        let ordinary = ClockParams {
+            truetime: false,
+            ..params
+        };
+        let mut clock = ClockModel::new(&ordinary, 11);
+        clock.step(-40.0 * NS_PER_MS as f64);
+        assert!(
+            clock.error_ms(NS_PER_MS) < -39.0,
+            "an ordinary clock is stepped"
         );
     }
 }

@@ -1,0 +1,573 @@
+//! A primary data node (§5.2, Fig. 10): runs pieces at their transaction's start
+//! timestamp against its multi-version store, holds write intents in write streams,
+//! resolves undetermined writes with PUSHWS, finalizes asynchronously, and hosts a
+//! recorder (`recorder.rs`).
+//!
+//! A piece is run whole: it records its reads in the read trackers (Fig. 10 line 4, done
+//! on arrival so that no writer can slip below a reader that is waiting), waits until no
+//! other transaction's intent below its timestamp remains on a key it reads (PUSHWS,
+//! lines 1-2 and 11-15), refuses a write below a read (lines 6-7), then executes and
+//! turns its writes into intents (line 9), persisted before the reply. Waits only ever go
+//! from a larger timestamp to a smaller one, so they cannot form a cycle (§5.2's deadlock
+//! freedom; with `mv_writes=false` a writer likewise waits only for older intents and
+//! aborts rather than wait for younger ones).
+
+use super::options::Options;
+use super::recorder::{Env, Recorder};
+use super::wire::{
+    Execute, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs,
+};
+use super::write_stream::{Intent, Store, View};
+use super::K2Node;
+use meridian_core::node::Ctx;
+use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures, Value};
+use meridian_core::{Cluster, NodeId, ShardId, Timestamp};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// What this primary holds of a live transaction.
+#[derive(Clone, Debug)]
+struct LiveTxn {
+    recorder: NodeId,
+    results: BTreeMap<u16, PieceResult>,
+    writes: BTreeMap<Key, Value>,
+    /// Local time of the last push about it from the stale-intent sweep.
+    swept_local_ns: u64,
+}
+
+/// A piece waiting for undetermined intents below it.
+#[derive(Clone, Debug)]
+struct Waiting {
+    from: NodeId,
+    exec: Execute,
+    blockers: BTreeSet<TxnTs>,
+}
+
+/// Why a piece cannot run now.
+enum Attempt {
+    Done(Result<PieceResult, AbortReason>),
+    Blocked(BTreeSet<TxnTs>, Vec<(TxnTs, NodeId)>),
+}
+
+/// A primary data node.
+#[derive(Debug)]
+pub struct DataNode {
+    id: NodeId,
+    shard: ShardId,
+    opts: Options,
+    cluster: Arc<Cluster>,
+    procedures: Arc<Procedures>,
+    store: Store,
+    live: BTreeMap<TxnTs, LiveTxn>,
+    /// Transactions finalized here (committed?), kept `2·max_txn_age` by timestamp so a
+    /// late duplicate cannot re-create their intents.
+    finished: BTreeMap<TxnTs, bool>,
+    waiting: Vec<Waiting>,
+    /// Pushes in flight: the transaction → (its recorder, local time sent).
+    pushes: BTreeMap<TxnTs, (NodeId, u64)>,
+    recorder: Recorder,
+    /// The read floor reserved in the log: reads up to it may be served.
+    read_reserved: Timestamp,
+    records: usize,
+}
+
+impl DataNode {
+    /// Builds the primary of `shard`, fresh or from its records.
+    pub fn restore(
+        id: NodeId,
+        shard: ShardId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        procedures: Arc<Procedures>,
+        recovered: &[Record],
+    ) -> DataNode {
+        let mut node = DataNode {
+            id,
+            shard,
+            opts,
+            cluster,
+            procedures,
+            store: Store::default(),
+            live: BTreeMap::new(),
+            finished: BTreeMap::new(),
+            waiting: Vec::new(),
+            pushes: BTreeMap::new(),
+            recorder: Recorder::default(),
+            read_reserved: Timestamp::ZERO,
+            records: 0,
+        };
+        let start = recovered
+            .iter()
+            .rposition(|r| matches!(r, Record::Checkpoint(_)))
+            .unwrap_or(0);
+        for record in &recovered[start..] {
+            node.replay(record);
+        }
+        node.store.read_floor = node.read_reserved;
+        node
+    }
+
+    fn replay(&mut self, record: &Record) {
+        match record {
+            Record::Checkpoint(snapshot) => self.load(snapshot),
+            Record::Intents(intents) => self.add_intents(intents, 0),
+            Record::Finalized { txn, committed } => self.finalize(*txn, *committed),
+            Record::ReadFloor(ts) => self.read_reserved = self.read_reserved.max(*ts),
+            Record::Decided(d) => self.recorder.apply_decided(d),
+            Record::Acked { txn, shard } => self.recorder.apply_ack(*txn, *shard),
+            Record::Started { .. } => {}
+        }
+    }
+
+    fn load(&mut self, s: &Snapshot) {
+        for k in &s.keys {
+            let state = self.store.key_mut(&k.key);
+            state.pruned_below = k.pruned_below;
+            state.versions = k.versions.clone();
+        }
+        for t in &s.txns {
+            for (key, value) in &t.writes {
+                let intent = Intent {
+                    value: value.clone(),
+                    recorder: t.recorder,
+                };
+                self.store.key_mut(key).intents.insert(t.txn, intent);
+            }
+            let live = LiveTxn {
+                recorder: t.recorder,
+                results: t.results.iter().cloned().collect(),
+                writes: t.writes.iter().cloned().collect(),
+                swept_local_ns: 0,
+            };
+            self.live.insert(t.txn, live);
+        }
+        self.finished = s.finished.iter().copied().collect();
+        self.recorder = Recorder::restore(&s.decisions);
+        self.read_reserved = s.read_floor;
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let keys = self
+            .store
+            .keys
+            .iter()
+            .filter(|(_, s)| !s.versions.is_empty())
+            .map(|(k, s)| KeySnapshot {
+                key: k.clone(),
+                pruned_below: s.pruned_below,
+                versions: s.versions.clone(),
+            })
+            .collect();
+        let txns = self
+            .live
+            .iter()
+            .map(|(txn, l)| TxnSnapshot {
+                txn: *txn,
+                recorder: l.recorder,
+                results: l.results.iter().map(|(s, r)| (*s, r.clone())).collect(),
+                writes: l
+                    .writes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            })
+            .collect();
+        Snapshot {
+            keys,
+            txns,
+            finished: self.finished.iter().map(|(t, c)| (*t, *c)).collect(),
+            decisions: self.recorder.decisions(),
+            read_floor: self.read_reserved,
+        }
+    }
+
+    fn persist(&mut self, ctx: &mut Ctx<'_, K2Node>, record: Record) {
+        ctx.persist(record);
+        self.records += 1;
+        if self.records >= self.opts.checkpoint_every {
+            self.records = 0;
+            ctx.checkpoint(Record::Checkpoint(Box::new(self.snapshot())));
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Ctx<'_, K2Node>) {
+        ctx.set_timer(self.opts.retry_ns, Timer::DataNodeTick);
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Execute(exec) => self.on_execute(ctx, from, *exec),
+            Msg::Resolve {
+                txn,
+                committed,
+                ack,
+            } => self.on_resolve(ctx, from, txn, committed, ack),
+            Msg::Commit { txn, participants } => {
+                let env = env(&self.cluster, &self.opts);
+                self.recorder
+                    .on_end(ctx, &env, from, txn, true, participants);
+            }
+            Msg::Abort { txn, participants } => {
+                let env = env(&self.cluster, &self.opts);
+                self.recorder
+                    .on_end(ctx, &env, from, txn, false, participants);
+            }
+            Msg::Push { txn } => {
+                let env = env(&self.cluster, &self.opts);
+                self.recorder.on_push(ctx, &env, from, txn);
+            }
+            Msg::Finalized { txn, shard } => self.recorder.on_finalized(ctx, txn, shard),
+            _ => {}
+        }
+        self.resolve_local(ctx);
+    }
+
+    /// A decision the local recorder made settles this node's own intents at once.
+    fn resolve_local(&mut self, ctx: &mut Ctx<'_, K2Node>) {
+        let decided: Vec<(TxnTs, bool)> = self
+            .pushes
+            .keys()
+            .filter_map(|t| self.recorder.decision(*t).map(|c| (*t, c)))
+            .collect();
+        for (txn, committed) in decided {
+            self.on_resolve(ctx, self.id, txn, committed, false);
+        }
+    }
+
+    fn on_execute(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, exec: Execute) {
+        let (txn, step) = (exec.txn, exec.step);
+        let reply = |ctx: &mut Ctx<'_, K2Node>, outcome| {
+            ctx.send(from, Msg::Executed { txn, step, outcome });
+        };
+        if self.finished.contains_key(&txn) {
+            return reply(ctx, Err(AbortReason::Failure));
+        }
+        if let Some(result) = self.live.get(&txn).and_then(|l| l.results.get(&step)) {
+            return reply(ctx, Ok(result.clone()));
+        }
+        if self
+            .waiting
+            .iter()
+            .any(|w| w.exec.txn == txn && w.exec.step == step)
+        {
+            return;
+        }
+        if txn.time_ns.saturating_add(self.opts.max_txn_age_ns()) < ctx.now_ns() {
+            ctx.count("k2.execute_too_old", 1);
+            return reply(ctx, Err(AbortReason::Timeout));
+        }
+        self.run(ctx, from, exec);
+    }
+
+    /// Attempts a piece; replies, or parks it behind the intents it must push.
+    fn run(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, exec: Execute) {
+        if self.finished.contains_key(&exec.txn) {
+            // Decided (aborted by its recorder) while this piece waited.
+            let (txn, step) = (exec.txn, exec.step);
+            let outcome = Err(AbortReason::Failure);
+            ctx.send(from, Msg::Executed { txn, step, outcome });
+            return;
+        }
+        match self.attempt(ctx, &exec) {
+            Attempt::Done(outcome) => {
+                let (txn, step) = (exec.txn, exec.step);
+                ctx.send(from, Msg::Executed { txn, step, outcome });
+            }
+            Attempt::Blocked(blockers, push) => {
+                if self.waiting.len() >= self.opts.max_waiting_per_node {
+                    ctx.count("k2.waiting_overflow", 1);
+                    let (txn, step) = (exec.txn, exec.step);
+                    let outcome = Err(AbortReason::Conflict);
+                    ctx.send(from, Msg::Executed { txn, step, outcome });
+                    return;
+                }
+                ctx.count("k2.pushws", 1);
+                for (txn, recorder) in push {
+                    self.push(ctx, txn, recorder);
+                }
+                self.waiting.push(Waiting {
+                    from,
+                    exec,
+                    blockers,
+                });
+            }
+        }
+    }
+
+    fn push(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs, recorder: NodeId) {
+        if self.pushes.contains_key(&txn) {
+            return;
+        }
+        self.pushes.insert(txn, (recorder, ctx.now_ns()));
+        if recorder == self.id {
+            // The local recorder: hold the push there, resolved when it decides.
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.on_push(ctx, &env, self.id, txn);
+        } else {
+            ctx.send(recorder, Msg::Push { txn });
+        }
+    }
+
+    fn attempt(&mut self, ctx: &mut Ctx<'_, K2Node>, exec: &Execute) -> Attempt {
+        let ts = exec.txn;
+        let reads = exec.piece.read_keys();
+        let writes = exec.piece.write_keys();
+        if !self.opts.unsafe_skip_read_tracking {
+            for key in &reads {
+                self.store.record_read(key, ts);
+            }
+            self.reserve_read_floor(ctx, ts);
+        }
+        let mut blockers = BTreeSet::new();
+        let mut push = Vec::new();
+        for key in &reads {
+            let Some(state) = self.store.key(key) else {
+                continue;
+            };
+            if ts < state.pruned_below || (!self.opts.mv_reads && state.newer_than(ts)) {
+                ctx.count("k2.abort_read_too_old", 1);
+                return Attempt::Done(Err(AbortReason::Conflict));
+            }
+            for (other, recorder) in state.undetermined_below(ts) {
+                if blockers.insert(other) {
+                    push.push((other, recorder));
+                }
+            }
+        }
+        for key in &writes {
+            if self.store.write_refused(key, ts) {
+                ctx.count("k2.abort_write_below_read", 1);
+                return Attempt::Done(Err(AbortReason::Conflict));
+            }
+            if self.opts.mv_writes {
+                continue;
+            }
+            let Some(state) = self.store.key(key) else {
+                continue;
+            };
+            if state.intents.keys().any(|t| *t > ts) {
+                ctx.count("k2.abort_younger_intent", 1);
+                return Attempt::Done(Err(AbortReason::Conflict));
+            }
+            for (other, recorder) in state.undetermined_below(ts) {
+                if blockers.insert(other) {
+                    push.push((other, recorder));
+                }
+            }
+        }
+        if !blockers.is_empty() {
+            return Attempt::Blocked(blockers, push);
+        }
+        Attempt::Done(self.execute(ctx, exec))
+    }
+
+    fn execute(
+        &mut self,
+        ctx: &mut Ctx<'_, K2Node>,
+        exec: &Execute,
+    ) -> Result<PieceResult, AbortReason> {
+        let mut inputs: Vec<Option<&PieceResult>> = Vec::new();
+        for (index, result) in &exec.inputs {
+            let i = usize::from(*index);
+            if inputs.len() <= i {
+                inputs.resize(i + 1, None);
+            }
+            inputs[i] = Some(result);
+        }
+        let mut view = View {
+            store: &self.store,
+            ts: exec.txn,
+            writes: Vec::new(),
+        };
+        let result = execute_piece(&exec.piece, &inputs, &self.procedures, &mut view)?;
+        let writes = view.writes;
+        if writes.is_empty() {
+            return Ok(result);
+        }
+        let record = IntentRecord {
+            txn: exec.txn,
+            recorder: exec.recorder,
+            step: exec.step,
+            writes,
+            result: result.clone(),
+        };
+        self.add_intents(&record, ctx.now_ns());
+        if exec.recorder == self.id {
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.open(ctx, &env, exec.txn);
+        }
+        self.persist(ctx, Record::Intents(Box::new(record)));
+        Ok(result)
+    }
+
+    fn add_intents(&mut self, record: &IntentRecord, now_ns: u64) {
+        let live = self.live.entry(record.txn).or_insert_with(|| LiveTxn {
+            recorder: record.recorder,
+            results: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            swept_local_ns: now_ns,
+        });
+        live.results.insert(record.step, record.result.clone());
+        for (key, value) in &record.writes {
+            live.writes.insert(key.clone(), value.clone());
+            let intent = Intent {
+                value: value.clone(),
+                recorder: record.recorder,
+            };
+            self.store.key_mut(key).intents.insert(record.txn, intent);
+        }
+    }
+
+    /// Persists a read floor ahead of `ts` before a read at `ts` is answered.
+    fn reserve_read_floor(&mut self, ctx: &mut Ctx<'_, K2Node>, ts: TxnTs) {
+        if ts <= self.read_reserved {
+            return;
+        }
+        let floor = Timestamp::new(ts.time_ns.saturating_add(self.opts.read_floor_ns), 0);
+        self.read_reserved = floor;
+        self.persist(ctx, Record::ReadFloor(floor));
+    }
+
+    /// The decision about `txn` (a push answered, or the recorder finalizing).
+    fn on_resolve(
+        &mut self,
+        ctx: &mut Ctx<'_, K2Node>,
+        from: NodeId,
+        txn: TxnTs,
+        committed: bool,
+        ack: bool,
+    ) {
+        if self.live.contains_key(&txn) {
+            self.finalize(txn, committed);
+            self.persist(ctx, Record::Finalized { txn, committed });
+        } else {
+            self.finished.entry(txn).or_insert(committed);
+        }
+        self.pushes.remove(&txn);
+        if ack {
+            let shard = self.shard;
+            if from == self.id {
+                self.recorder.on_finalized(ctx, txn, shard);
+            } else {
+                ctx.send(from, Msg::Finalized { txn, shard });
+            }
+        }
+        self.wake(ctx, txn);
+    }
+
+    /// Fig. 10 lines 16-17: the intents become versions or vanish.
+    fn finalize(&mut self, txn: TxnTs, committed: bool) {
+        if let Some(live) = self.live.remove(&txn) {
+            for key in live.writes.keys() {
+                let max = self.opts.max_versions_per_key;
+                self.store.key_mut(key).finalize(txn, committed, max);
+            }
+        }
+        self.finished.insert(txn, committed);
+    }
+
+    fn wake(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs) {
+        let mut ready = Vec::new();
+        self.waiting.retain_mut(|w| {
+            w.blockers.remove(&txn);
+            if w.blockers.is_empty() {
+                ready.push((w.from, w.exec.clone()));
+                false
+            } else {
+                true
+            }
+        });
+        for (from, exec) in ready {
+            self.run(ctx, from, exec);
+        }
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Ctx<'_, K2Node>, timer: Timer) {
+        if let Timer::RecorderDeadline { txn } = timer {
+            let env = env(&self.cluster, &self.opts);
+            self.recorder.on_deadline(ctx, &env, txn);
+            return self.resolve_local(ctx);
+        }
+        if !matches!(timer, Timer::DataNodeTick) {
+            return;
+        }
+        ctx.set_timer(self.opts.retry_ns, Timer::DataNodeTick);
+        let now = ctx.now_ns();
+        let retry = self.opts.retry_ns;
+        // Re-push what is still undetermined.
+        for (txn, (recorder, sent)) in self.pushes.iter_mut() {
+            if now.saturating_sub(*sent) >= retry || now < *sent {
+                *sent = now;
+                if *recorder != self.id {
+                    ctx.send(*recorder, Msg::Push { txn: *txn });
+                }
+            }
+        }
+        // Intents left behind (a coordinator that failed, a lost finalization) are pushed
+        // too: §5.3's asynchronous cleanup, without waiting for a reader.
+        let max_age = self.opts.max_txn_age_ns();
+        let stale: Vec<(TxnTs, NodeId)> = self
+            .live
+            .iter_mut()
+            .filter(|(t, l)| {
+                now.saturating_sub(t.time_ns) > max_age
+                    && now.saturating_sub(l.swept_local_ns) >= retry
+            })
+            .map(|(t, l)| {
+                l.swept_local_ns = now;
+                (*t, l.recorder)
+            })
+            .collect();
+        for (txn, recorder) in stale {
+            ctx.count("k2.stale_intent_push", 1);
+            self.push(ctx, txn, recorder);
+        }
+        self.finished
+            .retain(|t, _| now.saturating_sub(t.time_ns) <= 2 * max_age);
+        let env = env(&self.cluster, &self.opts);
+        self.recorder.tick(ctx, &env);
+        self.resolve_local(ctx);
+    }
+
+    /// The store (tests).
+    #[cfg(test)]
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.store.check()?;
+        for w in &self.waiting {
+            if w.blockers.iter().any(|b| *b >= w.exec.txn) {
+                return Err(format!(
+                    "{} waits for a transaction not older than itself",
+                    w.exec.txn
+                ));
+            }
+        }
+        for (txn, live) in &self.live {
+            if self.finished.contains_key(txn) {
+                return Err(format!("{txn} is both live and finished"));
+            }
+            for key in live.writes.keys() {
+                if !self
+                    .store
+                    .key(key)
+                    .is_some_and(|s| s.intents.contains_key(txn))
+                {
+                    return Err(format!("{txn} lost its intent on {key:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the recorder needs from its host.
+fn env<'a>(cluster: &'a Cluster, opts: &Options) -> Env<'a> {
+    Env {
+        cluster,
+        max_txn_age_ns: opts.max_txn_age_ns(),
+        async_finalize: opts.async_finalize,
+    }
+}

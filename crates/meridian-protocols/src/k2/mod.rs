@@ -1,0 +1,234 @@
+//! # `k2`: K2 — TTC Oracle, K2-TB timestamps, K2-MVTO (paper: `shared/papers/k2.md`)
+//!
+//! **Guarantee: strict serializability** of the transactions run at the primaries
+//! (read-write and read-only). Every transaction takes one start timestamp from K2-TB;
+//! the timestamp lies within the transaction's lifetime (Property 4.1: above the true time
+//! of its start by construction of the batch, below the true time of its end by the commit
+//! wait), and K2-MVTO serializes transactions in timestamp order (Invariant 5.1); together,
+//! the serial order respects real time.
+//!
+//! ## Map from the paper to the files
+//! | paper | file |
+//! |---|---|
+//! | §2.2 TTC Oracle (PTP servers within ε of true time) | `oracle.rs`; the clock is the `ttc` profile of `topologies/k2-five-regions.toml` (`truetime = true` in the simulator's clock model: drift 200 ppm, calibration every 1/16 s, ε = 100 µs) |
+//! | §4.2 strawman, §4.3-4.4 K2-TB (Figs. 5-6), commit wait | `batch.rs` (`TsSource`), `coordinator.rs` (`acquire_ts`, `Timer::CommitWait`), `options.rs` (`commit_wait_ns`) |
+//! | §5.1-5.2 K2-MVTO: RT, write streams (Figs. 8, 10) | `write_stream.rs`, `data_node.rs` |
+//! | §5.2 recorders, PUSHWS, asynchronous finalization | `recorder.rs`, `data_node.rs` (`push`, `on_resolve`) |
+//! | Fig. 9 coordinator (one-shot and interactive) | `coordinator.rs` |
+//! | §5.3 fault tolerance and recovery | `data_node.rs` (`restore`), `recorder.rs` |
+//! | Fig. 19's optimizations | `options.rs`: `mv_reads`, `mv_writes`, `async_finalize` |
+//!
+//! ## Roles and deployment
+//! * **Oracles**: the `oracle` service, placed by the topology (`[[services]] name = "oracle"`,
+//!   two per region on `k2-five-regions`) or, by default, one per region. A coordinator
+//!   asks the nearest and moves on to the next nearest when a request goes unanswered.
+//! * **Primaries** (a shard's initial leader, a `voter`) run K2-MVTO and host a recorder.
+//! * **Read replicas** are built inert: K2-VCR (§6) is not implemented yet (see below).
+//! * **Coordinators** (co-located with data nodes on `k2-five-regions`).
+//!
+//! ## Message flow
+//! ```text
+//! coordinator ─GetTs→ oracle ─OracleTs(T_high)→   (only when the batch has expired)
+//! coordinator ─Execute(piece, ts, recorder)→ primary: RT ← max(RT, ts) for reads;
+//!     other intents below ts on a read key → Push → recorder (held until decided) → Resolve;
+//!     a write below RT → Executed(Err Conflict); else run, add intents, persist → Executed
+//! coordinator ─Commit(participants)→ recorder: persist Decided → Decision → client (after
+//!     the commit wait); recorder ─Resolve(ack)→ participants ─Finalized→ recorder (async)
+//! ```
+//!
+//! ## Choices the paper left open
+//! * **Timestamps are unique** as `⟨time, oracle id, coordinator tag⟩` (tag = node id and
+//!   incarnation) and strictly increase per coordinator: batches from one oracle may
+//!   overlap (§4.3 only pairs timestamps with the oracle id), and a start timestamp is the
+//!   transaction's identity and version here.
+//! * **TTL expiry** is checked both on the local clock (elapsed reading within
+//!   `TTL·(1−D)`) and by a TTL timer; a transaction that arrived while a request was within
+//!   its TTL may take from its reply even if the reply arrives later (the proof of §4.4
+//!   only needs the start before `T_batch_start + TTL`).
+//! * **Commit wait** starts when the timestamp is taken and is a timer (timers measure true
+//!   durations; a stepped clock cannot shorten it). Read-only transactions wait too
+//!   (Property 4.1 is for every transaction).
+//! * **Read tracking before the push**: a read raises RT when it arrives, before waiting on
+//!   undetermined intents, so no writer can slip below a waiting reader; a piece is run
+//!   whole once nothing below it is undetermined on its read keys.
+//! * **Recorder placement**: the primary of the first shard a transaction writes (one-shot:
+//!   its first writing piece; interactive: its first `Put`). Read-only transactions have
+//!   none. In-progress status is volatile; decisions are persisted before anyone hears
+//!   them. A transaction with no decision `txn_timeout` after its timestamp is aborted
+//!   (its coordinator gives up then too: §5.3's failed coordinator), and a commit of one
+//!   that old is refused, which lets aborted decisions be forgotten after `2 × txn_timeout`.
+//! * **Durability** (§5.1's shared storage): each primary's log holds its intents (on
+//!   creation), finalizations, recorder decisions and acknowledgements, and a *read floor*
+//!   reserved `read_floor_ms` ahead of the reads it serves; after a crash every key's RT
+//!   starts at that floor (RT itself is not logged per read). Checkpoints every
+//!   `checkpoint_every` records keep the log bounded.
+//! * **Split brain**: the simulator restarts a crashed node in place (its shared storage is
+//!   its durable log), so there is never a second live copy of a data node or recorder and
+//!   no lease is needed; §5.3's lease would guard a fail-over to a new node, which this
+//!   deployment does not do. A primary is unavailable while it is down.
+//! * **Version garbage collection**: `max_versions_per_key` newest versions are kept; a
+//!   read below the oldest kept one aborts.
+//! * **Stale intents** (a failed coordinator, a lost finalization) are pushed by their
+//!   primary once older than `txn_timeout`, without waiting for a reader.
+//!
+//! ## Not implemented (yet)
+//! K2-VCR (§6: epochs, replica reads) — read replicas are inert and every read is served
+//! by a primary; the baselines `p2pl-ttc` and `mvto-hlc`. An open question for K2-VCR:
+//! §6.3 takes a commit epoch as the maximum of the epochs the *writes* proposed and the
+//! recorder's, but nodes cut epochs at slightly different true times, so a transaction T
+//! that read T′'s write (after PUSHWS) can get a smaller epoch than T′ when its recorder's
+//! cut lags; a replica view between the two epochs would show T without T′. Reads (and
+//! the epochs of the versions they return) will have to propose epochs too.
+//!
+//! ## Options
+//! See [`Options`]; the test-only `unsafe_skip_read_tracking=true` removes the read
+//! version tracker (Fig. 10 line 4), which the conformance suite shows the checker
+//! catching.
+
+mod batch;
+mod coordinator;
+mod data_node;
+mod options;
+mod oracle;
+mod recorder;
+mod wire;
+mod write_stream;
+
+#[cfg(test)]
+mod tests;
+
+pub use batch::{Take, TsBatch, TsSource};
+pub use coordinator::Coordinator;
+pub use data_node::DataNode;
+pub use options::{Options, Timestamps, OPTIONS};
+pub use oracle::Oracle;
+pub use wire::{Execute, Msg, Record, Timer, TxnTs};
+
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::ClientRequest;
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, ReplicaKind, RequestId,
+    ShardId,
+};
+
+/// The name of the oracle service (topology `[[services]] name`).
+pub const ORACLE_SERVICE: &str = "oracle";
+
+/// K2. Implements [`Protocol`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct K2;
+
+/// A node of `k2`.
+#[derive(Debug)]
+pub enum K2Node {
+    Oracle(Oracle),
+    Primary(Box<DataNode>),
+    Coordinator(Box<Coordinator>, u32),
+    /// A read replica (K2-VCR is not implemented) or a service K2 does not run.
+    Inert,
+}
+
+impl Protocol for K2 {
+    type Node = K2Node;
+    type Options = Options;
+
+    const NAME: &'static str = "k2";
+    const GUARANTEE: &'static str = "strict-serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+    const REPLICA_KINDS: &'static [ReplicaKind] = &[ReplicaKind::Voter, ReplicaKind::ReadReplica];
+
+    /// One oracle per region unless the topology places them.
+    fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
+        (0..cluster.topology.regions.len() as u16)
+            .map(|r| (ORACLE_SERVICE.to_string(), RegionId(r)))
+            .collect()
+    }
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> K2Node {
+        let cluster = &setup.cluster;
+        let opts = setup.options.clone();
+        match &cluster.node(node).role {
+            NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
+                K2Node::Primary(Box::new(DataNode::restore(
+                    node,
+                    *shard,
+                    opts,
+                    cluster.clone(),
+                    setup.procedures.clone(),
+                    recovered,
+                )))
+            }
+            NodeRole::Coordinator { .. } => {
+                let (c, incarnation) = Coordinator::restore(node, opts, cluster.clone(), recovered);
+                K2Node::Coordinator(Box::new(c), incarnation)
+            }
+            NodeRole::Service { name, index } if name == ORACLE_SERVICE => {
+                K2Node::Oracle(Oracle::new(*index, opts.epsilon_ns))
+            }
+            _ => K2Node::Inert,
+        }
+    }
+
+    /// The largest round trip from the coordinator to an involved primary: K2 commits in
+    /// one round trip to the recorder after one to the primaries.
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        shards
+            .iter()
+            .map(|&s| cluster.rtt_ms(coordinator, cluster.initial_leader(s)))
+            .fold(0.0, f64::max)
+    }
+}
+
+impl Node for K2Node {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self {
+            K2Node::Primary(p) => p.on_start(ctx),
+            K2Node::Coordinator(c, incarnation) => c.on_start(ctx, *incarnation),
+            K2Node::Oracle(_) | K2Node::Inert => {}
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            K2Node::Oracle(o) => o.on_message(ctx, from, msg),
+            K2Node::Primary(p) => p.on_message(ctx, from, msg),
+            K2Node::Coordinator(c, _) => c.on_message(ctx, msg),
+            K2Node::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        match self {
+            K2Node::Primary(p) => p.on_timer(ctx, timer),
+            K2Node::Coordinator(c, _) => c.on_timer(ctx, timer),
+            K2Node::Oracle(_) | K2Node::Inert => {}
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match self {
+            K2Node::Coordinator(c, _) => c.on_client_request(ctx, request, req),
+            _ => ctx.refuse_not_coordinator(request),
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            K2Node::Primary(p) => p.check_invariants(),
+            _ => Ok(()),
+        }
+    }
+}

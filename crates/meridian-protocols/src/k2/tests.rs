@@ -1,0 +1,424 @@
+//! Behaviour of `k2` under the in-crate driver. Each test names a feature and fails if that
+//! feature were missing.
+
+use super::write_stream::KeyState;
+use super::*;
+use crate::testkit::{MsgKind, MS};
+use meridian_core::txn::{
+    AbortReason, ClientResponse, CommitPath, Key, Op, Operand, Outcome, Piece, PieceResult,
+    Procedures, Txn,
+};
+use meridian_core::value::{decode_list, encode_int};
+use meridian_core::ShardId;
+
+type Driver = crate::testkit::Driver<K2Node>;
+
+impl MsgKind for Msg {
+    fn kind(&self) -> &'static str {
+        match self {
+            Msg::GetTs { .. } => "get-ts",
+            Msg::OracleTs { .. } => "oracle-ts",
+            Msg::Execute(_) => "execute",
+            Msg::Executed { .. } => "executed",
+            Msg::Commit { .. } => "commit",
+            Msg::Abort { .. } => "abort",
+            Msg::Decision { .. } => "decision",
+            Msg::Push { .. } => "push",
+            Msg::Resolve { .. } => "resolve",
+            Msg::Finalized { .. } => "finalized",
+            Msg::AllFinalized { .. } => "all-finalized",
+        }
+    }
+}
+
+impl Driver {
+    fn primary(&self, shard: u32) -> &DataNode {
+        match self.node(self.server_node(shard)) {
+            Some(K2Node::Primary(p)) => p,
+            other => panic!("shard {shard}'s primary is {other:?}"),
+        }
+    }
+
+    fn key_state(&self, shard: u32, k: &Key) -> KeyState {
+        self.primary(shard)
+            .store()
+            .key(k)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn driver(options: &str) -> Driver {
+    Driver::new::<K2>(options, Procedures::new(), 7)
+}
+
+fn append(d: &Driver, shard: u32, name: &str, v: i64) -> Piece {
+    let k = d.key_on(shard, name);
+    Piece::ops(
+        ShardId(shard),
+        vec![Op::Append(k, Operand::Literal(encode_int(v)))],
+    )
+}
+
+fn read(d: &Driver, shard: u32, name: &str) -> Piece {
+    Piece::ops(ShardId(shard), vec![Op::Get(d.key_on(shard, name))])
+}
+
+fn txn(pieces: Vec<Piece>) -> Txn {
+    Txn { pieces }
+}
+
+fn list(result: &PieceResult) -> Vec<i64> {
+    result.outputs[0]
+        .as_ref()
+        .map(|v| decode_list(v).unwrap())
+        .unwrap_or_default()
+}
+
+fn committed(d: &Driver, r: meridian_core::RequestId) -> (Vec<PieceResult>, CommitPath) {
+    match d.outcome(r) {
+        Some(Outcome::Committed { results, path, .. }) => (results.clone(), *path),
+        other => panic!("not committed: {other:?}"),
+    }
+}
+
+fn aborted(d: &Driver, r: meridian_core::RequestId) -> AbortReason {
+    match d.outcome(r) {
+        Some(Outcome::Aborted { reason }) => reason.clone(),
+        other => panic!("not aborted: {other:?}"),
+    }
+}
+
+fn is_commit(msg: &Msg) -> bool {
+    matches!(msg, Msg::Commit { .. })
+}
+
+#[test]
+fn a_single_shard_writer_commits_and_its_intent_becomes_a_version() {
+    let mut d = driver("");
+    let r = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    assert_eq!(committed(&d, r).1, CommitPath::Local);
+    d.run_for(10 * MS);
+    let state = d.key_state(0, &d.key_on(0, "k"));
+    assert!(state.intents.is_empty(), "finalized asynchronously");
+    assert_eq!(state.versions.len(), 1);
+    let r = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    let (results, path) = committed(&d, r);
+    assert_eq!((list(&results[0]), path), (vec![1], CommitPath::ReadOnly));
+}
+
+#[test]
+fn a_reader_above_an_undetermined_write_pushes_and_waits_for_its_decision() {
+    let mut d = driver("");
+    d.hold(|_, _, m| is_commit(m));
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1), append(&d, 1, "j", 1)]));
+    d.run_for(20 * MS);
+    assert!(d.outcome(writer).is_none(), "its commit is held");
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    d.run_for(50 * MS);
+    assert!(d.outcome(reader).is_none(), "PUSHWS holds the reader");
+    assert!(d.counters.get("k2.pushws").is_some_and(|n| *n >= 1));
+    d.release_held();
+    assert!(d.run_until_answered(&[writer, reader], 100 * MS));
+    assert_eq!(committed(&d, writer).1, CommitPath::TwoPhase);
+    assert_eq!(
+        list(&committed(&d, reader).0[0]),
+        vec![1],
+        "it reads the write"
+    );
+}
+
+#[test]
+fn a_reader_below_a_newer_version_reads_the_older_one_unless_multi_version_reads_are_off() {
+    for (options, reads_old) in [("", true), ("mv_reads=false", false)] {
+        let mut d = driver(options);
+        // The reader takes its timestamp first, but its read arrives after the writer's.
+        d.hold(|_, _, m| matches!(m, Msg::Execute(e) if e.piece.is_read_only()));
+        let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+        d.run_for(5 * MS);
+        let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+        assert!(d.run_until_answered(&[writer], 100 * MS));
+        d.run_for(10 * MS);
+        d.release_held();
+        assert!(d.run_until_answered(&[reader], 100 * MS));
+        if reads_old {
+            assert_eq!(
+                list(&committed(&d, reader).0[0]),
+                Vec::<i64>::new(),
+                "{options}"
+            );
+        } else {
+            assert_eq!(aborted(&d, reader), AbortReason::Conflict, "{options}");
+        }
+    }
+}
+
+#[test]
+fn a_write_below_a_read_of_a_younger_transaction_aborts() {
+    let mut d = driver("");
+    d.hold(|_, _, m| matches!(m, Msg::Execute(e) if !e.piece.is_read_only()));
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    d.run_for(5 * MS);
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[reader], 100 * MS));
+    d.release_held();
+    assert!(d.run_until_answered(&[writer], 100 * MS));
+    assert_eq!(aborted(&d, writer), AbortReason::Conflict);
+    assert_eq!(d.counters.get("k2.abort_write_below_read"), Some(&1));
+}
+
+#[test]
+fn write_streams_hold_several_intents_per_key_and_without_them_writers_wait_or_abort() {
+    // Multi-version writes: two undetermined blind writes of one key coexist.
+    let mut d = driver("");
+    d.hold(|_, _, m| is_commit(m));
+    let put = |d: &Driver, v: i64| {
+        let k = d.key_on(0, "k");
+        txn(vec![Piece::ops(
+            ShardId(0),
+            vec![Op::Put(k, Operand::Literal(encode_int(v)))],
+        )])
+    };
+    let older = d.submit(0, put(&d, 1));
+    d.run_for(5 * MS);
+    let younger = d.submit(1, put(&d, 2));
+    d.run_for(20 * MS);
+    assert_eq!(d.key_state(0, &d.key_on(0, "k")).intents.len(), 2);
+    d.release_held();
+    assert!(d.run_until_answered(&[older, younger], 100 * MS));
+    committed(&d, older);
+    committed(&d, younger);
+
+    // Without them: a younger writer waits for the older intent; an older one aborts.
+    let mut d = driver("mv_writes=false");
+    d.hold(|_, _, m| is_commit(m));
+    let older = d.submit(0, put(&d, 1));
+    d.run_for(5 * MS);
+    let younger = d.submit(1, put(&d, 2));
+    d.run_for(20 * MS);
+    assert_eq!(
+        d.key_state(0, &d.key_on(0, "k")).intents.len(),
+        1,
+        "the younger waits"
+    );
+    d.release_held();
+    assert!(d.run_until_answered(&[older, younger], 100 * MS));
+    committed(&d, older);
+    committed(&d, younger);
+
+    let mut d = driver("mv_writes=false");
+    d.hold(|_, _, m| is_commit(m) || matches!(m, Msg::Execute(e) if e.txn.frac >> 12 == 5));
+    let older = d.submit(1, put(&d, 1)); // coordinator 1 is node 5: its Execute is held
+    d.run_for(5 * MS);
+    let younger = d.submit(0, put(&d, 2));
+    d.run_for(20 * MS);
+    d.release_held();
+    assert!(d.run_until_answered(&[older, younger], 100 * MS));
+    assert_eq!(
+        aborted(&d, older),
+        AbortReason::Conflict,
+        "older than an intent"
+    );
+    committed(&d, younger);
+}
+
+#[test]
+fn the_client_hears_a_commit_only_after_the_commit_wait() {
+    // ε = 20 ms makes the commit wait (2(TTL+ε)(1+D) ≈ 40 ms) longer than the work.
+    let mut d = driver("epsilon_us=20000,ttl_us=100");
+    let start = d.now;
+    let r = d.submit(0, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[r], 200 * MS));
+    let mut d2 = driver("epsilon_us=20000,ttl_us=100");
+    let r2 = d2.submit(0, txn(vec![read(&d2, 0, "k")]));
+    d2.run_for(40 * MS);
+    assert!(d2.outcome(r2).is_none(), "still waiting at 40 ms");
+    d2.run_for(5 * MS);
+    assert!(d2.outcome(r2).is_some(), "answered once the wait is over");
+    assert!(d.now - start >= 40 * MS);
+}
+
+#[test]
+fn a_batch_serves_a_burst_from_one_oracle_request_and_the_strawman_asks_for_each() {
+    for (options, requests) in [("", 1u64), ("timestamps=oracle", 20)] {
+        let mut d = driver(options);
+        let rs: Vec<_> = (0..20)
+            .map(|i| d.submit(0, txn(vec![read(&d, i % 2, "k")])))
+            .collect();
+        assert!(d.run_until_answered(&rs, 200 * MS));
+        assert_eq!(
+            d.counters.get("k2.ts_requests"),
+            Some(&requests),
+            "{options}"
+        );
+        for r in rs {
+            committed(&d, r);
+        }
+    }
+}
+
+#[test]
+fn a_primary_recovers_intents_decisions_and_its_read_floor_from_its_log() {
+    let mut d = driver("");
+    d.hold(|_, _, m| matches!(m, Msg::Resolve { .. }));
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[writer], 100 * MS));
+    committed(&d, writer);
+    // The decision is durable but the intent not yet finalized; the primary crashes.
+    let primary = d.server_node(0);
+    d.crash(primary);
+    d.drop_held();
+    d.restart(primary);
+    assert_eq!(
+        d.key_state(0, &d.key_on(0, "k")).intents.len(),
+        1,
+        "intent recovered"
+    );
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[reader], 200 * MS));
+    assert_eq!(list(&committed(&d, reader).0[0]), vec![1]);
+
+    // A write below a read served before a crash still aborts after it.
+    d.hold(|_, _, m| matches!(m, Msg::Execute(e) if !e.piece.is_read_only()));
+    let late = d.submit(0, txn(vec![append(&d, 0, "k", 2)]));
+    d.run_for(5 * MS);
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[reader], 100 * MS));
+    d.crash(primary);
+    d.restart(primary);
+    d.release_held();
+    assert!(d.run_until_answered(&[late], 100 * MS));
+    assert_eq!(aborted(&d, late), AbortReason::Conflict);
+}
+
+#[test]
+fn a_recorder_aborts_a_transaction_whose_coordinator_vanished_and_releases_its_readers() {
+    let mut d = driver("txn_timeout_ms=400,retry_ms=100");
+    d.hold(|_, _, m| is_commit(m));
+    let _writer = d.submit(0, txn(vec![append(&d, 0, "k", 1), append(&d, 1, "j", 1)]));
+    d.run_for(20 * MS);
+    let coordinator = d.coordinator_node(0);
+    d.crash(coordinator);
+    d.drop_held();
+    d.run_for(150 * MS);
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k"), read(&d, 1, "j")]));
+    d.run_for(100 * MS);
+    assert!(
+        d.outcome(reader).is_none(),
+        "undetermined: the reader waits"
+    );
+    assert!(d.run_until_answered(&[reader], 2_000 * MS));
+    let (results, _) = committed(&d, reader);
+    assert_eq!((list(&results[0]), list(&results[1])), (vec![], vec![]));
+    assert!(d
+        .counters
+        .get("k2.recorder_timeouts")
+        .is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn interactive_transactions_read_their_own_writes_and_commit_through_the_recorder() {
+    let mut d = driver("");
+    let k = d.key_on(1, "k");
+    let t = d.begin(0, None);
+    assert_eq!(d.get(0, t, &k), ClientResponse::Read(None));
+    d.put(0, t, &k, "v");
+    assert_eq!(
+        d.get(0, t, &k),
+        ClientResponse::Read(Some("v".to_string().into()))
+    );
+    assert!(d.commit(0, t).is_committed());
+    let t = d.begin(1, None);
+    assert_eq!(
+        d.get(1, t, &k),
+        ClientResponse::Read(Some("v".to_string().into()))
+    );
+    assert!(d.commit(1, t).is_committed());
+}
+
+#[test]
+fn without_asynchronous_finalization_the_client_waits_for_every_participant() {
+    let mut d = driver("async_finalize=false");
+    d.hold(|_, _, m| matches!(m, Msg::Finalized { .. }));
+    let r = d.submit(0, txn(vec![append(&d, 0, "k", 1), append(&d, 1, "j", 1)]));
+    d.run_for(100 * MS);
+    assert!(d.outcome(r).is_none(), "finalizations are held");
+    d.release_held();
+    assert!(d.run_until_answered(&[r], 500 * MS));
+    committed(&d, r);
+}
+
+#[test]
+fn options_are_checked_by_name() {
+    let topology = meridian_core::Topology::parse("test", crate::testkit::TOPOLOGY).unwrap();
+    let cluster = meridian_core::Cluster::new(topology, &[]).unwrap();
+    for (raw, needle) in [
+        ("timestamps=sometimes", "timestamps"),
+        ("ttl_us=0", "ttl_us"),
+        ("step_ns=20000000", "step_ns"),
+        ("bogus=1", "bogus"),
+        ("txn_timeout_ms=1,retry_ms=10", "txn_timeout_ms"),
+    ] {
+        let config = meridian_core::ProtocolConfig::parse(raw).unwrap();
+        let err = K2::parse_options(&config, &cluster).unwrap_err();
+        assert!(err.contains(needle), "{raw}: {err}");
+    }
+}
+
+#[test]
+fn a_coordinator_whose_oracle_crashed_asks_the_next_nearest() {
+    let mut d = driver("");
+    let oracles = d.cluster.services(ORACLE_SERVICE);
+    assert_eq!(oracles.len(), 2, "one per region by default");
+    let near = *oracles
+        .iter()
+        .find(|o| d.cluster.region_of(**o) == d.cluster.region_of(d.coordinator_node(0)))
+        .expect("an oracle in the coordinator's region");
+    d.crash(near);
+    let r = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[r], 500 * MS));
+    committed(&d, r);
+    assert!(d
+        .counters
+        .get("k2.ts_request_retries")
+        .is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn random_loss_duplication_and_reordering_keep_appends_atomic_and_exactly_once() {
+    let mut d = driver("");
+    d.faults = crate::testkit::Faults {
+        drop: 0.05,
+        duplicate: 0.1,
+        jitter_ns: 3 * MS,
+    };
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let t = txn(vec![append(&d, 0, "k", i), append(&d, 1, "j", i)]);
+        requests.push((i, d.submit((i % 2) as usize, t)));
+        d.run_for(7 * MS);
+    }
+    d.faults = crate::testkit::Faults::default();
+    let ids: Vec<_> = requests.iter().map(|(_, r)| *r).collect();
+    assert!(d.run_until_answered(&ids, 20_000 * MS));
+    d.run_for(2_000 * MS);
+    let r = d.submit(0, txn(vec![read(&d, 0, "k"), read(&d, 1, "j")]));
+    assert!(d.run_until_answered(&[r], 1_000 * MS));
+    let (results, _) = committed(&d, r);
+    let (k, j) = (list(&results[0]), list(&results[1]));
+    assert_eq!(k, j, "both appends of a transaction or neither");
+    let mut seen = k.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), k.len(), "no append applied twice");
+    for (i, req) in requests {
+        let present = k.contains(&i);
+        match d.outcome(req) {
+            Some(Outcome::Committed { .. }) => assert!(present, "committed {i} is missing"),
+            Some(Outcome::Aborted { .. }) => assert!(!present, "aborted {i} is present"),
+            _ => {}
+        }
+    }
+}
