@@ -4,9 +4,12 @@
 //! * [`two_pl`] — `2pl-2pc`, the reference: strict two-phase locking with two-phase commit,
 //!   single copy, strict serializability. It exercises the harness; the papers' protocols
 //!   are judged by the same simulator and checker.
+//! * [`dast`] — DAST (EuroSys '21): edge regions, IRTs that never wait for CRTs,
+//!   anticipation through region managers and the stretchable clock.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod clock_si;
+pub mod dast;
 pub mod kit;
 pub mod tiga;
 pub mod two_pl;
