@@ -90,9 +90,18 @@ impl Dclock {
         }
     }
 
-    /// After a restart: nothing at or below `time_ns` may be handed out again.
-    pub fn restore(&mut self, now_ns: u64, time_ns: u64) {
-        self.calibrate(now_ns, Timestamp::with_frac(time_ns, 0, 0));
-        self.last = self.last.max(Timestamp::with_frac(time_ns, self.nid, 0));
+    /// After a restart: nothing at or below `time_ns` may be handed out again — except
+    /// that a stretching clock never handed out anything at or above `held` (the restored
+    /// waitQ's head), so it resumes just below that if it is lower.
+    pub fn restore(&mut self, time_ns: u64, held: Option<Timestamp>) {
+        let mut floor = Timestamp::with_frac(time_ns, self.nid, 0);
+        if let (true, Some(h)) = (self.stretch, held) {
+            floor = floor.min(Timestamp::with_frac(
+                h.time_ns.saturating_sub(1),
+                self.nid,
+                0,
+            ));
+        }
+        self.last = self.last.max(floor);
     }
 }

@@ -13,7 +13,7 @@ use super::wire::{
 };
 use super::DastNode;
 use meridian_core::node::Ctx;
-use meridian_core::time::NS_PER_S;
+use meridian_core::time::NS_PER_MS;
 use meridian_core::txn::{
     execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value,
 };
@@ -28,7 +28,7 @@ const DONE_MEMORY: usize = 1 << 16;
 /// Outputs buffered for transactions not known yet.
 const EARLY_OUTPUTS_MAX: usize = 1 << 14;
 /// How far ahead of the clock the persisted ceiling is set.
-const CEILING_AHEAD_NS: u64 = NS_PER_S;
+const CEILING_AHEAD_NS: u64 = 100 * NS_PER_MS;
 
 /// A readyQ key: timestamp, then id (timestamps of different transactions may tie: a
 /// participant's anticipation is not handed out by its clock).
@@ -160,7 +160,8 @@ impl Edge {
                 incarnation: self.incarnation,
             },
         );
-        self.clock.restore(ctx.now_ns(), self.ceiling_ns);
+        let held = self.wait.first().map(|k| k.0);
+        self.clock.restore(self.ceiling_ns, held);
         ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
         ctx.set_timer(self.opts.retry_ns / 4, Timer::Tick);
     }

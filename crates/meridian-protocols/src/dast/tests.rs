@@ -54,8 +54,14 @@ fn the_dclock_is_monotone_calibrates_forward_and_survives_restarts() {
     clock.calibrate(402, Timestamp::with_frac(10, 9, 0));
     assert!(clock.create_ts(403, None).0 > c);
     let mut fresh = Dclock::new(2, true);
-    fresh.restore(5, 2_000);
+    fresh.restore(2_000, None);
     assert!(fresh.create_ts(6, None).0 > Timestamp::with_frac(2_000, 2, 0));
+    // Below a CRT it held, a stretching clock resumes below the CRT, not at the ceiling.
+    let mut held = Dclock::new(2, true);
+    let crt = Timestamp::with_frac(1_500, 9, 0);
+    held.restore(2_000, Some(crt));
+    let (ts, how) = held.create_ts(1_600, Some(crt));
+    assert!(ts < crt && how == Created::Stretched);
     // An anticipation is above the last timestamp and at least what was asked.
     let last = fresh.last();
     assert!(fresh.above(Timestamp::ZERO) > last);
