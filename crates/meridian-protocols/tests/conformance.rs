@@ -53,3 +53,18 @@ mod conventional_si {
     };
     meridian_sim::conformance_tests!(meridian_protocols::clock_si::ConventionalSi, SPEC);
 }
+
+mod dast {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "crt_ratio=0.2,keys=40",
+        golden: &[(5, "0000000000000000"), (6, "0000000000000000")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_anticipation=true",
+            workload: "list-append",
+            workload_opts: "crt_ratio=0.5,keys=12",
+        },
+        ..Conformance::new("edge-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::dast::Dast, SPEC);
+}

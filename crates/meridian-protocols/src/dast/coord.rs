@@ -165,6 +165,7 @@ impl Edge {
         regions.sort_unstable();
         regions.dedup();
         let (info, src_ts, attempt) = (t.info.clone(), t.ts, t.manager_try);
+        let sent_ns = self.clock.physical_ns(ctx.now_ns());
         for region in regions {
             let managers = managers_of(&self.cluster, region);
             if managers.is_empty() {
@@ -174,6 +175,7 @@ impl Edge {
             let msg = Msg::PrepRemote {
                 info: info.clone(),
                 src_ts,
+                sent_ns,
             };
             ctx.send(manager, msg);
         }
@@ -200,6 +202,8 @@ impl Edge {
         }
         let commit_ts = match t.info.kind {
             Kind::Irt => t.ts,
+            // The broken variant: the coordinator's own timestamp, anticipations ignored.
+            Kind::Crt if self.opts.unsafe_skip_anticipation => t.ts,
             Kind::Crt => {
                 // Alg. 2 line 7: the largest anticipation, and above the coordinator's clock.
                 let largest = t

@@ -41,6 +41,11 @@ impl Dclock {
         self.last
     }
 
+    /// The system clock plus the offset (`time` when nothing holds it back).
+    pub fn physical_ns(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_add(self.offset_ns)
+    }
+
     fn physical(&self, now_ns: u64) -> Timestamp {
         Timestamp::with_frac(now_ns.saturating_add(self.offset_ns), self.nid, 0)
     }

@@ -47,30 +47,54 @@ impl Manager {
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, msg: Msg) {
-        if let Msg::PrepRemote { info, src_ts } = msg {
-            self.on_prep_remote(ctx, from, info, src_ts);
+        if let Msg::PrepRemote { info, sent_ns, .. } = msg {
+            self.on_prep_remote(ctx, from, info, sent_ns);
         }
     }
 
-    /// `GetAnticipateTs` (Alg. 2 lines 10-12): now, plus the coordinator's forward delay
-    /// twice (our acknowledgement's way back and its commit's way here), plus the margin
-    /// for the hops inside the region.
+    /// `GetAnticipateTs` (Alg. 2 lines 10-12): now, plus the round trip the commit waits
+    /// for — the coordinator's (our acknowledgement's way back and the commit's way here)
+    /// or, if longer, that of the farthest region the CRT also waits on (a home region's
+    /// manager would otherwise anticipate an intra-region round trip for a commit that
+    /// needs a cross-region one) — plus the margin for the hops inside the region. Round
+    /// trips are twice the 90th percentile of the forward delays this manager has seen
+    /// from each region's coordinators (the kit's estimator, clock offsets included; the
+    /// topology's delay before the first sample).
     fn anticipate(
         &mut self,
         ctx: &mut Ctx<'_, DastNode>,
-        coord: NodeId,
-        src_ts: Timestamp,
+        info: &TxnInfo,
+        sent_ns: u64,
     ) -> Timestamp {
+        let coord = info.coord;
         // §4.3's calibration across regions: pass the coordinator's clock plus the delay.
         let delay_ns = crate::kit::owd::topology_ns(&self.cluster, coord, self.me);
-        let seen = Timestamp::with_frac(src_ts.time_ns + delay_ns, 0, 0);
+        let seen = Timestamp::with_frac(sent_ns + delay_ns, 0, 0);
         self.clock.calibrate(ctx.now_ns(), seen);
         let (now, _) = self.clock.create_ts(ctx.now_ns(), None);
-        self.owd
-            .record_arrival(coord, src_ts.time_ns, now.time_ns, WINDOW);
-        let forward_ns = self.owd.forward_ns(&self.cluster, coord, PERCENTILE);
-        let ahead_ns = 2 * forward_ns + self.opts.margin_ns;
+        let home = self.representative(self.cluster.region_of(coord));
+        for peer in [coord, home] {
+            self.owd.record_arrival(peer, sent_ns, now.time_ns, WINDOW);
+        }
+        let mut forward_ns = self.owd.forward_ns(&self.cluster, coord, PERCENTILE);
+        for shard in info.txn.shards() {
+            let region = self.cluster.region_of(self.cluster.replicas(shard)[0]);
+            if region != self.region {
+                let rep = self.representative(region);
+                forward_ns = forward_ns.max(self.owd.forward_ns(&self.cluster, rep, PERCENTILE));
+            }
+        }
+        // Bounded: a burst of delayed samples (a partition) must not push CRTs seconds out.
+        let ahead_ns = (2 * forward_ns + self.opts.margin_ns).min(2 * self.opts.retry_ns);
         Timestamp::with_frac(now.time_ns + ahead_ns, self.me.0, 0)
+    }
+
+    /// The node a region's delay samples are filed under: its first edge node.
+    fn representative(&self, region: RegionId) -> NodeId {
+        super::node::region_edges(&self.cluster, region)
+            .first()
+            .copied()
+            .unwrap_or(self.me)
     }
 
     fn on_prep_remote(
@@ -78,12 +102,12 @@ impl Manager {
         ctx: &mut Ctx<'_, DastNode>,
         from: NodeId,
         info: TxnInfo,
-        src_ts: Timestamp,
+        sent_ns: u64,
     ) {
         if from != info.coord {
             return;
         }
-        let anticipated = self.anticipate(ctx, info.coord, src_ts);
+        let anticipated = self.anticipate(ctx, &info, sent_ns);
         ctx.count("dast.anticipations", 1);
         for shard in info.txn.shards() {
             for &r in self.cluster.replicas(shard) {

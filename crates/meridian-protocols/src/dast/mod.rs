@@ -71,10 +71,11 @@
 //! See [`Options`]: `heartbeat_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,
 //! `query_ms`, `anticipation_margin_ms`, `max_inflight`, `max_notices`,
 //! `checkpoint_every`, `stretch` (the ablation), and the **test-only**
-//! `unsafe_skip_anticipation=true`, which breaks the anticipation rule (participants
-//! neither raise an anticipation their clock has passed nor hold their clock below it), so
-//! CRTs commit below executed transactions and are executed late; the conformance suite
-//! shows the checker catching it.
+//! `unsafe_skip_anticipation=true`, which breaks the anticipation rule (a coordinator
+//! commits a CRT at its own start timestamp instead of the largest anticipation, and
+//! participants do not hold their clocks below prepared CRTs), so CRTs commit below
+//! executed transactions and are executed late; the conformance suite shows the checker
+//! catching it.
 
 mod coord;
 mod dclock;

@@ -47,9 +47,11 @@ pub struct Options {
     /// The stretchable clock (`stretch`; true). `false` is the ablation of §4.3: a node's
     /// clock runs on past a pending CRT, so IRTs wait behind it.
     pub stretch: bool,
-    /// TEST-ONLY, deliberately broken (`unsafe_skip_anticipation`): participants neither
-    /// raise a CRT's anticipation above their clock nor hold their clock below it, so a CRT
-    /// can commit below transactions already executed (and is then executed late).
+    /// TEST-ONLY, deliberately broken (`unsafe_skip_anticipation`): the anticipation rule
+    /// is skipped — a coordinator commits a CRT at its own `srcTs` instead of the largest
+    /// anticipation, and participants do not hold their clocks below a prepared CRT — so a
+    /// CRT commits below transactions its participants already executed (and is then
+    /// executed late, out of timestamp order).
     pub unsafe_skip_anticipation: bool,
 }
 

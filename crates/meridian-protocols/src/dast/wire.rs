@@ -81,10 +81,13 @@ pub enum Msg {
         id: TxnId,
         proposal: Timestamp,
     },
-    /// Coordinator → the manager of a participating region (Alg. 2 line 5).
+    /// Coordinator → the manager of a participating region (Alg. 2 line 5). `sent_ns`:
+    /// the coordinator's clock when this copy left (a retransmission's delay sample must
+    /// not include the wait before it).
     PrepRemote {
         info: TxnInfo,
         src_ts: Timestamp,
+        sent_ns: u64,
     },
     /// Manager → the participating nodes of its region (Alg. 2 line 15).
     PrepCrt {
