@@ -58,7 +58,7 @@ mod dast {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "crt_ratio=0.2,keys=40",
-        golden: &[(5, "0000000000000000"), (6, "0000000000000000")],
+        golden: &[(5, "4cc54ef65625911f"), (6, "07b197637e1be04f")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_anticipation=true",
             workload: "list-append",

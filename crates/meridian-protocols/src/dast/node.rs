@@ -846,21 +846,6 @@ impl Edge {
     /// not come.
     pub fn participant_tick(&mut self, ctx: &mut Ctx<'_, DastNode>) {
         let now = ctx.now_ns();
-        if std::env::var("DAST_DEBUG").is_ok() {
-            if let Some(&(key, id)) = self.ready.first() {
-                let e = &self.entries[&id];
-                if now.saturating_sub(e.since_ns) > 2_000_000_000
-                    || now % 1_000_000_000 < 40_000_000
-                {
-                    let lowest = self
-                        .peers
-                        .iter()
-                        .map(|p| (self.max_ts.get(p).copied().unwrap_or(Timestamp::ZERO), *p))
-                        .min();
-                    eprintln!("DBG {} t={} head {key} {id} {:?} {:?} inputs={} announce={} last={} wait={:?} lowest={:?} ready={}", self.me, now, e.rec.status, e.rec.info.kind, self.inputs_ready(id), self.announce(), self.clock.last(), self.wait.first(), lowest, self.ready.len());
-                }
-            }
-        }
         let mut stale: Vec<(TxnId, Status)> = self
             .entries
             .iter()
