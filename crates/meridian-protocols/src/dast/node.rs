@@ -34,6 +34,9 @@ const CEILING_AHEAD_NS: u64 = 100 * NS_PER_MS;
 /// participant's anticipation is not handed out by its clock).
 pub type QKey = (Timestamp, TxnId);
 
+/// A piece's outputs (or its failure), by piece index.
+type PieceOutput = (u16, Result<PieceResult, AbortReason>);
+
 /// A transaction this node participates in.
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -83,8 +86,8 @@ pub struct Edge {
     done: FxHashSet<TxnId>,
     done_order: VecDeque<TxnId>,
     /// This node's outputs of recently executed transactions (answers to input queries).
-    recent_outputs: FxHashMap<TxnId, Vec<(u16, Result<PieceResult, AbortReason>)>>,
-    early_outputs: FxHashMap<TxnId, Vec<(u16, Result<PieceResult, AbortReason>)>>,
+    recent_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
+    early_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
     /// `maxTs`: the largest clock each peer announced.
     max_ts: FxHashMap<NodeId, Timestamp>,
     /// Each peer's waitQ head as it last announced it.
@@ -812,12 +815,7 @@ impl Edge {
 
     /// §4.1's push: this node's outputs go to the replicas of every other shard with a
     /// piece that consumes them.
-    fn push_outputs(
-        &mut self,
-        ctx: &mut Ctx<'_, DastNode>,
-        info: &TxnInfo,
-        mine: &[(u16, Result<PieceResult, AbortReason>)],
-    ) {
+    fn push_outputs(&mut self, ctx: &mut Ctx<'_, DastNode>, info: &TxnInfo, mine: &[PieceOutput]) {
         let pieces = &info.txn.pieces;
         for (i, result) in mine {
             let mut targets: Vec<ShardId> = pieces
