@@ -145,8 +145,10 @@ impl Protocol for Dast {
     }
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        // The options first, so a bad one is named whatever the topology.
+        let options = Options::for_cluster(raw, cluster)?;
         check_regions(cluster)?;
-        Options::for_cluster(raw, cluster)
+        Ok(options)
     }
 
     fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> DastNode {
