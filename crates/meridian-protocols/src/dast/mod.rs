@@ -305,6 +305,12 @@ impl Node for DastNode {
         }
     }
 
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let DastNode::Edge(e) = self {
+            e.on_batch_end(ctx);
+        }
+    }
+
     fn check_invariants(&self) -> Result<(), String> {
         match self {
             DastNode::Edge(e) => e.check_invariants(),

@@ -257,13 +257,17 @@ impl Edge {
 
     pub(super) fn persist(&mut self, ctx: &mut Ctx<'_, DastNode>, record: Record) {
         self.records += 1;
-        if self.records < self.opts.checkpoint_every {
-            ctx.persist(record);
-            return;
-        }
         ctx.persist(record);
-        self.records = 0;
-        ctx.checkpoint(Record::Snapshot(Box::new(self.snapshot())));
+    }
+
+    /// Every `checkpoint_every` records, a snapshot — taken between events, never inside
+    /// a handler, whose state may not yet reflect the record it just wrote (a snapshot
+    /// replaces every earlier record).
+    pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        if self.records >= self.opts.checkpoint_every {
+            self.records = 0;
+            ctx.checkpoint(Record::Snapshot(Box::new(self.snapshot())));
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -589,19 +593,23 @@ impl Edge {
             Some(e) => Some((e.rec.key, e.rec.proposal)),
             None => None,
         };
-        if self.below_frontier((ts, id)) {
-            if self.opts.unsafe_skip_anticipation {
-                ctx.count("dast.executed_late", 1);
-            } else if known.is_some() {
-                self.violation = Some(format!(
-                    "{}: {id} committed at {ts}, at or below the executed frontier {:?}",
-                    self.me, self.frontier
-                ));
-            } else {
-                // A duplicate of something executed and forgotten.
-                ctx.count("dast.stale_commit", 1);
-                return;
+        if self.below_frontier((ts, id)) && !self.opts.unsafe_skip_anticipation {
+            // Executed and forgotten (Lemma 1: nothing commits below what a node has
+            // executed), known again only from a stale notification: drop it.
+            ctx.count("dast.stale_commit", 1);
+            if let Some((key, proposal)) = known {
+                self.entries.remove(&id);
+                self.ready.remove(&(key, id));
+                if let Some(p) = proposal {
+                    self.wait.remove(&(p, id));
+                }
+                self.persist(ctx, Record::Dropped { id });
             }
+            self.remember_done(id);
+            return;
+        }
+        if self.below_frontier((ts, id)) {
+            ctx.count("dast.executed_late", 1);
         }
         if let Some((key, proposal)) = known {
             self.ready.remove(&(key, id));
