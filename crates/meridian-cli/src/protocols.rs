@@ -11,6 +11,7 @@ use meridian_bench::{Point, RunOutput};
 use meridian_core::node::Setup;
 use meridian_core::{Cluster, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
+use meridian_protocols::dast::Dast;
 use meridian_protocols::k2::K2;
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
@@ -26,6 +27,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<ConventionalSi>(),
     entry::<Tiga>(),
     entry::<K2>(),
+    entry::<Dast>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -4,9 +4,15 @@
 //! * [`two_pl`] — `2pl-2pc`, the reference: strict two-phase locking with two-phase commit,
 //!   single copy, strict serializability. It exercises the harness; the papers' protocols
 //!   are judged by the same simulator and checker.
+//! * [`clock_si`] — Clock-SI (SRDS '13) and its oracle baseline `conventional-si`.
+//! * [`tiga`] — Tiga, the flagship: one-WRTT commits ordered by synchronized clocks.
+//! * [`k2`] — K2 (TTC oracle, K2-TB timestamp batches, K2-MVTO at the primaries).
+//! * [`dast`] — DAST (EuroSys '21): edge regions, IRTs that never wait for CRTs,
+//!   anticipation through region managers and the stretchable clock.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod clock_si;
+pub mod dast;
 pub mod k2;
 pub mod kit;
 pub mod tiga;

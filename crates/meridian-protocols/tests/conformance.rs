@@ -69,3 +69,18 @@ mod k2 {
     };
     meridian_sim::conformance_tests!(meridian_protocols::k2::K2, SPEC);
 }
+
+mod dast {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "crt_ratio=0.2,keys=40",
+        golden: &[(5, "4cc54ef65625911f"), (6, "07b197637e1be04f")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_anticipation=true",
+            workload: "list-append",
+            workload_opts: "crt_ratio=0.5,keys=12",
+        },
+        ..Conformance::new("edge-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::dast::Dast, SPEC);
+}

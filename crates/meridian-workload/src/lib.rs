@@ -36,6 +36,7 @@
 //! | | `read_ratio` | 0.5 | probability that an op is a read (else an append) |
 //! | | `max_writes_per_key` | 256 | appends after which a key retires and a fresh key takes its place; 0 = never |
 //! | | `interactive` | false | plan interactive (`get`/`append` steps) instead of one-shot transactions |
+//! | | `crt_ratio` | 1 | probability that a transaction draws its keys from every shard; else only from shards led from the client's region (DAST's IRT/CRT mix) |
 //! | `bank` | `accounts` | 8 | accounts, spread round-robin over the shards |
 //! | | `read_ratio` | 0.5 | probability that a transaction reads every account (else a transfer) |
 //! | | `max_amount` | 10 | transfers move a uniform amount in `1..=max_amount` |

@@ -23,6 +23,12 @@
 //! op to `(piece, op)` is the piece-major walk, [`Workload::history_ops`] is a pure
 //! function of the plan and the outcome and needs no per-transaction state.
 //!
+//! **Locality** (`crt_ratio` below 1, for DAST's edge regions): a transaction draws its keys
+//! only among the active keys on shards led from the client's region with probability
+//! `1 - crt_ratio` (any active key if none is there); every transaction is labelled `irt`
+//! or `crt` by the shards it ended up touching ([`Locality`]). At the default 1 the draw is
+//! the plain one (the same random sequence as before the option existed).
+//!
 //! **Interactive plans** (`interactive=true`) are the drawn ops as `Get` and `Append` steps.
 //!
 //! **History.** Reads of a committed transaction report the list read (`[]` for a key never
@@ -36,11 +42,11 @@ use crate::{
     committed_results, interactive_reads_by_op, list_read, literal_int, logical_name, output,
     InteractiveOp, TxnPlan, Workload, WorkloadOptions,
 };
-use crate::{ClientInfo, Planned};
+use crate::{ClientInfo, Locality, Planned};
 use meridian_check::{Entry, EntryType, HistOp, ReadValue};
 use meridian_core::txn::{Key, Op, Operand, Outcome, Piece, PieceBody, Txn, Value};
 use meridian_core::value::encode_int;
-use meridian_core::{Cluster, NodeRng, Partitioner, ShardId};
+use meridian_core::{Cluster, NodeRng, Partitioner, RegionId, ShardId};
 use rand::Rng;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -53,6 +59,11 @@ pub struct ListAppend {
     read_ratio: f64,
     max_writes_per_key: u64,
     interactive: bool,
+    /// Probability that a transaction may touch any shard (see the module doc).
+    crt_ratio: f64,
+    /// Each shard's region (its initial leader's), for local draws.
+    shard_region: Vec<RegionId>,
+    locality: Locality,
     /// `active[slot]`: the key id in that slot.
     active: Vec<u64>,
     /// The id the next fresh key gets.
@@ -86,7 +97,11 @@ impl ListAppend {
         let read_ratio = o.probability("read_ratio", 0.5)?;
         let max_writes_per_key = o.int("max_writes_per_key", 256, 0..=u64::MAX)?;
         let interactive = o.flag("interactive", false)?;
+        let crt_ratio = o.probability("crt_ratio", 1.0)?;
         o.finish()?;
+        let shard_region = (0..cluster.shard_count())
+            .map(|s| cluster.region_of(cluster.initial_leader(ShardId(s))))
+            .collect();
         Ok(ListAppend {
             partitioner: cluster.partitioner,
             shards: cluster.shard_count(),
@@ -94,6 +109,9 @@ impl ListAppend {
             read_ratio,
             max_writes_per_key,
             interactive,
+            crt_ratio,
+            shard_region,
+            locality: Locality::new(cluster),
             active: (0..keys).collect(),
             next_key: keys,
             appends: FxHashMap::default(),
@@ -106,11 +124,30 @@ impl ListAppend {
         self.partitioner.key_on_shard(shard, &format!("k{id}"))
     }
 
-    fn draw(&mut self, rng: &mut NodeRng) -> Vec<Drawn> {
+    /// The slots a local transaction of `region` draws from (empty: draw from all).
+    fn local_slots(&self, region: RegionId) -> Vec<usize> {
+        (0..self.active.len())
+            .filter(|&slot| {
+                let shard = (self.active[slot] % u64::from(self.shards)) as usize;
+                self.shard_region.get(shard) == Some(&region)
+            })
+            .collect()
+    }
+
+    fn draw(&mut self, rng: &mut NodeRng, region: RegionId) -> Vec<Drawn> {
+        let local = if self.crt_ratio < 1.0 && !rng.gen_bool(self.crt_ratio) {
+            self.local_slots(region)
+        } else {
+            Vec::new()
+        };
         let len = rng.gen_range(1..=self.ops_max);
         (0..len)
             .map(|_| {
-                let slot = rng.gen_range(0..self.active.len());
+                let slot = if local.is_empty() {
+                    rng.gen_range(0..self.active.len())
+                } else {
+                    local[rng.gen_range(0..local.len())]
+                };
                 let id = self.active[slot];
                 if rng.gen_bool(self.read_ratio) {
                     return Drawn::Read(id);
@@ -166,13 +203,23 @@ impl Workload for ListAppend {
         Self::NAME
     }
 
-    fn next(&mut self, _client: &ClientInfo, rng: &mut NodeRng) -> Planned {
-        let drawn = self.draw(rng);
-        if self.interactive {
+    /// Labelled `irt` or `crt` besides `read-only`/`read-write`: whether every shard the
+    /// transaction touches is led from the client's region.
+    fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned {
+        let drawn = self.draw(rng, client.region);
+        let mut shards: Vec<ShardId> = drawn
+            .iter()
+            .map(|d| self.partitioner.shard_of(&self.key(d.key_id())))
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let class = self.locality.class(client, shards);
+        let planned: Planned = if self.interactive {
             TxnPlan::Interactive(self.interactive_plan(&drawn)).into()
         } else {
             TxnPlan::OneShot(self.one_shot(&drawn)).into()
-        }
+        };
+        planned.class(class)
     }
 
     fn history_ops(
@@ -299,6 +346,27 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Locality for DAST: a client in the leaders' region draws only local keys at
+    /// `crt_ratio=0` (IRTs); a client with no local shard falls back to any key (CRTs);
+    /// the labels say which.
+    #[test]
+    fn crt_ratio_zero_keeps_transactions_in_the_clients_region_and_labels_them() {
+        let c = cluster(2);
+        let opts = WorkloadOptions::default().with("crt_ratio", "0");
+        let mut w = ListAppend::new(&c, &opts).unwrap();
+        let mut r = rng(3);
+        let at = |region: u16| ClientInfo {
+            id: meridian_core::ClientId(0),
+            coordinator: c.coordinators[0],
+            region: RegionId(region),
+        };
+        for _ in 0..50 {
+            assert!(w.next(&at(0), &mut r).classes.contains(crate::IRT));
+            assert!(w.next(&at(1), &mut r).classes.contains(crate::CRT));
+        }
+        assert!(ListAppend::new(&c, &WorkloadOptions::default().with("crt_ratio", "2")).is_err());
     }
 
     #[test]

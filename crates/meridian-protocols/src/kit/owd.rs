@@ -95,6 +95,16 @@ impl OwdEstimator {
         s.back.push(received_ns as i64 - peer_ns as i64, window);
     }
 
+    /// Records a one-way sample only: `peer` stamped a message `sent_ns` on its clock and
+    /// it arrived at `received_ns` on this node's (DAST's managers learn a region's delay
+    /// from the prep-remote messages they receive, Alg. 2 line 11). Kept as the peer's
+    /// forward sample, so [`OwdEstimator::forward_ns`] reads it.
+    pub fn record_arrival(&mut self, peer: NodeId, sent_ns: u64, received_ns: u64, window: usize) {
+        if let Some(s) = self.samples.get_mut(peer.index()) {
+            s.forward.push(received_ns as i64 - sent_ns as i64, window);
+        }
+    }
+
     /// The forward delay to `peer` (delay plus clock offset): the `percentile` of the
     /// recent samples; before the first sample, the topology's mean one-way delay.
     pub fn forward_ns(&self, cluster: &Cluster, peer: NodeId, percentile: f64) -> u64 {

@@ -1,0 +1,447 @@
+//! The edge node's coordinator side: IRTs (§4.2, Alg. 1 `CoordIRT`) and CRTs through
+//! two-phase decentralized anticipation (§4.3, Alg. 2 `CoordCRT`), with the decision made
+//! durable before it leaves, resent until every participant has it, and presumed abort for
+//! transactions a coordinator no longer knows.
+
+use super::node::{participants, Edge};
+use super::wire::{Decision, Kind, Msg, NoticeState, Record, TxnInfo};
+use super::DastNode;
+use crate::kit::quorum::{majority, Votes};
+use meridian_core::node::Ctx;
+use meridian_core::txn::{AbortReason, CommitPath, Outcome, PieceResult, Txn};
+use meridian_core::{NodeId, RegionId, RequestId, ShardId, Timestamp, TxnId};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// One transaction this node coordinates, until its client is answered.
+#[derive(Debug)]
+pub struct Inflight {
+    info: TxnInfo,
+    port: NodeId,
+    request: RequestId,
+    /// Per shard: a majority of its replicas holding the transaction (their anticipations).
+    votes: Vec<(ShardId, Votes<Timestamp>)>,
+    /// An IRT's timestamp; a CRT's `srcTs`.
+    ts: Timestamp,
+    decided: Option<Timestamp>,
+    results: Vec<Option<PieceResult>>,
+    shards_done: BTreeSet<ShardId>,
+    failure: Option<AbortReason>,
+    started_ns: u64,
+    sent_ns: u64,
+    /// Which of a region's managers the next prep-remote goes to (failover, §4.4).
+    manager_try: usize,
+}
+
+/// The coordinator's state.
+#[derive(Debug, Default)]
+pub struct Coord {
+    inflight: FxHashMap<TxnId, Inflight>,
+}
+
+impl Edge {
+    /// A client's transaction, handed on by the machine's port.
+    pub fn on_submit(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        port: NodeId,
+        request: RequestId,
+        txn: Txn,
+    ) {
+        if let Err(reason) = self.admit(&txn) {
+            ctx.send(port, done(request, Outcome::Aborted { reason }));
+            return;
+        }
+        self.next_seq += 1;
+        let id = TxnId::new(self.me, self.incarnation, self.next_seq);
+        let shards = txn.shards();
+        let local = shards.iter().all(|&s| self.shard_region(s) == self.region);
+        let kind = if local { Kind::Irt } else { Kind::Crt };
+        let info = TxnInfo {
+            id,
+            kind,
+            coord: self.me,
+            txn: Arc::new(txn),
+        };
+        let ts = self.create_ts(ctx);
+        let votes = shards
+            .iter()
+            .map(|&s| {
+                let replicas = self.cluster.replicas(s);
+                (
+                    s,
+                    Votes::new(replicas.iter().copied(), majority(replicas.len())),
+                )
+            })
+            .collect();
+        let pieces = info.txn.pieces.len();
+        let now = ctx.now_ns();
+        self.coord.inflight.insert(
+            id,
+            Inflight {
+                info: info.clone(),
+                port,
+                request,
+                votes,
+                ts,
+                decided: None,
+                results: vec![None; pieces],
+                shards_done: BTreeSet::new(),
+                failure: None,
+                started_ns: now,
+                sent_ns: now,
+                manager_try: 0,
+            },
+        );
+        match kind {
+            Kind::Irt => {
+                ctx.count("dast.irt", 1);
+                // Alg. 1 lines 13-15: the notification travels with the prepare.
+                self.notify_relevant(&info, NoticeState::Irt(ts));
+                self.send_prepares(ctx, id);
+            }
+            Kind::Crt => {
+                ctx.count("dast.crt", 1);
+                self.send_prep_remotes(ctx, id, None);
+            }
+        }
+    }
+
+    fn admit(&self, txn: &Txn) -> Result<(), AbortReason> {
+        txn.validate(self.cluster.shard_count())
+            .map_err(|e| AbortReason::Invalid(e.to_string()))?;
+        if self.coord.inflight.len() >= self.opts.max_inflight {
+            return Err(AbortReason::Unsupported(format!(
+                "overloaded: {} transactions in flight at {}",
+                self.coord.inflight.len(),
+                self.me
+            )));
+        }
+        if shard_cycle(txn) {
+            return Err(AbortReason::Invalid(
+                "dast: value dependencies between shards must be acyclic (§4.1)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn shard_region(&self, shard: ShardId) -> RegionId {
+        self.cluster.region_of(self.cluster.replicas(shard)[0])
+    }
+
+    fn send_prepares(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId) {
+        let t = &self.coord.inflight[&id];
+        let (info, ts) = (t.info.clone(), t.ts);
+        let missing: Vec<NodeId> = t.votes.iter().flat_map(|(_, v)| v.missing()).collect();
+        for node in missing {
+            if node == self.me {
+                self.on_prepare(ctx, info.clone(), ts);
+            } else {
+                let header = self.header(node);
+                ctx.send(node, Msg::Beat(header));
+                let msg = Msg::Prepare {
+                    info: info.clone(),
+                    ts,
+                };
+                ctx.send(node, msg);
+            }
+        }
+    }
+
+    /// Alg. 2 lines 4-5: prep-remote to the manager of every region still short of a
+    /// majority of some shard (`only_missing`), or of every participating region.
+    fn send_prep_remotes(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId, retry: Option<()>) {
+        let t = self.coord.inflight.get_mut(&id).expect("inflight");
+        if retry.is_some() {
+            t.manager_try += 1;
+        }
+        let mut regions: Vec<RegionId> = t
+            .votes
+            .iter()
+            .filter(|(_, v)| retry.is_none() || !v.complete())
+            .map(|(s, _)| self.cluster.region_of(self.cluster.replicas(*s)[0]))
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        let (info, src_ts, attempt) = (t.info.clone(), t.ts, t.manager_try);
+        let sent_ns = self.clock.physical_ns(ctx.now_ns());
+        for region in regions {
+            let managers = managers_of(&self.cluster, region);
+            if managers.is_empty() {
+                continue;
+            }
+            let manager = managers[attempt % managers.len()];
+            let msg = Msg::PrepRemote {
+                info: info.clone(),
+                src_ts,
+                sent_ns,
+            };
+            ctx.send(manager, msg);
+        }
+    }
+
+    pub fn on_prep_ack(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        from: NodeId,
+        id: TxnId,
+        proposal: Timestamp,
+    ) {
+        let Some(t) = self.coord.inflight.get_mut(&id) else {
+            return;
+        };
+        if t.decided.is_some() {
+            return;
+        }
+        for (_, votes) in t.votes.iter_mut() {
+            votes.record(from, proposal);
+        }
+        if !t.votes.iter().all(|(_, v)| v.complete()) {
+            return;
+        }
+        let commit_ts = match t.info.kind {
+            Kind::Irt => t.ts,
+            // The broken variant: the coordinator's own timestamp, anticipations ignored.
+            Kind::Crt if self.opts.unsafe_skip_anticipation => t.ts,
+            Kind::Crt => {
+                // Alg. 2 line 7: the largest anticipation, and above the coordinator's clock.
+                let largest = t
+                    .votes
+                    .iter()
+                    .flat_map(|(_, v)| v.replies().copied())
+                    .max()
+                    .expect("a majority replied");
+                let now = self.create_ts(ctx);
+                largest.max(now)
+            }
+        };
+        self.decide(ctx, id, commit_ts);
+    }
+
+    fn decide(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId, ts: Timestamp) {
+        let t = self.coord.inflight.get_mut(&id).expect("inflight");
+        t.decided = Some(ts);
+        t.sent_ns = ctx.now_ns();
+        let decision = Decision {
+            info: t.info.clone(),
+            ts,
+        };
+        self.persist(ctx, Record::Decided(decision.clone()));
+        let all = participants(&self.cluster, &decision.info);
+        self.decisions.insert(id, (decision, all));
+        self.send_commits(ctx, id);
+    }
+
+    fn send_commits(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId) {
+        let Some((d, unacked)) = self.decisions.get(&id) else {
+            return;
+        };
+        let (info, ts) = (d.info.clone(), d.ts);
+        let to: Vec<NodeId> = unacked.iter().copied().collect();
+        for node in to {
+            if node == self.me {
+                self.on_commit_ack(ctx, node, id);
+                self.commit(ctx, info.clone(), ts, false);
+            } else {
+                let msg = Msg::Commit {
+                    info: info.clone(),
+                    ts,
+                };
+                ctx.send(node, msg);
+            }
+        }
+    }
+
+    pub fn on_commit_ack(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, id: TxnId) {
+        let Some((_, unacked)) = self.decisions.get_mut(&id) else {
+            return;
+        };
+        unacked.remove(&from);
+        if unacked.is_empty() {
+            self.decisions.remove(&id);
+            self.persist(ctx, Record::Settled { id });
+        }
+    }
+
+    /// A participant asks about an undecided transaction: the decision if there is one,
+    /// nothing while deciding, else abort (presumed: decisions are durable).
+    pub fn on_query(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, id: TxnId) {
+        if let Some((d, _)) = self.decisions.get(&id) {
+            let msg = Msg::Commit {
+                info: d.info.clone(),
+                ts: d.ts,
+            };
+            ctx.send(from, msg);
+        } else if !self.coord.inflight.contains_key(&id) {
+            ctx.send(from, Msg::Abort { id });
+        }
+    }
+
+    pub fn on_executed(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        id: TxnId,
+        shard: u32,
+        results: Result<Vec<(u16, PieceResult)>, AbortReason>,
+    ) {
+        let Some(t) = self.coord.inflight.get_mut(&id) else {
+            return;
+        };
+        if !t.shards_done.insert(ShardId(shard)) {
+            return;
+        }
+        match results {
+            Ok(rs) => {
+                for (i, r) in rs {
+                    if let Some(slot) = t.results.get_mut(usize::from(i)) {
+                        *slot = Some(r);
+                    }
+                }
+            }
+            Err(reason) => {
+                t.failure.get_or_insert(reason);
+            }
+        }
+        if t.shards_done.len() < t.votes.len() {
+            return;
+        }
+        let t = self.coord.inflight.remove(&id).expect("inflight");
+        let outcome = match t.failure {
+            Some(reason) => Outcome::Aborted { reason },
+            None => Outcome::Committed {
+                results: t
+                    .results
+                    .into_iter()
+                    .map(Option::unwrap_or_default)
+                    .collect(),
+                commit_ts: t.decided,
+                path: match t.info.kind {
+                    Kind::Irt => CommitPath::Local,
+                    Kind::Crt => CommitPath::TwoPhase,
+                },
+            },
+        };
+        ctx.send(t.port, done(t.request, outcome));
+    }
+
+    /// Retransmissions and timeouts of what this node coordinates.
+    pub fn coord_tick(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        let now = ctx.now_ns();
+        let mut ids: Vec<TxnId> = self.coord.inflight.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let t = &self.coord.inflight[&id];
+            let age = now.saturating_sub(t.started_ns);
+            let quiet = now.saturating_sub(t.sent_ns) >= self.opts.retry_ns;
+            let kind = t.info.kind;
+            match t.decided {
+                None if age >= self.opts.prepare_timeout_ns => self.give_up(ctx, id),
+                None if quiet => {
+                    self.coord.inflight.get_mut(&id).expect("listed").sent_ns = now;
+                    match kind {
+                        Kind::Irt => self.send_prepares(ctx, id),
+                        Kind::Crt => self.send_prep_remotes(ctx, id, Some(())),
+                    }
+                }
+                Some(_) if age >= self.opts.result_timeout_ns => {
+                    let t = self.coord.inflight.remove(&id).expect("listed");
+                    let reason = "dast: results not all in before the result timeout".to_string();
+                    ctx.send(t.port, done(t.request, Outcome::Unknown { reason }));
+                }
+                _ => {}
+            }
+        }
+        let mut decided: Vec<TxnId> = self.decisions.keys().copied().collect();
+        decided.sort_unstable();
+        for id in decided {
+            self.send_commits(ctx, id);
+        }
+    }
+
+    /// Not prepared in time: abort (nothing was decided, so presumed abort agrees).
+    fn give_up(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId) {
+        let t = self.coord.inflight.remove(&id).expect("inflight");
+        ctx.count("dast.prepare_timeouts", 1);
+        for node in participants(&self.cluster, &t.info) {
+            if node == self.me {
+                self.abort(ctx, id);
+            } else {
+                ctx.send(node, Msg::Abort { id });
+            }
+        }
+        let reason = AbortReason::Timeout;
+        ctx.send(t.port, done(t.request, Outcome::Aborted { reason }));
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn),
+            Msg::Beat(h) => self.on_beat(ctx, from, h),
+            Msg::Prepare { info, ts } => self.on_prepare(ctx, info, ts),
+            Msg::PrepAck { id, proposal } => self.on_prep_ack(ctx, from, id, proposal),
+            Msg::PrepCrt { info, anticipated } => self.on_prep_crt(ctx, info, anticipated),
+            Msg::Commit { info, ts } => self.commit(ctx, info, ts, true),
+            Msg::CommitAck { id } => self.on_commit_ack(ctx, from, id),
+            Msg::Abort { id } => self.abort(ctx, id),
+            Msg::Query { id } => self.on_query(ctx, from, id),
+            Msg::Output { id, piece, result } => self.on_output(ctx, id, piece, result),
+            Msg::InputQuery { id } => self.on_input_query(ctx, from, id),
+            Msg::Executed { id, shard, results } => self.on_executed(ctx, id, shard, results),
+            Msg::Done { .. } | Msg::PrepRemote { .. } => {}
+        }
+    }
+}
+
+fn done(request: RequestId, outcome: Outcome) -> Msg {
+    Msg::Done { request, outcome }
+}
+
+/// The managers of `region`, primary first.
+pub fn managers_of(cluster: &meridian_core::Cluster, region: RegionId) -> Vec<NodeId> {
+    let mut out: Vec<NodeId> = cluster
+        .services(super::MANAGER)
+        .into_iter()
+        .filter(|&m| cluster.region_of(m) == region)
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Whether the pieces' value dependencies form a cycle between shards (DAST requires them
+/// acyclic between regions, §4.1; a shard executes its pieces at once, so they must be
+/// acyclic between shards here).
+pub fn shard_cycle(txn: &Txn) -> bool {
+    let shards: Vec<ShardId> = txn.shards().to_vec();
+    let index = |s: ShardId| shards.iter().position(|&x| x == s).expect("own shard");
+    let n = shards.len();
+    let mut edges = vec![Vec::new(); n];
+    for piece in &txn.pieces {
+        for d in piece.dependencies() {
+            let from = index(txn.pieces[usize::from(d)].shard);
+            let to = index(piece.shard);
+            if from != to {
+                edges[from].push(to);
+            }
+        }
+    }
+    // Kahn's algorithm: a cycle leaves nodes with incoming edges.
+    let mut indegree = vec![0usize; n];
+    for e in &edges {
+        for &t in e {
+            indegree[t] += 1;
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut seen = 0;
+    while let Some(i) = ready.pop() {
+        seen += 1;
+        for &t in &edges[i] {
+            indegree[t] -= 1;
+            if indegree[t] == 0 {
+                ready.push(t);
+            }
+        }
+    }
+    seen < n
+}

@@ -1,0 +1,112 @@
+//! DAST's hybrid clock with stretchable granularity (§3.2, Alg. 1 `CreateTs`).
+//!
+//! A dclock reading is `⟨time, nid, frac⟩` ([`Timestamp::with_frac`]): `time` follows the
+//! node's system clock plus an adjustable `offset` (§4.2's calibration only ever raises
+//! it), `nid` makes readings unique, `frac` is the logical part the clock increases instead
+//! of `time` while a CRT in the waitQ would otherwise be passed ("stretching").
+
+use meridian_core::Timestamp;
+
+/// One node's dclock.
+#[derive(Clone, Debug)]
+pub struct Dclock {
+    nid: u32,
+    offset_ns: u64,
+    last: Timestamp,
+    /// Stretch below the bound (the paper); off only for the ablation test.
+    stretch: bool,
+}
+
+/// What [`Dclock::create_ts`] did, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// `time` followed the system clock.
+    Physical,
+    /// `time` was frozen below a CRT and `frac` increased (Alg. 1 lines 7-8).
+    Stretched,
+}
+
+impl Dclock {
+    pub fn new(nid: u32, stretch: bool) -> Dclock {
+        Dclock {
+            nid,
+            offset_ns: 0,
+            last: Timestamp::with_frac(0, nid, 0),
+            stretch,
+        }
+    }
+
+    /// The last timestamp handed out (`lastTs`): every later one is larger.
+    pub fn last(&self) -> Timestamp {
+        self.last
+    }
+
+    /// The system clock plus the offset (`time` when nothing holds it back).
+    pub fn physical_ns(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_add(self.offset_ns)
+    }
+
+    fn physical(&self, now_ns: u64) -> Timestamp {
+        Timestamp::with_frac(now_ns.saturating_add(self.offset_ns), self.nid, 0)
+    }
+
+    /// `lastTs` with `frac + 1`: above `lastTs`, below any later `time`. A saturated
+    /// fraction moves `time` on by a nanosecond instead (four billion IRTs behind one CRT).
+    fn bump(&self) -> Timestamp {
+        match self.last.frac.checked_add(1) {
+            Some(frac) => Timestamp::with_frac(self.last.time_ns, self.nid, frac),
+            None => Timestamp::with_frac(self.last.time_ns + 1, self.nid, 0),
+        }
+    }
+
+    /// `CreateTs()`: the system clock plus offset, unless that would pass `bound` (the
+    /// head of the waitQ, or a peer's pause point) while `lastTs` is still below it; then
+    /// `lastTs` with its fraction increased, so the new timestamp orders before the CRT.
+    pub fn create_ts(&mut self, now_ns: u64, bound: Option<Timestamp>) -> (Timestamp, Created) {
+        let mut ret = self.physical(now_ns);
+        let mut how = Created::Physical;
+        if ret <= self.last {
+            ret = self.bump();
+        }
+        if let Some(b) = bound {
+            if self.stretch && b <= ret && self.last < b {
+                ret = self.bump();
+                how = Created::Stretched;
+            }
+        }
+        debug_assert!(ret > self.last, "dclock went back");
+        self.last = ret;
+        (ret, how)
+    }
+
+    /// A timestamp above everything handed out so far and at least `at_least`, without
+    /// handing it out: a participant's anticipation for a CRT (the clock then stays
+    /// below it while the CRT waits).
+    pub fn above(&self, at_least: Timestamp) -> Timestamp {
+        let next_tick = Timestamp::with_frac(self.last.time_ns + 1, self.nid, 0);
+        at_least.max(next_tick)
+    }
+
+    /// §4.2's calibration: raise the offset so the clock's `time` passes `seen`.
+    pub fn calibrate(&mut self, now_ns: u64, seen: Timestamp) {
+        let here = now_ns.saturating_add(self.offset_ns);
+        if seen.time_ns > here {
+            self.offset_ns += seen.time_ns - here;
+        }
+    }
+
+    /// After a restart: nothing at or below `time_ns` may be handed out again — except
+    /// that a stretching clock never handed out anything at or above `held` (the restored
+    /// waitQ's head), so it resumes just below that if it is lower.
+    pub fn restore(&mut self, time_ns: u64, held: Option<Timestamp>) {
+        let mut floor = Timestamp::with_frac(time_ns, self.nid, 0);
+        if let (true, Some(h)) = (self.stretch, held) {
+            floor = floor.min(Timestamp::with_frac(
+                h.time_ns.saturating_sub(1),
+                self.nid,
+                0,
+            ));
+        }
+        self.last = self.last.max(floor);
+    }
+}

@@ -1,0 +1,330 @@
+//! # `dast`: Decentralized Anticipate and Stretch (EuroSys '21)
+//!
+//! **Guarantee: strong partition serializability** (§4.5): one-copy serializability, and
+//! real-time order between transactions that share a region (Proposition 2) — the checker's
+//! `strong-partition-serializable` (serializable, plus the real-time edges between
+//! transactions touching a common key). Transactions in disjoint regions may be reordered
+//! against an out-of-band causality (Fig. 4), as the paper allows.
+//!
+//! ## Deployment (§3.1)
+//! Regions of edge nodes; each edge node is a replica of one shard, and every shard is
+//! replicated (2f + 1) only inside its host region — a topology whose shard spans regions
+//! is refused. The machine's coordinator node is a *port*: it hands its clients'
+//! transactions to the edge node on its machine, which coordinates them (the machine is one
+//! edge server; the hop between the two nodes is free). Each region runs a `manager`
+//! service (`per_region = 3` in `edge-regions`: a manager and two backups).
+//!
+//! ## Map: paper → files
+//! | paper | file |
+//! |---|---|
+//! | dclock `⟨time, nid, frac⟩`, `CreateTs` and its fallback, calibration (§3.2, §4.2, Alg. 1 lines 4-9) | `dclock.rs` |
+//! | readyQ, waitQ, PCT (`maxTs`, notifications, `notifiedTs`), execution in timestamp order (Alg. 1 lines 21-27), prep-crt / commit-remote at a participant (Alg. 2 lines 17-26), value dependencies pushed (§4.1, §5) | `node.rs` |
+//! | `CoordIRT` (Alg. 1 lines 10-20), `CoordCRT` (Alg. 2 lines 1-9) | `coord.rs` |
+//! | the manager: `GetAnticipateTs`, prep-remote → prep-crt (Alg. 2 lines 10-16) | `manager.rs` |
+//! | messages, records | `wire.rs` |
+//!
+//! ## Choices the paper left open (or where this differs)
+//! * **Notifications are state, not events.** Every intra-region message carries a header:
+//!   the sender's *promise* (its dclock, held just below its waitQ head — so with the
+//!   stretchable clock off the promise, not the clock, stops at a pending CRT), the
+//!   notifications not yet acknowledged (`myTxns` above `notifiedTs`, at most `max_notices`;
+//!   the promise stops below the first left out), the sender's waitQ head (its *pause*:
+//!   peers stretch below it too, which is how §4.3 has nodes not accessed by a CRT learn to
+//!   stretch), and the largest promise received from the receiver (the delivery
+//!   acknowledgement, Alg. 1 line 17). Edge nodes exchange headers every `heartbeat_ms`.
+//! * **A late prep-crt.** Alg. 2 line 18 assumes the participant's clock has not passed the
+//!   manager's anticipation. If it has (a slow link, a clock step), the participant acks
+//!   with its own anticipation just above its clock, and the coordinator's "largest
+//!   anticipation" rule then still yields a commit timestamp above everything the quorum
+//!   promised before it prepared. With that rule, safety does not depend on the manager, so
+//!   the manager does not hold an entry in `maxTs`: a crashed manager delays CRTs, never IRTs.
+//! * **Prepared CRTs block the readyQ at their lower bound.** A participant that learns of
+//!   a prepared CRT (from the manager, or a peer's notification) holds it in the readyQ at
+//!   the manager's anticipation, below which its commit timestamp cannot fall, until the
+//!   commit arrives (the paper puts only committed CRTs there; this is the same order,
+//!   spelled out).
+//! * **Durability and crashes.** The paper removes a failed node (Alg. 3) and re-adds it
+//!   from a checkpoint (Alg. 4). Here a node recovers from its own log instead (Algs. 3-4
+//!   are **not implemented**): participants persist every entry and every execution's
+//!   writes; a coordinator persists its decision before sending it and resends it until
+//!   every participant has it; a participant asks the coordinator about a transaction
+//!   undecided for `query_ms`, and a coordinator that no longer knows it answers abort
+//!   (presumed abort); the dclock persists a ceiling so it never repeats a timestamp; a
+//!   restarted node re-sends every notification it might still owe. While a node is down,
+//!   its region executes nothing above its last promise (the paper's fast failover would
+//!   remove it instead).
+//! * **Snapshots** (every `checkpoint_every` records) are taken between events
+//!   (`on_batch_end`), never inside a handler whose state may not yet reflect the record
+//!   it just wrote. A commit that arrives below a node's executed frontier can only be a
+//!   stale duplicate of something executed and forgotten (Lemma 1), and is dropped.
+//! * **Latency.** An IRT answers after prepare → acks → commit → execution → results, about
+//!   two intra-region round trips (11.3 ms p50 on `edge-regions`), not the one round trip
+//!   the paper counts to commit; execution also waits for every peer's heartbeat promise.
+//! * **Scale.** Every edge node exchanges headers with every other node of its region
+//!   every `heartbeat_ms` (O(n²) per region, as PCT's `maxTs` implies): cheap at
+//!   `edge-regions`' 6 nodes per region, heavy at the paper's 30 (`edge-regions-full`).
+//! * **Manager failover** is the coordinator's: a prep-remote not answered within
+//!   `retry_ms` goes to the region's next manager. No SMR, no view ids.
+//! * **The coordinator's region** counts as a participating region like any other: its
+//!   manager anticipates for it.
+//! * **Anticipation** = the manager's dclock + twice the 90th percentile of the
+//!   coordinator's recent forward delays (kit `owd`, clock offset included) +
+//!   `anticipation_margin_ms`. Cross-region clock calibration (§4.3's last paragraph) is not
+//!   implemented.
+//! * **Conditional aborts** (§4.1): a piece that fails (a stored procedure's user abort)
+//!   discards its shard's writes and its failure reaches the pieces that depend on it; as
+//!   in the paper, a workload must make every writing piece depend on a piece that may
+//!   abort, or independent shards apply their writes.
+//! * **Interactive transactions** are refused (`Unsupported`): DAST runs stored procedures.
+//!
+//! ## Options
+//! See [`Options`]: `heartbeat_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,
+//! `query_ms`, `anticipation_margin_ms`, `max_inflight`, `max_notices`,
+//! `checkpoint_every`, `stretch` (the ablation), and the **test-only**
+//! `unsafe_skip_anticipation=true`, which breaks the anticipation rule (a coordinator
+//! commits a CRT at its own start timestamp instead of the largest anticipation, and
+//! participants do not hold their clocks below prepared CRTs), so CRTs commit below
+//! executed transactions and are executed late; the conformance suite shows the checker
+//! catching it.
+
+mod coord;
+mod dclock;
+mod manager;
+mod node;
+mod options;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use dclock::{Created, Dclock};
+pub use manager::Manager;
+pub use node::Edge;
+pub use options::{Options, OPTIONS};
+pub use wire::{Msg, Record, Timer};
+
+use meridian_core::fault_model::{FailureGroup, FaultModel};
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse};
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, RequestId, ShardId,
+};
+
+/// The name of the region-manager service.
+pub const MANAGER: &str = "manager";
+/// Managers per region when the topology does not place them: a manager and two backups.
+pub const MANAGERS_PER_REGION: usize = 3;
+
+/// DAST. Implements [`Protocol`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dast;
+
+/// A node of `dast`.
+#[derive(Debug)]
+pub enum DastNode {
+    Edge(Box<Edge>),
+    /// A machine's client-facing coordinator node: hands requests to its edge node.
+    Port {
+        edge: NodeId,
+    },
+    Manager(Box<Manager>),
+    Inert,
+}
+
+impl Protocol for Dast {
+    type Node = DastNode;
+    type Options = Options;
+
+    const NAME: &'static str = "dast";
+    const GUARANTEE: &'static str = "strong-partition-serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+
+    fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
+        let mut regions: Vec<RegionId> = cluster
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.role, NodeRole::Replica { .. }))
+            .map(|n| n.region)
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        regions
+            .into_iter()
+            .flat_map(|r| std::iter::repeat_n((MANAGER.to_string(), r), MANAGERS_PER_REGION))
+            .collect()
+    }
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        // The options first, so a bad one is named whatever the topology.
+        let options = Options::for_cluster(raw, cluster)?;
+        check_regions(cluster)?;
+        Ok(options)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> DastNode {
+        let cluster = setup.cluster.clone();
+        let opts = setup.options.clone();
+        match &cluster.node(node).role {
+            NodeRole::Replica { .. } => DastNode::Edge(Box::new(Edge::restore(
+                node,
+                cluster.clone(),
+                opts,
+                setup.procedures.clone(),
+                recovered,
+            ))),
+            NodeRole::Coordinator { .. } => DastNode::Port {
+                edge: port_edge(&cluster, node),
+            },
+            NodeRole::Service { name, .. } if name == MANAGER => {
+                DastNode::Manager(Box::new(Manager::new(node, cluster.clone(), opts)))
+            }
+            NodeRole::Service { .. } => DastNode::Inert,
+        }
+    }
+
+    /// An IRT: the round trip to its farthest participant; a CRT: that plus nothing less
+    /// than the largest round trip to a participating region.
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        shards
+            .iter()
+            .flat_map(|&s| cluster.replicas(s).iter())
+            .map(|&r| cluster.rtt_ms(coordinator, r))
+            .fold(0.0, f64::max)
+    }
+
+    /// A minority of each shard's replicas, and at most one of each region's managers.
+    fn fault_model(cluster: &Cluster) -> FaultModel {
+        let mut model = FaultModel::minorities(cluster);
+        let service = format!("service {MANAGER}");
+        model.groups.retain(|g| g.name != service);
+        let mut regions: Vec<RegionId> = cluster
+            .services(MANAGER)
+            .into_iter()
+            .map(|m| cluster.region_of(m))
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        for region in regions {
+            let mut machines: Vec<_> = coord::managers_of(cluster, region)
+                .into_iter()
+                .map(|m| cluster.machine_of(m))
+                .collect();
+            machines.sort_unstable();
+            machines.dedup();
+            let max_down = ((machines.len().max(1) - 1) / 2).max(1);
+            model.groups.push(FailureGroup {
+                name: format!("{service} {}", cluster.topology.region_name(region)),
+                machines,
+                max_down,
+            });
+        }
+        model
+    }
+}
+
+/// §3.1: a shard lives in one region (its host region).
+fn check_regions(cluster: &Cluster) -> Result<(), String> {
+    for s in 0..cluster.shard_count() {
+        let replicas = cluster.replicas(ShardId(s));
+        let region = cluster.region_of(replicas[0]);
+        if replicas.iter().any(|&r| cluster.region_of(r) != region) {
+            return Err(format!(
+                "protocol dast replicates a shard only inside its host region (§3.1), but \
+                 shard {s} of topology {} has replicas in several regions",
+                cluster.topology.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The edge node a port hands its requests to: the replica on its machine, else one of
+/// its region's (spread by port index).
+fn port_edge(cluster: &Cluster, port: NodeId) -> NodeId {
+    let mate = cluster
+        .machine_mates(port)
+        .iter()
+        .copied()
+        .find(|&n| matches!(cluster.node(n).role, NodeRole::Replica { .. }));
+    if let Some(edge) = mate {
+        return edge;
+    }
+    let edges = node::region_edges(cluster, cluster.region_of(port));
+    if edges.is_empty() {
+        // No edge node in the port's region: the first of the cluster (a CRT coordinator).
+        return cluster.shards[0][0];
+    }
+    edges[port.index() % edges.len()]
+}
+
+impl Node for DastNode {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let DastNode::Edge(e) = self {
+            e.on_start(ctx);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            DastNode::Edge(e) => e.on_message(ctx, from, msg),
+            DastNode::Manager(m) => m.on_message(ctx, from, msg),
+            DastNode::Port { .. } => {
+                if let Msg::Done { request, outcome } = msg {
+                    ctx.respond(request, ClientResponse::Outcome(outcome));
+                }
+            }
+            DastNode::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        if let DastNode::Edge(e) = self {
+            match timer {
+                Timer::Heartbeat => e.on_heartbeat(ctx),
+                Timer::Tick => {
+                    e.coord_tick(ctx);
+                    e.participant_tick(ctx);
+                    ctx.set_timer(e.opts.retry_ns / 4, Timer::Tick);
+                }
+            }
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match (self, req) {
+            (DastNode::Port { edge }, ClientRequest::OneShot(txn)) => {
+                ctx.send(*edge, Msg::Submit { request, txn });
+            }
+            (DastNode::Port { .. }, ClientRequest::Interactive(_)) => {
+                let reason = AbortReason::Unsupported(
+                    "dast runs one-shot stored procedures, not interactive transactions (§4.1)"
+                        .into(),
+                );
+                ctx.respond_aborted(request, reason);
+            }
+            _ => ctx.refuse_not_coordinator(request),
+        }
+    }
+
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let DastNode::Edge(e) = self {
+            e.on_batch_end(ctx);
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            DastNode::Edge(e) => e.check_invariants(),
+            _ => Ok(()),
+        }
+    }
+}

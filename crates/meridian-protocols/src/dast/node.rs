@@ -1,0 +1,977 @@
+//! The edge node (§3.1): a replica of one shard that also coordinates its clients'
+//! transactions. This file holds its participant side — the readyQ and waitQ (§4.2),
+//! per-region clock tracking (PCT: `maxTs`, notifications, `notifiedTs`), execution in
+//! timestamp order, value dependencies pushed between shards (§4.1) — and its durable
+//! state. The coordinator side is in `coord.rs`.
+
+use super::coord::Coord;
+use super::dclock::{Created, Dclock};
+use super::options::Options;
+use super::wire::{
+    Decision, EntryRecord, Header, Kind, Msg, Notice, NoticeState, Record, Snapshot, Status, Timer,
+    TxnInfo,
+};
+use super::DastNode;
+use meridian_core::node::Ctx;
+use meridian_core::time::NS_PER_MS;
+use meridian_core::txn::{
+    execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value,
+};
+use meridian_core::{Cluster, NodeId, NodeRole, RegionId, ShardId, Timestamp, TxnId};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// How many finished transaction ids (and their outputs) a node remembers, to recognise
+/// late duplicates and answer input queries.
+const DONE_MEMORY: usize = 1 << 16;
+/// Outputs buffered for transactions not known yet.
+const EARLY_OUTPUTS_MAX: usize = 1 << 14;
+/// How far ahead of the clock the persisted ceiling is set.
+const CEILING_AHEAD_NS: u64 = 100 * NS_PER_MS;
+
+/// A readyQ key: timestamp, then id (timestamps of different transactions may tie: a
+/// participant's anticipation is not handed out by its clock).
+pub type QKey = (Timestamp, TxnId);
+
+/// A piece's outputs (or its failure), by piece index.
+type PieceOutput = (u16, Result<PieceResult, AbortReason>);
+
+/// A transaction this node participates in.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub rec: EntryRecord,
+    /// Local time of the last progress (for queries).
+    pub since_ns: u64,
+    /// Outputs of the transaction's pieces known here, by piece.
+    pub outputs: Vec<Option<Result<PieceResult, AbortReason>>>,
+}
+
+impl Entry {
+    fn new(rec: EntryRecord, now_ns: u64) -> Entry {
+        let pieces = rec.info.txn.pieces.len();
+        Entry {
+            rec,
+            since_ns: now_ns,
+            outputs: vec![None; pieces],
+        }
+    }
+}
+
+/// A DAST edge node.
+#[derive(Debug)]
+pub struct Edge {
+    pub(super) me: NodeId,
+    pub(super) shard: ShardId,
+    pub(super) region: RegionId,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) opts: Options,
+    procedures: Arc<Procedures>,
+    pub(super) clock: Dclock,
+    ceiling_ns: u64,
+    pub(super) incarnation: u32,
+    pub(super) next_seq: u64,
+    /// The other edge nodes of the region (PCT tracks exactly these, §3.2).
+    pub(super) peers: Vec<NodeId>,
+    store: FxHashMap<Key, Value>,
+    entries: FxHashMap<TxnId, Entry>,
+    /// readyQ: IRTs and CRTs in timestamp order (prepared CRTs at their lower bound, so
+    /// nothing above it runs before they are decided).
+    ready: BTreeSet<QKey>,
+    /// waitQ: this node's anticipations of prepared CRTs, and committed CRTs waiting for
+    /// inputs, at their commit timestamps (§4.3). The clock stretches below its head.
+    wait: BTreeSet<QKey>,
+    /// The last transaction executed.
+    frontier: Option<QKey>,
+    done: FxHashSet<TxnId>,
+    done_order: VecDeque<TxnId>,
+    /// This node's outputs of recently executed transactions (answers to input queries).
+    recent_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
+    early_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
+    /// `maxTs`: the largest clock each peer announced.
+    max_ts: FxHashMap<NodeId, Timestamp>,
+    /// Each peer's waitQ head as it last announced it.
+    pauses: FxHashMap<NodeId, Timestamp>,
+    /// Notifications not yet known delivered, per peer, in timestamp order (`myTxns` less
+    /// what `notifiedTs` covers).
+    outbox: FxHashMap<NodeId, BTreeMap<QKey, Notice>>,
+    pub(super) coord: Coord,
+    pub(super) decisions: BTreeMap<TxnId, (Decision, BTreeSet<NodeId>)>,
+    records: usize,
+    /// A broken invariant, reported by `check_invariants`.
+    violation: Option<String>,
+}
+
+impl Edge {
+    /// Builds edge node `me`, fresh or from its durable records.
+    pub fn restore(
+        me: NodeId,
+        cluster: Arc<Cluster>,
+        opts: Options,
+        procedures: Arc<Procedures>,
+        recovered: &[Record],
+    ) -> Edge {
+        let NodeRole::Replica { shard, .. } = cluster.node(me).role else {
+            panic!("dast edge node {me} is not a replica");
+        };
+        let region = cluster.region_of(me);
+        let peers = region_edges(&cluster, region)
+            .into_iter()
+            .filter(|&n| n != me)
+            .collect();
+        let mut edge = Edge {
+            me,
+            shard,
+            region,
+            clock: Dclock::new(me.0, opts.stretch),
+            cluster,
+            opts,
+            procedures,
+            ceiling_ns: 0,
+            incarnation: 0,
+            next_seq: 0,
+            peers,
+            store: FxHashMap::default(),
+            entries: FxHashMap::default(),
+            ready: BTreeSet::new(),
+            wait: BTreeSet::new(),
+            frontier: None,
+            done: FxHashSet::default(),
+            done_order: VecDeque::new(),
+            recent_outputs: FxHashMap::default(),
+            early_outputs: FxHashMap::default(),
+            max_ts: FxHashMap::default(),
+            pauses: FxHashMap::default(),
+            outbox: FxHashMap::default(),
+            coord: Coord::default(),
+            decisions: BTreeMap::new(),
+            records: 0,
+            violation: None,
+        };
+        for record in recovered {
+            edge.replay(record);
+        }
+        edge.rebuild_queues();
+        edge
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        self.incarnation += 1;
+        self.persist(
+            ctx,
+            Record::Started {
+                incarnation: self.incarnation,
+            },
+        );
+        let held = self.wait.first().map(|k| k.0);
+        self.clock.restore(self.ceiling_ns, held);
+        ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
+        ctx.set_timer(self.opts.retry_ns / 4, Timer::Tick);
+    }
+
+    // ---- durable state -------------------------------------------------------------
+
+    fn replay(&mut self, record: &Record) {
+        match record {
+            Record::Snapshot(s) => self.load_snapshot(s),
+            Record::Started { incarnation } => self.incarnation = *incarnation,
+            Record::Ceiling { time_ns } => self.ceiling_ns = self.ceiling_ns.max(*time_ns),
+            Record::Entry(rec) => {
+                let entry = Entry::new(rec.clone(), 0);
+                self.entries.insert(rec.info.id, entry);
+            }
+            Record::Dropped { id } => {
+                self.entries.remove(id);
+                self.remember_done(*id);
+            }
+            Record::Executed { id, key, writes } => {
+                for (k, v) in writes {
+                    self.store.insert(k.clone(), v.clone());
+                }
+                self.entries.remove(id);
+                self.frontier = Some((*key, *id));
+                self.remember_done(*id);
+            }
+            Record::Decided(d) => {
+                let participants = participants(&self.cluster, &d.info);
+                self.decisions.insert(d.info.id, (d.clone(), participants));
+            }
+            Record::Settled { id } => {
+                self.decisions.remove(id);
+            }
+        }
+    }
+
+    fn load_snapshot(&mut self, s: &Snapshot) {
+        self.incarnation = s.incarnation;
+        self.ceiling_ns = s.ceiling_ns;
+        self.frontier = s.frontier;
+        self.store = s.store.iter().cloned().collect();
+        self.entries = s
+            .entries
+            .iter()
+            .map(|r| (r.info.id, Entry::new(r.clone(), 0)))
+            .collect();
+        self.decisions = s
+            .decisions
+            .iter()
+            .map(|d| {
+                let participants = participants(&self.cluster, &d.info);
+                (d.info.id, (d.clone(), participants))
+            })
+            .collect();
+        self.outbox.clear();
+        for (peer, notice) in &s.outbox {
+            self.notify(*peer, notice.clone());
+        }
+    }
+
+    /// After replay: the queues from the entries, and every notification this node might
+    /// owe its peers again (delivery acknowledgements are not durable; duplicates are
+    /// harmless).
+    fn rebuild_queues(&mut self) {
+        let entries: Vec<EntryRecord> = self.entries.values().map(|e| e.rec.clone()).collect();
+        for rec in entries {
+            let id = rec.info.id;
+            self.ready.insert((rec.key, id));
+            if let Some(p) = rec.proposal {
+                if rec.status == Status::Prepared {
+                    self.wait.insert((p, id));
+                }
+            }
+            if rec.info.kind == Kind::Crt {
+                let state = match rec.status {
+                    Status::Prepared => NoticeState::Prepared(rec.key),
+                    Status::Committed => NoticeState::Committed(rec.key),
+                };
+                self.notify_relevant(&rec.info, state);
+            }
+        }
+        let decided: Vec<Decision> = self.decisions.values().map(|(d, _)| d.clone()).collect();
+        for d in decided {
+            if d.info.kind == Kind::Irt {
+                self.notify_relevant(&d.info, NoticeState::Committed(d.ts));
+            }
+        }
+    }
+
+    pub(super) fn persist(&mut self, ctx: &mut Ctx<'_, DastNode>, record: Record) {
+        self.records += 1;
+        ctx.persist(record);
+    }
+
+    /// Every `checkpoint_every` records, a snapshot — taken between events, never inside
+    /// a handler, whose state may not yet reflect the record it just wrote (a snapshot
+    /// replaces every earlier record).
+    pub fn on_batch_end(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        if self.records >= self.opts.checkpoint_every {
+            self.records = 0;
+            ctx.checkpoint(Record::Snapshot(Box::new(self.snapshot())));
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut store: Vec<(Key, Value)> = self
+            .store
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        store.sort();
+        let mut entries: Vec<EntryRecord> = self.entries.values().map(|e| e.rec.clone()).collect();
+        entries.sort_by_key(|r| r.info.id);
+        let mut outbox = Vec::new();
+        let mut peers: Vec<&NodeId> = self.outbox.keys().collect();
+        peers.sort();
+        for peer in peers {
+            for notice in self.outbox[peer].values() {
+                outbox.push((*peer, notice.clone()));
+            }
+        }
+        Snapshot {
+            incarnation: self.incarnation,
+            ceiling_ns: self.ceiling_ns,
+            frontier: self.frontier,
+            store,
+            entries,
+            decisions: self.decisions.values().map(|(d, _)| d.clone()).collect(),
+            outbox,
+        }
+    }
+
+    fn remember_done(&mut self, id: TxnId) {
+        if self.done.insert(id) {
+            self.done_order.push_back(id);
+        }
+        while self.done_order.len() > DONE_MEMORY {
+            let old = self.done_order.pop_front().expect("non-empty");
+            self.done.remove(&old);
+            self.recent_outputs.remove(&old);
+        }
+    }
+
+    // ---- the dclock ----------------------------------------------------------------
+
+    /// The bound the clock stretches below: the waitQ's head, and any peer's pause point
+    /// the clock has not passed yet (§4.3: nodes not accessed by a CRT are notified of it
+    /// so they stretch too; a pause already passed is no reason to freeze).
+    fn stretch_bound(&self) -> Option<Timestamp> {
+        let last = self.clock.last();
+        let own = self.wait.first().map(|k| k.0);
+        let peers = self.pauses.values().copied().filter(|&p| p > last).min();
+        match (own, peers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `CreateTs()` (Alg. 1 lines 4-9), keeping the durable ceiling above it.
+    pub(super) fn create_ts(&mut self, ctx: &mut Ctx<'_, DastNode>) -> Timestamp {
+        let (ts, how) = self.clock.create_ts(ctx.now_ns(), self.stretch_bound());
+        if how == Created::Stretched {
+            ctx.count("dast.stretched_ts", 1);
+        }
+        if ts.time_ns >= self.ceiling_ns {
+            self.ceiling_ns = ts.time_ns + CEILING_AHEAD_NS;
+            let time_ns = self.ceiling_ns;
+            self.persist(ctx, Record::Ceiling { time_ns });
+        }
+        ts
+    }
+
+    /// What this node promises its peers: no transaction it will notify them of is at or
+    /// below this, beyond those notified. The clock, held below this node's own waitQ
+    /// (without stretching, the clock runs past a pending CRT but the promise may not).
+    fn announce(&self) -> Timestamp {
+        let last = self.clock.last();
+        match self.wait.first() {
+            Some(&(head, _)) if head <= last => {
+                // Just below the head: the largest timestamp smaller than it.
+                below(head)
+            }
+            _ => last,
+        }
+    }
+
+    /// Every node of the region (this one included) has promised past `ts`.
+    fn horizon(&self) -> Timestamp {
+        let mut h = self.announce();
+        for p in &self.peers {
+            h = h.min(self.max_ts.get(p).copied().unwrap_or(Timestamp::ZERO));
+        }
+        h
+    }
+
+    // ---- intra-region messages -----------------------------------------------------
+
+    /// The header for `peer`: notifications up to `max_notices`, the promise stopping
+    /// below the first one left out.
+    pub(super) fn header(&self, peer: NodeId) -> Header {
+        let mut clock = self.announce();
+        let mut notices = Vec::new();
+        if let Some(out) = self.outbox.get(&peer) {
+            for (i, (key, notice)) in out.iter().enumerate() {
+                if i == self.opts.max_notices {
+                    clock = clock.min(below(key.0));
+                    break;
+                }
+                notices.push(notice.clone());
+            }
+        }
+        Header {
+            clock,
+            pause: self.wait.first().map(|k| k.0),
+            delivered: self.max_ts.get(&peer).copied().unwrap_or(Timestamp::ZERO),
+            notices,
+        }
+    }
+
+    pub(super) fn notify(&mut self, peer: NodeId, notice: Notice) {
+        let key = match notice.state {
+            NoticeState::Irt(ts) | NoticeState::Prepared(ts) | NoticeState::Committed(ts) => ts,
+        };
+        let out = self.outbox.entry(peer).or_default();
+        out.retain(|k, _| k.1 != notice.info.id);
+        out.insert((key, notice.info.id), notice);
+    }
+
+    /// Notifies the region's other replicas of the transaction's shards.
+    pub(super) fn notify_relevant(&mut self, info: &TxnInfo, state: NoticeState) {
+        for peer in self.relevant_peers(info) {
+            let notice = Notice {
+                info: info.clone(),
+                state: state.clone(),
+            };
+            self.notify(peer, notice);
+        }
+    }
+
+    fn relevant_peers(&self, info: &TxnInfo) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for shard in info.txn.shards() {
+            for &r in self.cluster.replicas(shard) {
+                if r != self.me && self.cluster.region_of(r) == self.region {
+                    out.push(r);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        self.create_ts(ctx);
+        for i in 0..self.peers.len() {
+            let peer = self.peers[i];
+            let header = self.header(peer);
+            ctx.send(peer, Msg::Beat(header));
+        }
+        self.try_execute(ctx);
+        ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
+    }
+
+    pub fn on_beat(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, h: Header) {
+        if !self.peers.contains(&from) {
+            return;
+        }
+        self.clock.calibrate(ctx.now_ns(), h.clock);
+        if let Some(out) = self.outbox.get_mut(&from) {
+            while let Some((&key, _)) = out.first_key_value() {
+                if key.0 >= h.delivered {
+                    break;
+                }
+                out.pop_first();
+            }
+        }
+        for notice in h.notices {
+            self.on_notice(ctx, notice);
+        }
+        let known = self.max_ts.get(&from).copied().unwrap_or(Timestamp::ZERO);
+        if h.clock >= known {
+            self.max_ts.insert(from, h.clock);
+            match h.pause {
+                Some(p) => self.pauses.insert(from, p),
+                None => self.pauses.remove(&from),
+            };
+        }
+        self.try_execute(ctx);
+    }
+
+    fn on_notice(&mut self, ctx: &mut Ctx<'_, DastNode>, n: Notice) {
+        let id = n.info.id;
+        if self.done.contains(&id) {
+            return;
+        }
+        match n.state {
+            NoticeState::Irt(ts) => {
+                if !self.entries.contains_key(&id) && !self.below_frontier((ts, id)) {
+                    self.insert(ctx, n.info, Status::Prepared, ts, None);
+                }
+            }
+            NoticeState::Prepared(lb) => {
+                if !self.entries.contains_key(&id) {
+                    self.insert(ctx, n.info, Status::Prepared, lb, None);
+                }
+            }
+            NoticeState::Committed(ts) => self.commit(ctx, n.info, ts, false),
+        }
+    }
+
+    fn below_frontier(&self, key: QKey) -> bool {
+        self.frontier.is_some_and(|f| key <= f)
+    }
+
+    fn insert(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        info: TxnInfo,
+        status: Status,
+        key: Timestamp,
+        proposal: Option<Timestamp>,
+    ) {
+        let id = info.id;
+        let rec = EntryRecord {
+            info,
+            status,
+            key,
+            proposal,
+        };
+        self.persist(ctx, Record::Entry(rec.clone()));
+        self.ready.insert((key, id));
+        if let (Some(p), Status::Prepared) = (proposal, status) {
+            self.wait.insert((p, id));
+        }
+        let mut entry = Entry::new(rec, ctx.now_ns());
+        if let Some(early) = self.early_outputs.remove(&id) {
+            for (piece, result) in early {
+                if let Some(slot) = entry.outputs.get_mut(usize::from(piece)) {
+                    slot.get_or_insert(result);
+                }
+            }
+        }
+        self.entries.insert(id, entry);
+    }
+
+    // ---- prepare, commit, abort ------------------------------------------------------
+
+    /// An IRT's prepare (Alg. 1 line 15), from its coordinator or this node itself.
+    pub fn on_prepare(&mut self, ctx: &mut Ctx<'_, DastNode>, info: TxnInfo, ts: Timestamp) {
+        let id = info.id;
+        let coord = info.coord;
+        if !self.entries.contains_key(&id) {
+            if self.done.contains(&id) || self.below_frontier((ts, id)) {
+                return;
+            }
+            self.insert(ctx, info, Status::Prepared, ts, None);
+        }
+        self.reply(ctx, coord, Msg::PrepAck { id, proposal: ts });
+    }
+
+    /// A CRT dispatched by the region's manager (Alg. 2 lines 17-20): held in the waitQ at
+    /// this node's anticipation — the manager's, raised above this node's clock if the
+    /// clock has passed it — and acknowledged to the coordinator with it.
+    pub fn on_prep_crt(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        info: TxnInfo,
+        anticipated: Timestamp,
+    ) {
+        let id = info.id;
+        let coord = info.coord;
+        if self.done.contains(&id) {
+            return;
+        }
+        let existing = self
+            .entries
+            .get(&id)
+            .map(|e| (e.rec.status, e.rec.proposal));
+        let proposal = match existing {
+            Some((Status::Committed, _)) => return,
+            Some((_, Some(p))) => p,
+            _ => {
+                let proposal = if self.opts.unsafe_skip_anticipation {
+                    anticipated
+                } else {
+                    self.clock.above(anticipated)
+                };
+                if proposal > anticipated {
+                    ctx.count("dast.anticipation_raised", 1);
+                }
+                let held = (!self.opts.unsafe_skip_anticipation).then_some(proposal);
+                match self.entries.get_mut(&id) {
+                    // Known from a peer's notification: now this node anticipates too.
+                    Some(e) => {
+                        e.rec.proposal = held;
+                        let rec = e.rec.clone();
+                        if let Some(p) = held {
+                            self.wait.insert((p, id));
+                        }
+                        self.persist(ctx, Record::Entry(rec));
+                    }
+                    None => {
+                        self.insert(ctx, info.clone(), Status::Prepared, anticipated, held);
+                        self.notify_relevant(&info, NoticeState::Prepared(anticipated));
+                    }
+                }
+                proposal
+            }
+        };
+        self.reply(ctx, coord, Msg::PrepAck { id, proposal });
+    }
+
+    /// A commit (Alg. 1 line 20 / Alg. 2 lines 21-26), from the coordinator (`ack`) or a
+    /// peer's notification.
+    pub fn commit(&mut self, ctx: &mut Ctx<'_, DastNode>, info: TxnInfo, ts: Timestamp, ack: bool) {
+        let id = info.id;
+        let coord = info.coord;
+        if ack {
+            self.reply(ctx, coord, Msg::CommitAck { id });
+        }
+        if self.done.contains(&id) {
+            return;
+        }
+        let known = match self.entries.get(&id) {
+            Some(e) if e.rec.status == Status::Committed => return,
+            Some(e) => Some((e.rec.key, e.rec.proposal)),
+            None => None,
+        };
+        if self.below_frontier((ts, id)) && !self.opts.unsafe_skip_anticipation {
+            // Executed and forgotten (Lemma 1: nothing commits below what a node has
+            // executed), known again only from a stale notification: drop it.
+            ctx.count("dast.stale_commit", 1);
+            if let Some((key, proposal)) = known {
+                self.entries.remove(&id);
+                self.ready.remove(&(key, id));
+                if let Some(p) = proposal {
+                    self.wait.remove(&(p, id));
+                }
+                self.persist(ctx, Record::Dropped { id });
+            }
+            self.remember_done(id);
+            return;
+        }
+        if self.below_frontier((ts, id)) {
+            ctx.count("dast.executed_late", 1);
+        }
+        if let Some((key, proposal)) = known {
+            self.ready.remove(&(key, id));
+            if let Some(p) = proposal {
+                self.wait.remove(&(p, id));
+            }
+        }
+        let rec = EntryRecord {
+            info: info.clone(),
+            status: Status::Committed,
+            key: ts,
+            proposal: None,
+        };
+        self.persist(ctx, Record::Entry(rec.clone()));
+        self.ready.insert((ts, id));
+        let entry = self
+            .entries
+            .entry(id)
+            .or_insert_with(|| Entry::new(rec.clone(), 0));
+        entry.rec = rec;
+        entry.since_ns = ctx.now_ns();
+        if let Some(early) = self.early_outputs.remove(&id) {
+            let entry = self.entries.get_mut(&id).expect("inserted");
+            for (piece, result) in early {
+                if let Some(slot) = entry.outputs.get_mut(usize::from(piece)) {
+                    slot.get_or_insert(result);
+                }
+            }
+        }
+        if info.kind == Kind::Crt {
+            if !self.inputs_ready(id) && ts > self.clock.last() {
+                // Alg. 2 line 25: hold the clock below the CRT while its inputs travel
+                // (a clock already past it, at a participant outside the quorum, has
+                // nothing left to hold).
+                self.wait.insert((ts, id));
+            }
+            self.notify_relevant(&info, NoticeState::Committed(ts));
+        }
+        self.try_execute(ctx);
+    }
+
+    pub fn abort(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId) {
+        let Some(e) = self.entries.remove(&id) else {
+            return;
+        };
+        if e.rec.status == Status::Committed {
+            self.violation = Some(format!("{}: abort of committed {id}", self.me));
+            self.entries.insert(id, e);
+            return;
+        }
+        self.ready.remove(&(e.rec.key, id));
+        if let Some(p) = e.rec.proposal {
+            self.wait.remove(&(p, id));
+        }
+        self.persist(ctx, Record::Dropped { id });
+        self.remember_done(id);
+        for out in self.outbox.values_mut() {
+            out.retain(|k, _| k.1 != id);
+        }
+        self.try_execute(ctx);
+    }
+
+    pub(super) fn reply(&mut self, ctx: &mut Ctx<'_, DastNode>, to: NodeId, msg: Msg) {
+        if to == self.me {
+            self.on_local(ctx, msg);
+        } else {
+            ctx.send(to, msg);
+        }
+    }
+
+    /// A message this node sends itself (it participates in what it coordinates).
+    fn on_local(&mut self, ctx: &mut Ctx<'_, DastNode>, msg: Msg) {
+        let me = self.me;
+        self.on_message(ctx, me, msg);
+    }
+
+    // ---- value dependencies and execution -------------------------------------------
+
+    /// Whether every input this node's pieces need from other shards has arrived.
+    fn inputs_ready(&self, id: TxnId) -> bool {
+        let Some(e) = self.entries.get(&id) else {
+            return false;
+        };
+        let pieces = &e.rec.info.txn.pieces;
+        pieces.iter().filter(|p| p.shard == self.shard).all(|p| {
+            p.dependencies().iter().all(|&d| {
+                let d = usize::from(d);
+                pieces[d].shard == self.shard || e.outputs[d].is_some()
+            })
+        })
+    }
+
+    pub fn on_output(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        id: TxnId,
+        piece: u16,
+        result: Result<PieceResult, AbortReason>,
+    ) {
+        if self.done.contains(&id) {
+            return;
+        }
+        let Some(e) = self.entries.get_mut(&id) else {
+            if self.early_outputs.len() < EARLY_OUTPUTS_MAX {
+                self.early_outputs
+                    .entry(id)
+                    .or_default()
+                    .push((piece, result));
+            }
+            return;
+        };
+        if let Some(slot) = e.outputs.get_mut(usize::from(piece)) {
+            slot.get_or_insert(result);
+        }
+        let (status, key) = (e.rec.status, e.rec.key);
+        if status == Status::Committed && self.inputs_ready(id) && self.wait.remove(&(key, id)) {
+            ctx.count("dast.inputs_arrived_late", 1);
+        }
+        self.try_execute(ctx);
+    }
+
+    /// Another shard's replica asks for this node's outputs of `id`.
+    pub fn on_input_query(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, id: TxnId) {
+        if let Some(outputs) = self.recent_outputs.get(&id) {
+            for (piece, result) in outputs.clone() {
+                ctx.send(from, Msg::Output { id, piece, result });
+            }
+        }
+    }
+
+    /// Alg. 1 lines 21-27: executes committed transactions at the head of the readyQ once
+    /// every node of the region has promised past them and their inputs are in.
+    pub fn try_execute(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        let horizon = self.horizon();
+        while let Some(&(key, id)) = self.ready.first() {
+            let status = self.entries.get(&id).map(|e| e.rec.status);
+            if status != Some(Status::Committed) || key >= horizon || !self.inputs_ready(id) {
+                break;
+            }
+            self.execute(ctx, key, id);
+        }
+    }
+
+    fn execute(&mut self, ctx: &mut Ctx<'_, DastNode>, key: Timestamp, id: TxnId) {
+        let e = self.entries.remove(&id).expect("entry in readyQ");
+        self.ready.remove(&(key, id));
+        self.wait.remove(&(key, id));
+        if self.below_frontier((key, id)) && !self.opts.unsafe_skip_anticipation {
+            self.violation = Some(format!(
+                "{}: executing {id} at {key} below the frontier {:?}",
+                self.me, self.frontier
+            ));
+        }
+        let txn = e.rec.info.txn.clone();
+        let mut outputs = e.outputs;
+        let mut overlay = Overlay {
+            base: &self.store,
+            writes: Vec::new(),
+            map: FxHashMap::default(),
+        };
+        let mut mine = Vec::new();
+        let mut failed = None;
+        for (i, piece) in txn.pieces.iter().enumerate() {
+            if piece.shard != self.shard {
+                continue;
+            }
+            let inputs: Vec<Option<&PieceResult>> = outputs
+                .iter()
+                .map(|o| o.as_ref().and_then(|r| r.as_ref().ok()))
+                .collect();
+            let upstream_failure = piece.dependencies().iter().find_map(|&d| {
+                outputs[usize::from(d)]
+                    .as_ref()
+                    .and_then(|r| r.clone().err())
+            });
+            let result = match upstream_failure {
+                Some(reason) => Err(reason),
+                None => execute_piece(piece, &inputs, &self.procedures, &mut overlay),
+            };
+            if let Err(reason) = &result {
+                failed.get_or_insert(reason.clone());
+            }
+            outputs[i] = Some(result.clone());
+            mine.push((i as u16, result));
+        }
+        let writes = if failed.is_some() {
+            Vec::new()
+        } else {
+            overlay.writes
+        };
+        for (k, v) in &writes {
+            self.store.insert(k.clone(), v.clone());
+        }
+        self.persist(ctx, Record::Executed { id, key, writes });
+        self.frontier = Some((key, id));
+        self.remember_done(id);
+        ctx.count("dast.executed", 1);
+        self.push_outputs(ctx, &e.rec.info, &mine);
+        let results = match failed {
+            Some(reason) => Err(reason),
+            None => Ok(mine
+                .iter()
+                .map(|(i, r)| (*i, r.clone().expect("no failure")))
+                .collect()),
+        };
+        let shard = self.shard.0;
+        self.recent_outputs.insert(id, mine);
+        let coord = e.rec.info.coord;
+        self.reply(ctx, coord, Msg::Executed { id, shard, results });
+    }
+
+    /// §4.1's push: this node's outputs go to the replicas of every other shard with a
+    /// piece that consumes them.
+    fn push_outputs(&mut self, ctx: &mut Ctx<'_, DastNode>, info: &TxnInfo, mine: &[PieceOutput]) {
+        let pieces = &info.txn.pieces;
+        for (i, result) in mine {
+            let mut targets: Vec<ShardId> = pieces
+                .iter()
+                .filter(|p| p.shard != self.shard && p.dependencies().contains(i))
+                .map(|p| p.shard)
+                .collect();
+            targets.sort_unstable();
+            targets.dedup();
+            for shard in targets {
+                for &r in self.cluster.replicas(shard) {
+                    let msg = Msg::Output {
+                        id: info.id,
+                        piece: *i,
+                        result: result.clone(),
+                    };
+                    ctx.send(r, msg);
+                }
+            }
+        }
+    }
+
+    // ---- periodic work ---------------------------------------------------------------
+
+    /// Participants ask about transactions undecided too long, and for inputs that do
+    /// not come.
+    pub fn participant_tick(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        let now = ctx.now_ns();
+        let mut stale: Vec<(TxnId, Status)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.since_ns) >= self.opts.query_ns)
+            .map(|(id, e)| (*id, e.rec.status))
+            .collect();
+        stale.sort_by_key(|(id, _)| *id);
+        for (id, status) in stale {
+            let e = self.entries.get_mut(&id).expect("listed");
+            e.since_ns = now;
+            match status {
+                Status::Prepared => {
+                    let coord = e.rec.info.coord;
+                    ctx.count("dast.queries", 1);
+                    self.reply(ctx, coord, Msg::Query { id });
+                }
+                Status::Committed => {
+                    let sources = self.missing_sources(id);
+                    for shard in sources {
+                        for &r in self.cluster.replicas(shard) {
+                            ctx.send(r, Msg::InputQuery { id });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn missing_sources(&self, id: TxnId) -> Vec<ShardId> {
+        let e = &self.entries[&id];
+        let pieces = &e.rec.info.txn.pieces;
+        let mut out: Vec<ShardId> = pieces
+            .iter()
+            .filter(|p| p.shard == self.shard)
+            .flat_map(|p| p.dependencies())
+            .filter(|&d| e.outputs[usize::from(d)].is_none())
+            .map(|d| pieces[usize::from(d)].shard)
+            .filter(|&s| s != self.shard)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(v) = &self.violation {
+            return Err(v.clone());
+        }
+        if self.opts.stretch {
+            if let Some(&(head, _)) = self.wait.first() {
+                // The stretchable clock never hands out a timestamp at or above a CRT
+                // this node holds (Alg. 1 lines 6-8).
+                if self.clock.last() >= head && !self.opts.unsafe_skip_anticipation {
+                    return Err(format!(
+                        "{}: clock {} passed its waitQ head {head}",
+                        self.me,
+                        self.clock.last()
+                    ));
+                }
+            }
+        }
+        if self.ready.len() != self.entries.len() {
+            return Err(format!(
+                "{}: readyQ holds {} keys for {} entries",
+                self.me,
+                self.ready.len(),
+                self.entries.len()
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn shard_leader(&self) -> Option<NodeId> {
+        None
+    }
+}
+
+/// The largest timestamp below `ts` (for promises that must stop short of it).
+pub(super) fn below(ts: Timestamp) -> Timestamp {
+    if ts.frac > 0 {
+        Timestamp::with_frac(ts.time_ns, ts.tiebreak, ts.frac - 1)
+    } else if ts.tiebreak > 0 {
+        Timestamp::with_frac(ts.time_ns, ts.tiebreak - 1, u32::MAX)
+    } else {
+        Timestamp::with_frac(ts.time_ns.saturating_sub(1), u32::MAX, u32::MAX)
+    }
+}
+
+/// The edge nodes (replicas) of `region`.
+pub fn region_edges(cluster: &Cluster, region: RegionId) -> Vec<NodeId> {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.region == region && matches!(n.role, NodeRole::Replica { .. }))
+        .map(|n| n.id)
+        .collect()
+}
+
+/// Every replica of every shard the transaction touches.
+pub fn participants(cluster: &Cluster, info: &TxnInfo) -> BTreeSet<NodeId> {
+    info.txn
+        .shards()
+        .iter()
+        .flat_map(|&s| cluster.replicas(s).iter().copied())
+        .collect()
+}
+
+/// The store as a piece sees it while it runs: reads through its own writes.
+struct Overlay<'a> {
+    base: &'a FxHashMap<Key, Value>,
+    writes: Vec<(Key, Value)>,
+    map: FxHashMap<Key, Value>,
+}
+
+impl KvAccess for Overlay<'_> {
+    fn get(&mut self, key: &Key) -> Option<Value> {
+        self.map.get(key).or_else(|| self.base.get(key)).cloned()
+    }
+    fn put(&mut self, key: Key, value: Value) {
+        self.map.insert(key.clone(), value.clone());
+        self.writes.push((key, value));
+    }
+}

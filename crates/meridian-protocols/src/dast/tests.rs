@@ -1,0 +1,109 @@
+//! Unit tests of DAST's pieces; the protocol as a whole is tested in the simulator
+//! (`tests/dast.rs`, and the conformance line in `tests/conformance.rs`).
+
+use super::coord::shard_cycle;
+use super::dclock::{Created, Dclock};
+use super::node::below;
+use meridian_core::txn::{Op, Operand, Piece, Txn};
+use meridian_core::{ShardId, SmallBytes, Timestamp};
+
+/// Alg. 1 lines 6-8: below a CRT in the waitQ the clock freezes `time` and counts `frac`,
+/// staying below the CRT; once the CRT is gone it follows the system clock again.
+#[test]
+fn create_ts_stretches_below_the_waitq_head_and_resumes_after() {
+    let mut clock = Dclock::new(7, true);
+    let (t1, how) = clock.create_ts(100, None);
+    assert_eq!(
+        (t1, how),
+        (Timestamp::with_frac(100, 7, 0), Created::Physical)
+    );
+    let crt = Timestamp::with_frac(150, 3, 0);
+    let (t2, how) = clock.create_ts(200, Some(crt));
+    assert_eq!(how, Created::Stretched);
+    assert_eq!(t2, Timestamp::with_frac(100, 7, 1));
+    let (t3, _) = clock.create_ts(300, Some(crt));
+    assert!(t2 < t3 && t3 < crt, "monotone and still below the CRT");
+    let (t4, how) = clock.create_ts(300, None);
+    assert_eq!(
+        (t4, how),
+        (Timestamp::with_frac(300, 7, 0), Created::Physical)
+    );
+}
+
+/// Without stretching (the ablation) the clock runs past the CRT.
+#[test]
+fn without_stretching_the_clock_passes_the_crt() {
+    let mut clock = Dclock::new(1, false);
+    let crt = Timestamp::with_frac(150, 3, 0);
+    let (ts, how) = clock.create_ts(200, Some(crt));
+    assert_eq!(how, Created::Physical);
+    assert!(ts > crt);
+}
+
+/// The clock never goes back, whatever the system clock does; calibration only raises it;
+/// a restored clock hands out nothing at or below its persisted ceiling.
+#[test]
+fn the_dclock_is_monotone_calibrates_forward_and_survives_restarts() {
+    let mut clock = Dclock::new(2, true);
+    let (a, _) = clock.create_ts(500, None);
+    let (b, _) = clock.create_ts(400, None);
+    assert!(b > a);
+    clock.calibrate(400, Timestamp::with_frac(1_000, 9, 0));
+    let (c, _) = clock.create_ts(401, None);
+    assert!(c.time_ns >= 1_000);
+    clock.calibrate(402, Timestamp::with_frac(10, 9, 0));
+    assert!(clock.create_ts(403, None).0 > c);
+    let mut fresh = Dclock::new(2, true);
+    fresh.restore(2_000, None);
+    assert!(fresh.create_ts(6, None).0 > Timestamp::with_frac(2_000, 2, 0));
+    // Below a CRT it held, a stretching clock resumes below the CRT, not at the ceiling.
+    let mut held = Dclock::new(2, true);
+    let crt = Timestamp::with_frac(1_500, 9, 0);
+    held.restore(2_000, Some(crt));
+    let (ts, how) = held.create_ts(1_600, Some(crt));
+    assert!(ts < crt && how == Created::Stretched);
+    // An anticipation is above the last timestamp and at least what was asked.
+    let last = fresh.last();
+    assert!(fresh.above(Timestamp::ZERO) > last);
+    assert_eq!(
+        fresh.above(Timestamp::with_frac(9_999, 0, 0)),
+        Timestamp::with_frac(9_999, 0, 0)
+    );
+}
+
+#[test]
+fn below_is_the_largest_smaller_timestamp() {
+    for ts in [
+        Timestamp::with_frac(5, 3, 2),
+        Timestamp::with_frac(5, 3, 0),
+        Timestamp::with_frac(5, 0, 0),
+    ] {
+        let b = below(ts);
+        assert!(b < ts);
+    }
+    assert_eq!(
+        below(Timestamp::with_frac(5, 3, 2)),
+        Timestamp::with_frac(5, 3, 1)
+    );
+}
+
+#[test]
+fn value_dependencies_must_be_acyclic_between_shards() {
+    let key = |s: &str| SmallBytes::copy_from_slice(s.as_bytes());
+    let dep = |piece| Operand::Input { piece, output: 0 };
+    let chain = Txn {
+        pieces: vec![
+            Piece::ops(ShardId(0), vec![Op::Get(key("a"))]),
+            Piece::ops(ShardId(1), vec![Op::Put(key("b"), dep(0))]),
+        ],
+    };
+    assert!(!shard_cycle(&chain));
+    let cycle = Txn {
+        pieces: vec![
+            Piece::ops(ShardId(0), vec![Op::Get(key("a"))]),
+            Piece::ops(ShardId(1), vec![Op::Put(key("b"), dep(0))]),
+            Piece::ops(ShardId(0), vec![Op::Put(key("c"), dep(1))]),
+        ],
+    };
+    assert!(shard_cycle(&cycle));
+}

@@ -1,0 +1,207 @@
+//! DAST's messages, timers and durable records.
+
+use meridian_core::txn::{AbortReason, Key, Outcome, PieceResult, Txn, Value};
+use meridian_core::{NodeId, RequestId, Timestamp, TxnId};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Whether a transaction stays in its coordinator's region (§4.2) or crosses regions (§4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    Irt,
+    Crt,
+}
+
+/// A transaction as the edge nodes pass it around.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnInfo {
+    pub id: TxnId,
+    pub kind: Kind,
+    /// The edge node coordinating it.
+    pub coord: NodeId,
+    pub txn: Arc<Txn>,
+}
+
+/// What a notification (§4.2's PCT) tells an intra-region node about a relevant
+/// transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NoticeState {
+    /// An IRT at its timestamp, not yet known committed (Alg. 1 line 15).
+    Irt(Timestamp),
+    /// A prepared CRT: its commit timestamp will be at least this anticipation (Alg. 2
+    /// line 19).
+    Prepared(Timestamp),
+    /// A committed transaction and its commit timestamp (Alg. 2 line 26, or an IRT whose
+    /// coordinator restarted after deciding).
+    Committed(Timestamp),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub info: TxnInfo,
+    pub state: NoticeState,
+}
+
+/// The header every intra-region message carries (§4.2): the sender's dclock as a promise
+/// (every transaction relevant to the receiver that the sender will ever notify has a larger
+/// timestamp, unless it is in `notices` or was delivered before), the notifications, the
+/// sender's pause point (the head of its waitQ, so peers stretch their clocks below it,
+/// §4.3), and the largest clock the sender has received from the receiver (the TCP-like
+/// delivery acknowledgement of Alg. 1 line 17).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub clock: Timestamp,
+    pub pause: Option<Timestamp>,
+    pub delivered: Timestamp,
+    pub notices: Vec<Notice>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// Port (the machine's client-facing coordinator node) → its edge node.
+    Submit {
+        request: RequestId,
+        txn: Txn,
+    },
+    /// Edge node → port: the answer to a submitted request.
+    Done {
+        request: RequestId,
+        outcome: Outcome,
+    },
+    /// Intra-region clock and notification exchange (also sent as heartbeats).
+    Beat(Header),
+    /// IRT prepare to a participant (Alg. 1 line 15); the header carries the notice.
+    Prepare {
+        info: TxnInfo,
+        ts: Timestamp,
+    },
+    /// A participant has the transaction durably: an IRT at `proposal` = its timestamp, a
+    /// CRT with the participant's anticipated timestamp (Alg. 2 line 20).
+    PrepAck {
+        id: TxnId,
+        proposal: Timestamp,
+    },
+    /// Coordinator → the manager of a participating region (Alg. 2 line 5). `sent_ns`:
+    /// the coordinator's clock when this copy left (a retransmission's delay sample must
+    /// not include the wait before it).
+    PrepRemote {
+        info: TxnInfo,
+        src_ts: Timestamp,
+        sent_ns: u64,
+    },
+    /// Manager → the participating nodes of its region (Alg. 2 line 15).
+    PrepCrt {
+        info: TxnInfo,
+        anticipated: Timestamp,
+    },
+    /// The decision (Alg. 1 line 20, Alg. 2 line 9), resent until acknowledged.
+    Commit {
+        info: TxnInfo,
+        ts: Timestamp,
+    },
+    CommitAck {
+        id: TxnId,
+    },
+    Abort {
+        id: TxnId,
+    },
+    /// A participant holding an undecided transaction asks its coordinator.
+    Query {
+        id: TxnId,
+    },
+    /// A piece's outputs pushed to the replicas of the shards that consume them (§4.1).
+    Output {
+        id: TxnId,
+        piece: u16,
+        result: Result<PieceResult, AbortReason>,
+    },
+    /// A replica waiting for inputs asks the replicas of the shard that produces them.
+    InputQuery {
+        id: TxnId,
+    },
+    /// A replica's results for its shard's pieces, to the coordinator.
+    Executed {
+        id: TxnId,
+        shard: u32,
+        results: Result<Vec<(u16, PieceResult)>, AbortReason>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// Advance and announce the dclock to intra-region nodes.
+    Heartbeat,
+    /// Retransmissions, queries and timeouts.
+    Tick,
+}
+
+/// Where a participant holds a transaction (see `node.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// Undecided; its commit timestamp will be at least `key`.
+    Prepared,
+    Committed,
+}
+
+/// A participant's entry, as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryRecord {
+    pub info: TxnInfo,
+    pub status: Status,
+    /// The readyQ key: an IRT's timestamp, a prepared CRT's anticipated lower bound, a
+    /// committed transaction's commit timestamp.
+    pub key: Timestamp,
+    /// A CRT this node prepared itself: its own anticipation, held in the waitQ.
+    pub proposal: Option<Timestamp>,
+}
+
+/// A coordinator's decision, kept until every participant acknowledged it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub info: TxnInfo,
+    pub ts: Timestamp,
+}
+
+/// Everything an edge node keeps across a crash (a snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub incarnation: u32,
+    pub ceiling_ns: u64,
+    pub frontier: Option<(Timestamp, TxnId)>,
+    pub store: Vec<(Key, Value)>,
+    pub entries: Vec<EntryRecord>,
+    pub decisions: Vec<Decision>,
+    /// Notifications not known delivered when the snapshot was taken: (peer, notice).
+    pub outbox: Vec<(NodeId, Notice)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// A new incarnation began (transaction ids never repeat).
+    Started {
+        incarnation: u32,
+    },
+    /// No timestamp at or above this was handed out (the dclock survives restarts).
+    Ceiling {
+        time_ns: u64,
+    },
+    /// An entry entered or changed (prepare, commit).
+    Entry(EntryRecord),
+    /// An entry was aborted.
+    Dropped {
+        id: TxnId,
+    },
+    /// An entry was executed: its writes, in order.
+    Executed {
+        id: TxnId,
+        key: Timestamp,
+        writes: Vec<(Key, Value)>,
+    },
+    /// A coordinator decided to commit (written before the COMMIT messages leave).
+    Decided(Decision),
+    /// Every participant acknowledged a decision.
+    Settled {
+        id: TxnId,
+    },
+    Snapshot(Box<Snapshot>),
+}
