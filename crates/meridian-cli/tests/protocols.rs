@@ -34,6 +34,7 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("clock-si", "snapshot-isolation", "delta_ms"),
         ("conventional-si", "snapshot-isolation", "gc_lag_ms"),
         ("tiga", "strict-serializable", "epsilon_ms"),
+        ("aurogon", "serializable", "isolation"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {

@@ -6,6 +6,7 @@
 //!   are judged by the same simulator and checker.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
+pub mod aurogon;
 pub mod clock_si;
 pub mod kit;
 pub mod tiga;
