@@ -589,11 +589,6 @@ impl Coordinator {
             ctx.respond(request, ClientResponse::Outcome(outcome));
         }
     }
-
-    #[cfg(test)]
-    pub(crate) fn in_flight(&self) -> usize {
-        self.txns.len()
-    }
 }
 
 /// Each shard's reads and writes; with `pre_attach` every write goes with the reads,
