@@ -63,7 +63,7 @@ mod aurogon {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "0"), (6, "0")],
+        golden: &[(5, "59cf3d6fb0e623c6")],
         broken: Broken::Swarm {
             protocol_opts: "isolation=strong-partition,unsafe_no_stale_read_rule=true",
             workload: "list-append",
@@ -100,7 +100,7 @@ mod aurogon_strong_partition {
     const SPEC: Conformance = Conformance {
         protocol_opts: "isolation=strong-partition",
         service_time_ns: 20_000,
-        golden: &[(5, "0")],
+        golden: &[(5, "44a7578b6a7d2fb5")],
         broken: Broken::Swarm {
             protocol_opts: "isolation=strong-partition,unsafe_no_stale_read_rule=true",
             workload: "list-append",
