@@ -10,7 +10,7 @@ use meridian_core::txn::{
     execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KvAccess, Op,
     Operand, Outcome, PieceBody, PieceResult, Procedures, Txn, Value,
 };
-use meridian_core::{Cluster, NodeId, RequestId, ShardId, ShardList, Timestamp, TimerId, TxnId};
+use meridian_core::{Cluster, NodeId, RequestId, ShardId, ShardList, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -42,7 +42,9 @@ impl Part {
 
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
-    Executing { round: u8 },
+    Executing {
+        round: u8,
+    },
     /// Waiting for every backup of every write shard to hold the updates.
     Replicating,
     /// Decided: COMMIT out, acknowledgements collected.
@@ -163,7 +165,9 @@ impl Coordinator {
             Msg::Redirect { shard, config } | Msg::NewConfig { shard, config } => {
                 self.learn(shard, config)
             }
-            Msg::ReplicateAck { txn, shard, ok } => self.on_replicate_ack(ctx, from, txn, shard, ok),
+            Msg::ReplicateAck { txn, shard, ok } => {
+                self.on_replicate_ack(ctx, from, txn, shard, ok)
+            }
             Msg::CommitAck { txn, shard } => self.on_commit_ack(ctx, from, txn, shard),
             Msg::RequestGrant { shard, epoch } => self.on_request_grant(ctx, from, shard, epoch),
             _ => {}
@@ -198,7 +202,14 @@ impl Coordinator {
             });
             self.grants[shard.index()] = (epoch, Some(from));
         }
-        ctx.send(from, Msg::Grant { shard, epoch, granted });
+        ctx.send(
+            from,
+            Msg::Grant {
+                shard,
+                epoch,
+                granted,
+            },
+        );
     }
 
     // ---- execution --------------------------------------------------------------------
@@ -450,7 +461,14 @@ impl Coordinator {
         }
     }
 
-    fn on_replicate_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId, shard: ShardId, ok: bool) {
+    fn on_replicate_ack(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        shard: ShardId,
+        ok: bool,
+    ) {
         let Some(t) = self.txns.get_mut(&id) else {
             return;
         };
@@ -462,7 +480,11 @@ impl Coordinator {
             ctx.count("aurogon.aborts.replication_refused", 1);
             return self.abort(ctx, id, AbortReason::Failure);
         }
-        if let Some(slot) = t.acks.iter_mut().find(|(s, n, _)| *s == shard && *n == from) {
+        if let Some(slot) = t
+            .acks
+            .iter_mut()
+            .find(|(s, n, _)| *s == shard && *n == from)
+        {
             slot.2 = true;
         }
         self.replicated(ctx, id);
@@ -511,7 +533,11 @@ impl Coordinator {
         if t.phase != Phase::Committing {
             return;
         }
-        if let Some(slot) = t.acks.iter_mut().find(|(s, n, _)| *s == shard && *n == from) {
+        if let Some(slot) = t
+            .acks
+            .iter_mut()
+            .find(|(s, n, _)| *s == shard && *n == from)
+        {
             slot.2 = true;
         }
         // Strong partition serializability: the client hears "committed" only once every
@@ -609,9 +635,16 @@ fn plan(txn: &Txn, pre_attach: bool) -> Vec<Part> {
                 writes: Vec::new(),
             });
         }
-        let part = parts.iter_mut().find(|p| p.shard == piece.shard).expect("part");
+        let part = parts
+            .iter_mut()
+            .find(|p| p.shard == piece.shard)
+            .expect("part");
         piece.for_each_key(|key, write| {
-            let list = if write { &mut part.late } else { &mut part.reads };
+            let list = if write {
+                &mut part.late
+            } else {
+                &mut part.reads
+            };
             if !list.contains(key) {
                 list.push(key.clone());
             }

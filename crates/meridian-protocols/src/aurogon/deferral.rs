@@ -63,7 +63,11 @@ impl Deferral {
             } else if rate < tuning.fail_rate_high / 4.0 {
                 s.defer_ns = s.defer_ns.saturating_sub(tuning.step_ns);
             }
-            s.previous = if window == s.window + 1 { s.requests } else { 0 };
+            s.previous = if window == s.window + 1 {
+                s.requests
+            } else {
+                0
+            };
             s.window = window;
             s.requests = 0;
             s.writes = 0;

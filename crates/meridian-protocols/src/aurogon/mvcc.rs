@@ -228,7 +228,9 @@ impl Mvcc {
         };
         let at = versions.partition_point(|v| v.wts < ts);
         match versions.get(at) {
-            Some(v) if v.wts == ts && matches!(&v.status, Status::Pending { txn: t, .. } if *t == txn) =>
+            Some(v)
+                if v.wts == ts
+                    && matches!(&v.status, Status::Pending { txn: t, .. } if *t == txn) =>
             {
                 versions.remove(at);
                 true
@@ -281,7 +283,10 @@ fn collect(versions: &mut Vec<Version>, keep: usize) {
         .count();
     let mut excess = committed.saturating_sub(keep + 1);
     while excess > 0 && matches!(versions[0].status, Status::Committed(_)) {
-        if !matches!(versions.get(1).map(|v| &v.status), Some(Status::Committed(_))) {
+        if !matches!(
+            versions.get(1).map(|v| &v.status),
+            Some(Status::Committed(_))
+        ) {
             break;
         }
         versions.remove(0);

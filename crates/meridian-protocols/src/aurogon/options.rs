@@ -85,7 +85,10 @@ impl Options {
 
     pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
         config.check_known(&OPTIONS)?;
-        let isolation = match config.get("isolation", "serializable".to_string())?.as_str() {
+        let isolation = match config
+            .get("isolation", "serializable".to_string())?
+            .as_str()
+        {
             "serializable" => Isolation::Serializable,
             "strong-partition" => Isolation::StrongPartition,
             other => {
@@ -95,7 +98,10 @@ impl Options {
                 ))
             }
         };
-        let retry_ms = positive("retry_ms", config.get("retry_ms", (2.5 * max_rtt_ms).max(1.0))?)?;
+        let retry_ms = positive(
+            "retry_ms",
+            config.get("retry_ms", (2.5 * max_rtt_ms).max(1.0))?,
+        )?;
         let exec_timeout_ms = positive(
             "exec_timeout_ms",
             config.get("exec_timeout_ms", 20.0 * retry_ms)?,
@@ -124,7 +130,10 @@ impl Options {
         }
         let defer_us_max: f64 = config.get("defer_us_max", 40.0)?;
         let defer_us_step: f64 = config.get("defer_us_step", 5.0)?;
-        for (key, us) in [("defer_us_max", defer_us_max), ("defer_us_step", defer_us_step)] {
+        for (key, us) in [
+            ("defer_us_max", defer_us_max),
+            ("defer_us_step", defer_us_step),
+        ] {
             if !(us.is_finite() && (0.0..=1e6).contains(&us)) {
                 return Err(format!(
                     "protocol option `{key}` must be between 0 and 1e6 microseconds, got {us}"

@@ -271,12 +271,8 @@ impl Replica {
                 until_ns,
                 ok,
             } => self.on_lease_ack(ctx, from, config, until_ns, ok),
-            Msg::Grant {
-                epoch, granted, ..
-            } => self.on_grant(ctx, from, epoch, granted),
-            Msg::NewConfig { config, .. } | Msg::Redirect { config, .. } => {
-                self.learn(ctx, config)
-            }
+            Msg::Grant { epoch, granted, .. } => self.on_grant(ctx, from, epoch, granted),
+            Msg::NewConfig { config, .. } | Msg::Redirect { config, .. } => self.learn(ctx, config),
             Msg::Executed { .. }
             | Msg::Failed { .. }
             | Msg::ReplicateAck { .. }
@@ -423,7 +419,14 @@ impl Replica {
         );
     }
 
-    fn on_lease_ack(&mut self, ctx: &mut Cx<'_>, from: NodeId, config: Config, until: u64, ok: bool) {
+    fn on_lease_ack(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        config: Config,
+        until: u64,
+        ok: bool,
+    ) {
         if !ok {
             return self.learn(ctx, config);
         }
@@ -464,7 +467,14 @@ impl Replica {
         if let Some(decision) = self.finished.get(&txn) {
             if matches!(decision, Decision::Aborted) {
                 let failure = Failure::Finished;
-                ctx.send(from, Msg::Failed { txn, round, failure });
+                ctx.send(
+                    from,
+                    Msg::Failed {
+                        txn,
+                        round,
+                        failure,
+                    },
+                );
             }
             return;
         }
@@ -481,7 +491,14 @@ impl Replica {
                 // replicated yet: replication follows execution).
                 self.decide(ctx, txn, Timestamp::ZERO, false, Vec::new());
                 let failure = Failure::Refused(refusal);
-                return ctx.send(from, Msg::Failed { txn, round, failure });
+                return ctx.send(
+                    from,
+                    Msg::Failed {
+                        txn,
+                        round,
+                        failure,
+                    },
+                );
             }
         }
         for key in &reads {
@@ -560,7 +577,10 @@ impl Replica {
             return 0;
         }
         let keys = self.execs[&id].reads.clone();
-        keys.iter().map(|k| self.deferral.defer_ns(k)).max().unwrap_or(0)
+        keys.iter()
+            .map(|k| self.deferral.defer_ns(k))
+            .max()
+            .unwrap_or(0)
     }
 
     fn arm_wake(&mut self, ctx: &mut Cx<'_>) {
@@ -621,7 +641,14 @@ impl Replica {
                     let e = self.execs.remove(&id).expect("present");
                     let failure = Failure::Refused(refusal);
                     let (txn, round) = (e.txn, e.round);
-                    return ctx.send(e.coordinator, Msg::Failed { txn, round, failure });
+                    return ctx.send(
+                        e.coordinator,
+                        Msg::Failed {
+                            txn,
+                            round,
+                            failure,
+                        },
+                    );
                 }
             }
         }
@@ -828,10 +855,11 @@ impl Replica {
         for &s in &u.write_shards {
             let replicas = self.cluster.replicas(s);
             let of_shard = || answers.iter().filter(move |(sh, _, _)| *sh == s);
-            let held = of_shard().any(|(_, _, a)| matches!(a, Answer::Held(_) | Answer::Committed(_)));
-            let refused = replicas.iter().all(|n| {
-                of_shard().any(|(_, m, a)| m == n && *a == Answer::NotHeld)
-            });
+            let held =
+                of_shard().any(|(_, _, a)| matches!(a, Answer::Held(_) | Answer::Committed(_)));
+            let refused = replicas
+                .iter()
+                .all(|n| of_shard().any(|(_, m, a)| m == n && *a == Answer::NotHeld));
             if refused {
                 ctx.count("aurogon.recovered_aborts", 1);
                 return self.decide(ctx, txn, u.ts, false, Vec::new());
@@ -881,7 +909,10 @@ impl Replica {
                     }
                     if n == self.id {
                         let a = self.answer(ctx, txn);
-                        let r = self.undecided.get_mut(&txn).and_then(|u| u.recovery.as_mut());
+                        let r = self
+                            .undecided
+                            .get_mut(&txn)
+                            .and_then(|u| u.recovery.as_mut());
                         r.expect("recovering").answers.push((s, n, a));
                     } else {
                         ctx.send(n, Msg::Inquire { txn, shard: s });
@@ -1009,7 +1040,11 @@ impl Replica {
     /// Ascending versions; every undecided transaction's versions are pending.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         self.store.check()?;
-        if let Some(t) = self.undecided.keys().find(|t| self.finished.contains_key(t)) {
+        if let Some(t) = self
+            .undecided
+            .keys()
+            .find(|t| self.finished.contains_key(t))
+        {
             return Err(format!("{t} both undecided and finished"));
         }
         Ok(())

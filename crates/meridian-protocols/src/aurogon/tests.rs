@@ -34,19 +34,31 @@ fn a_write_below_a_served_read_fails_and_reads_wait_for_pending_versions() {
     // A read at 20 returns the initial version and extends its rts to 20.
     assert_eq!(m.read(&x, ts(20), SER), ReadResult::Value(None));
     // Fig. 2: a write at 10 arriving late conflicts with it (wts 0 <= 10 < rts 20).
-    assert_eq!(m.install(&x, ts(10), txn(1), 0, SER), Err(Refusal::LateWrite));
+    assert_eq!(
+        m.install(&x, ts(10), txn(1), 0, SER),
+        Err(Refusal::LateWrite)
+    );
     // A write above the read installs PENDING; a read above it blocks, one below not.
     m.install(&x, ts(30), txn(2), 0, SER).unwrap();
     assert_eq!(m.read(&x, ts(40), SER), ReadResult::Blocked(txn(2)));
     assert_eq!(m.read(&x, ts(25), SER), ReadResult::Value(None));
     // The read at 40 extended the pending version's rts: a write at 35 now fails.
-    assert_eq!(m.install(&x, ts(35), txn(3), 0, SER), Err(Refusal::LateWrite));
+    assert_eq!(
+        m.install(&x, ts(35), txn(3), 0, SER),
+        Err(Refusal::LateWrite)
+    );
     m.commit(&x, ts(30), txn(2), encode_int(7));
-    assert_eq!(m.read(&x, ts(40), SER), ReadResult::Value(Some(encode_int(7))));
+    assert_eq!(
+        m.read(&x, ts(40), SER),
+        ReadResult::Value(Some(encode_int(7)))
+    );
     // Idempotent re-install by the same transaction; the floor refuses older writes.
     m.install(&x, ts(50), txn(4), 0, SER).unwrap();
     m.install(&x, ts(50), txn(4), 0, SER).unwrap();
-    assert_eq!(m.install(&x, ts(60), txn(5), 61, SER), Err(Refusal::BelowFloor));
+    assert_eq!(
+        m.install(&x, ts(60), txn(5), 61, SER),
+        Err(Refusal::BelowFloor)
+    );
     m.check().unwrap();
 }
 
@@ -58,9 +70,15 @@ fn strong_partition_refuses_stale_reads_and_immortal_writes() {
     m.commit(&x, ts(30), txn(1), encode_int(1));
     // A read at 20 would return the version before the committed one at 30.
     assert_eq!(m.read(&x, ts(20), SER), ReadResult::Value(None));
-    assert_eq!(m.read(&x, ts(20), SPS), ReadResult::Failed(Refusal::StaleRead));
+    assert_eq!(
+        m.read(&x, ts(20), SPS),
+        ReadResult::Failed(Refusal::StaleRead)
+    );
     // A write at 25 would be overwritten forever by the committed one at 30.
-    assert_eq!(m.install(&x, ts(25), txn(2), 0, SPS), Err(Refusal::ImmortalWrite));
+    assert_eq!(
+        m.install(&x, ts(25), txn(2), 0, SPS),
+        Err(Refusal::ImmortalWrite)
+    );
     assert_eq!(m.install(&x, ts(25), txn(2), 0, SER), Ok(()));
 }
 
@@ -78,8 +96,7 @@ fn sim(opts: &str, workload: &str, workload_opts: &str, seed: u64, ms: u64) -> S
         faults: FaultPlan::default(),
         ..SimOptions::default()
     };
-    let wopts = WorkloadOptions::parse(workload_opts.split(',').filter(|s| !s.is_empty()))
-        .unwrap();
+    let wopts = WorkloadOptions::parse(workload_opts.split(',').filter(|s| !s.is_empty())).unwrap();
     let mut w = meridian_workload::build(workload, &setup.cluster, &wopts).unwrap();
     run::<Aurogon>(&setup, w.as_mut(), &options, &mut |_| {})
 }
@@ -122,7 +139,12 @@ fn pre_attaching_saves_the_second_round_of_dependent_writes() {
         abort_rate(&on),
         abort_rate(&off)
     );
-    assert!(on.committed > 2 * off.committed, "{} vs {}", on.committed, off.committed);
+    assert!(
+        on.committed > 2 * off.committed,
+        "{} vs {}",
+        on.committed,
+        off.committed
+    );
 }
 
 #[test]
@@ -139,8 +161,9 @@ fn a_crashed_primary_is_replaced_by_its_backup_and_commits_continue() {
         faults: plan,
         ..SimOptions::default()
     };
-    let mut w = meridian_workload::build("list-append", &setup.cluster, &WorkloadOptions::default())
-        .unwrap();
+    let mut w =
+        meridian_workload::build("list-append", &setup.cluster, &WorkloadOptions::default())
+            .unwrap();
     let report = run::<Aurogon>(&setup, w.as_mut(), &options, &mut |_| {});
     assert!(counter(&report, "aurogon.promotions") >= 1);
     let verdict = meridian_check::check(&report.history, meridian_check::Model::Serializable);
@@ -152,8 +175,8 @@ fn a_crashed_primary_is_replaced_by_its_backup_and_commits_continue() {
 
 #[test]
 fn bad_options_are_refused_by_name() {
-    let cluster = meridian_core::Cluster::without_services(&Topology::load("rdma-cluster").unwrap())
-        .unwrap();
+    let cluster =
+        meridian_core::Cluster::without_services(&Topology::load("rdma-cluster").unwrap()).unwrap();
     for (raw, name) in [
         ("isolation=snapshot", "isolation"),
         ("failover_ms=0.5,heartbeat_ms=1", "failover_ms"),

@@ -66,7 +66,10 @@ pub enum Msg {
         failure: Failure,
     },
     /// A replica that is not its shard's primary names the configuration it knows.
-    Redirect { shard: ShardId, config: Config },
+    Redirect {
+        shard: ShardId,
+        config: Config,
+    },
     /// Coordinator → backup: hold `writes` of `txn` on `shard`, installed by the primary
     /// of `epoch` (§4.5: replicate before commit).
     Replicate {
@@ -77,7 +80,11 @@ pub enum Msg {
         writes: Vec<(Key, Value)>,
         write_shards: ShardList,
     },
-    ReplicateAck { txn: TxnId, shard: ShardId, ok: bool },
+    ReplicateAck {
+        txn: TxnId,
+        shard: ShardId,
+        ok: bool,
+    },
     /// The decision, to every replica of a write shard. `writes`: this shard's values.
     Commit {
         txn: TxnId,
@@ -85,22 +92,51 @@ pub enum Msg {
         shard: ShardId,
         writes: Vec<(Key, Value)>,
     },
-    Abort { txn: TxnId },
-    CommitAck { txn: TxnId, shard: ShardId },
+    Abort {
+        txn: TxnId,
+    },
+    CommitAck {
+        txn: TxnId,
+        shard: ShardId,
+    },
     /// Recovery: a replica with an undecided transaction asks the replicas of its write
     /// shards what they hold.
-    Inquire { txn: TxnId, shard: ShardId },
-    Answer { txn: TxnId, shard: ShardId, answer: Answer },
+    Inquire {
+        txn: TxnId,
+        shard: ShardId,
+    },
+    Answer {
+        txn: TxnId,
+        shard: ShardId,
+        answer: Answer,
+    },
     /// Primary → backups: heartbeat and read lease — the primary serves reads below
     /// `until_ns` only once every backup has acknowledged it.
-    Lease { config: Config, until_ns: u64 },
-    LeaseAck { config: Config, until_ns: u64, ok: bool },
+    Lease {
+        config: Config,
+        until_ns: u64,
+    },
+    LeaseAck {
+        config: Config,
+        until_ns: u64,
+        ok: bool,
+    },
     /// Backup → coordinators: promote me to primary of `shard` in `epoch` (§4.5's small
     /// consensus: a majority of coordinators grants an epoch to one candidate).
-    RequestGrant { shard: ShardId, epoch: u64 },
-    Grant { shard: ShardId, epoch: u64, granted: bool },
+    RequestGrant {
+        shard: ShardId,
+        epoch: u64,
+    },
+    Grant {
+        shard: ShardId,
+        epoch: u64,
+        granted: bool,
+    },
     /// The promoted primary announces its configuration.
-    NewConfig { shard: ShardId, config: Config },
+    NewConfig {
+        shard: ShardId,
+        config: Config,
+    },
 }
 
 impl Msg {
@@ -182,7 +218,9 @@ pub enum Record {
     Lease(u64),
     Checkpoint(Box<Snapshot>),
     /// Coordinator: a new incarnation started.
-    Started { incarnation: u32 },
+    Started {
+        incarnation: u32,
+    },
     /// Coordinator: an epoch of a shard granted to a candidate.
     Granted {
         shard: ShardId,
