@@ -185,6 +185,9 @@ pub struct Installed {
     pub write_shards: ShardList,
 }
 
+/// A shard's writes of one transaction.
+pub type Writes = Vec<(Key, Value)>;
+
 /// A replica's whole durable state at one point.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -193,7 +196,7 @@ pub struct Snapshot {
     pub records: Vec<(Key, Vec<Version>)>,
     pub undecided: Vec<Installed>,
     /// Decided transactions, oldest first, with this shard's values when committed.
-    pub finished: Vec<(TxnId, Option<Vec<(Key, Value)>>)>,
+    pub finished: Vec<(TxnId, Option<Writes>)>,
     pub refused: Vec<TxnId>,
 }
 
