@@ -10,7 +10,7 @@ use meridian_bench::Results;
 use meridian_bench::{Point, RunOutput};
 use meridian_core::node::Setup;
 use meridian_core::{Cluster, Procedures, Protocol, ProtocolConfig, Topology};
-use meridian_protocols::aurogon::Aurogon;
+use meridian_protocols::aurogon::{Aurogon, DstTo};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
@@ -26,6 +26,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<ConventionalSi>(),
     entry::<Tiga>(),
     entry::<Aurogon>(),
+    entry::<DstTo>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

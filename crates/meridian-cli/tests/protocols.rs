@@ -35,6 +35,7 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("conventional-si", "snapshot-isolation", "gc_lag_ms"),
         ("tiga", "strict-serializable", "epsilon_ms"),
         ("aurogon", "serializable", "isolation"),
+        ("dst-to", "serializable", "clock"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {

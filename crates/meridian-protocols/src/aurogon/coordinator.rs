@@ -4,7 +4,7 @@
 //! Coordinators also grant epochs to backups that campaign to become primary (§4.5's
 //! small consensus).
 
-use super::options::Options;
+use super::options::{ClockMode, Options};
 use super::wire::{Config, Cx, Failure, Msg, Record, Timer};
 use meridian_core::txn::{
     execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KvAccess, Op,
@@ -77,6 +77,8 @@ pub struct Coordinator {
     incarnation: u32,
     next_counter: u64,
     last_ts_ns: u64,
+    /// With `clock=dst`: how far ahead of the local clock timestamps are taken.
+    chase_ns: u64,
     /// Each shard's configuration as this coordinator knows it.
     configs: Vec<Config>,
     /// Each shard's highest granted epoch and its candidate.
@@ -120,6 +122,7 @@ impl Coordinator {
             incarnation,
             next_counter: 0,
             last_ts_ns: 0,
+            chase_ns: 0,
             configs,
             grants,
             txns: FxHashMap::default(),
@@ -156,7 +159,16 @@ impl Coordinator {
                 shard,
                 epoch,
                 values,
-            } => self.on_executed(ctx, from, txn, round, shard, epoch, values),
+                seen_ns,
+            } => {
+                if self.opts.clock == ClockMode::Dst {
+                    // §2.2's chasing clocks: a lagging clock catches up with the largest
+                    // timestamp the data returned (without the one-way delay, as DST).
+                    let behind = seen_ns.saturating_sub(ctx.now_ns());
+                    self.chase_ns = self.chase_ns.max(behind);
+                }
+                self.on_executed(ctx, from, txn, round, shard, epoch, values)
+            }
             Msg::Failed {
                 txn,
                 round,
@@ -228,7 +240,7 @@ impl Coordinator {
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
         // Algorithm 1 line 3; unique by coordinator and incarnation, increasing here.
-        let time_ns = ctx.now_ns().max(self.last_ts_ns + 1);
+        let time_ns = (ctx.now_ns() + self.chase_ns).max(self.last_ts_ns + 1);
         self.last_ts_ns = time_ns;
         let ts = Timestamp::with_frac(time_ns, self.id.0, self.incarnation);
         let parts = plan(&txn, self.opts.pre_attach);

@@ -15,6 +15,8 @@
 //! | §4.3 pre-attaching dependent requests (`pre_attach=false`: Fig. 5's extra round) | `coordinator.rs` (`plan`) |
 //! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`), `coordinator.rs` (acknowledgement after commit acks) |
 //! | §4.5 primary-backup replication, coordinator and participant failures | `server.rs` (holds, recovery, leases, promotion), `coordinator.rs` (replication, grants) |
+//! | §6.1's DST-TO baseline (`dst-to`: chasing clocks, §2.2; techniques off) | [`DstTo`] here, `coordinator.rs` (`chase_ns`) |
+//! | §5 2LClock | not modelled: the simulator's clock model (`[clocks]` of the topology) stands in |
 //!
 //! ## Deployment
 //! Each shard has a primary (the topology's initial leader) and backups (its other
@@ -77,7 +79,8 @@
 //!   already covers the paper's workloads.
 //!
 //! ## Options (`ProtocolConfig`)
-//! `isolation` (`serializable` | `strong-partition`), `pre_attach`, `deferral`,
+//! `isolation` (`serializable` | `strong-partition`), `clock` (`synchronized` | `dst`:
+//! §2.2's chasing clocks, which `dst-to` runs), `pre_attach`, `deferral`,
 //! `hot_threshold`, `defer_us_max`, `defer_us_step`, `fail_rate_high`, `retry_ms`,
 //! `exec_timeout_ms`, `recovery_ms`, `heartbeat_ms`, `failover_ms`, `lease_ms`,
 //! `max_inflight`, `versions_kept`, `checkpoint_every` (see [`Options`]), and the
@@ -95,15 +98,16 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use options::{Isolation, Options, OPTIONS};
+pub use options::{ClockMode, Isolation, Options, OPTIONS};
 pub use server::Replica;
 pub use wire::{Config, Msg, Record, Timer};
 
 use meridian_core::fault_model::{FailureGroup, FaultModel};
 use meridian_core::node::{Ctx, Setup};
-use meridian_core::txn::ClientRequest;
+use meridian_core::txn::{ClientRequest, Procedures};
 use meridian_core::{Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId};
 use meridian_core::{ReplicaKind, ShardId};
+use std::sync::Arc;
 
 /// Aurogon. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -132,20 +136,13 @@ impl Protocol for Aurogon {
     }
 
     fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> AurogonNode {
-        let cluster = setup.cluster.clone();
-        let opts = setup.options.clone();
-        match cluster.node(node).role {
-            NodeRole::Replica { .. } => {
-                AurogonNode::Replica(Box::new(Replica::restore(node, opts, cluster, recovered)))
-            }
-            NodeRole::Coordinator { .. } => {
-                let procedures = setup.procedures.clone();
-                AurogonNode::Coordinator(Box::new(Coordinator::restore(
-                    node, opts, cluster, procedures, recovered,
-                )))
-            }
-            NodeRole::Service { .. } => AurogonNode::Inert,
-        }
+        build_node(
+            node,
+            &setup.cluster,
+            &setup.options,
+            &setup.procedures,
+            recovered,
+        )
     }
 
     /// Two round trips to the farthest replica involved: execution, then replication.
@@ -176,6 +173,78 @@ impl Protocol for Aurogon {
             max_down,
         });
         model
+    }
+}
+
+fn build_node(
+    node: NodeId,
+    cluster: &Arc<Cluster>,
+    opts: &Options,
+    procedures: &Arc<Procedures>,
+    recovered: &[Record],
+) -> AurogonNode {
+    let (cluster, opts) = (cluster.clone(), opts.clone());
+    match cluster.node(node).role {
+        NodeRole::Replica { .. } => {
+            AurogonNode::Replica(Box::new(Replica::restore(node, opts, cluster, recovered)))
+        }
+        NodeRole::Coordinator { .. } => AurogonNode::Coordinator(Box::new(Coordinator::restore(
+            node,
+            opts,
+            cluster,
+            procedures.clone(),
+            recovered,
+        ))),
+        NodeRole::Service { .. } => AurogonNode::Inert,
+    }
+}
+
+/// `dst-to`, §6.1's clock-driven baseline: Aurogon with DST's chasing clocks
+/// (`clock=dst`) and its reordering-resistant techniques off (`pre_attach=false`,
+/// `deferral=false`); each may still be set explicitly. Same nodes, replication and
+/// failure handling.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DstTo;
+
+impl Protocol for DstTo {
+    type Node = AurogonNode;
+    type Options = Options;
+
+    const NAME: &'static str = "dst-to";
+    const GUARANTEE: &'static str = "serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+    const REPLICA_KINDS: &'static [ReplicaKind] = Aurogon::REPLICA_KINDS;
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        let mut raw = raw.clone();
+        for (key, value) in [
+            ("clock", "dst"),
+            ("pre_attach", "false"),
+            ("deferral", "false"),
+        ] {
+            if raw.get(key, String::new())?.is_empty() {
+                raw.set(key, value);
+            }
+        }
+        Options::for_cluster(&raw, cluster)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> AurogonNode {
+        build_node(
+            node,
+            &setup.cluster,
+            &setup.options,
+            &setup.procedures,
+            recovered,
+        )
+    }
+
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        Aurogon::bound_ms(cluster, coordinator, shards)
+    }
+
+    fn fault_model(cluster: &Cluster) -> FaultModel {
+        Aurogon::fault_model(cluster)
     }
 }
 

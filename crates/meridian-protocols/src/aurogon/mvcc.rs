@@ -239,6 +239,14 @@ impl Mvcc {
         }
     }
 
+    /// The largest timestamp recorded on `key` (a version's wts or rts), in ns.
+    pub fn latest_ns(&self, key: &Key) -> u64 {
+        self.records
+            .get(key)
+            .and_then(|v| v.iter().map(|v| v.rts.max(v.wts).time_ns).max())
+            .unwrap_or(0)
+    }
+
     /// Every record's versions, for checkpoints (rts is not kept).
     pub fn versions(&self) -> impl Iterator<Item = (&Key, &Vec<Version>)> {
         self.records.iter()

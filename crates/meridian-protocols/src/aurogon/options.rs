@@ -3,8 +3,9 @@
 use meridian_core::{Cluster, ProtocolConfig, RegionId};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 17] = [
+pub const OPTIONS: [&str; 18] = [
     "isolation",
+    "clock",
     "pre_attach",
     "deferral",
     "hot_threshold",
@@ -32,10 +33,22 @@ pub enum Isolation {
     StrongPartition,
 }
 
+/// Where timestamps come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockMode {
+    /// The node's synchronized clock (the simulator's clock model; 2LClock in the paper).
+    Synchronized,
+    /// DST's chasing clocks (§2.2, the DST-TO baseline of §6.1): the synchronized clock
+    /// plus an offset that catches up with the largest timestamp data returned.
+    Dst,
+}
+
 /// Parsed options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     pub isolation: Isolation,
+    /// `clock`: `synchronized` (default) or `dst`.
+    pub clock: ClockMode,
     /// §4.3: dependent writes travel with the reads they depend on (`pre_attach`; true).
     pub pre_attach: bool,
     /// §4.2: reads on hot records are deferred (`deferral`; true).
@@ -150,8 +163,18 @@ impl Options {
         if hot_threshold == 0 {
             return Err("protocol option `hot_threshold` must be at least 1".to_string());
         }
+        let clock = match config.get("clock", "synchronized".to_string())?.as_str() {
+            "synchronized" => ClockMode::Synchronized,
+            "dst" => ClockMode::Dst,
+            other => {
+                return Err(format!(
+                    "protocol option `clock` must be `synchronized` or `dst`, got `{other}`"
+                ))
+            }
+        };
         Ok(Options {
             isolation,
+            clock,
             pre_attach: config.get("pre_attach", true)?,
             deferral: config.get("deferral", true)?,
             hot_threshold,

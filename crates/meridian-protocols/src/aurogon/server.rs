@@ -653,6 +653,12 @@ impl Replica {
             }
         }
         let e = self.execs.remove(&id).expect("present");
+        let seen_ns = e
+            .reads
+            .iter()
+            .map(|k| self.store.latest_ns(k))
+            .max()
+            .unwrap_or(0);
         let values = e.values.into_iter().map(|v| v.expect("read")).collect();
         let msg = Msg::Executed {
             txn: e.txn,
@@ -660,6 +666,7 @@ impl Replica {
             shard: self.shard,
             epoch: self.config.epoch,
             values,
+            seen_ns,
         };
         ctx.send(e.coordinator, msg);
     }

@@ -188,3 +188,20 @@ fn bad_options_are_refused_by_name() {
         assert!(err.contains(name), "{raw}: {err}");
     }
 }
+
+#[test]
+fn dst_to_runs_chasing_clocks_without_the_techniques() {
+    let cluster =
+        meridian_core::Cluster::without_services(&Topology::load("rdma-cluster").unwrap()).unwrap();
+    let raw = meridian_core::ProtocolConfig::parse("").unwrap();
+    let o = <DstTo as meridian_core::Protocol>::parse_options(&raw, &cluster).unwrap();
+    assert_eq!(
+        (o.clock, o.pre_attach, o.deferral),
+        (ClockMode::Dst, false, false)
+    );
+    let raw = meridian_core::ProtocolConfig::parse("pre_attach=true").unwrap();
+    let o = <DstTo as meridian_core::Protocol>::parse_options(&raw, &cluster).unwrap();
+    assert!(o.pre_attach, "an explicit option wins");
+    let o = Options::for_cluster(&meridian_core::ProtocolConfig::default(), &cluster).unwrap();
+    assert_eq!(o.clock, ClockMode::Synchronized);
+}

@@ -59,6 +59,9 @@ pub enum Msg {
         shard: ShardId,
         epoch: u64,
         values: Vec<Option<Value>>,
+        /// The largest timestamp recorded on the records read (wts or rts), in ns: what
+        /// DST's chasing clocks catch up to (`clock=dst`).
+        seen_ns: u64,
     },
     Failed {
         txn: TxnId,
