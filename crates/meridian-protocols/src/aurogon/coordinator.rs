@@ -553,14 +553,12 @@ impl Coordinator {
             slot.2 = true;
         }
         // Strong partition serializability: the client hears "committed" only once every
-        // primary has made the updates COMMITTED (§4.4).
-        let primaries_acked = t.parts.iter().filter(|p| p.writes_anything()).all(|p| {
-            let (primary, _) = p.primary.expect("executed");
-            t.acks
-                .iter()
-                .any(|(s, n, acked)| *s == p.shard && *n == primary && *acked)
-        });
-        if primaries_acked && t.request.is_some() {
+        // replica of every write shard has made the updates COMMITTED (§4.4: "until
+        // receiving all of its commit acknowledgement messages"). Waiting for the primaries
+        // alone is not enough: a backup promoted before its COMMIT arrived would still hold
+        // the version PENDING, and a later transaction would read around it.
+        let all_acked = t.acks.iter().all(|(_, _, acked)| *acked);
+        if all_acked && t.request.is_some() {
             self.respond_committed(ctx, id);
         }
         let t = &self.txns[&id];

@@ -3,7 +3,7 @@
 //! **Guarantee: serializability** (§4.4), the timestamp order being the serial order;
 //! with `isolation=strong-partition`, **strong partition serializability** (§4.4's
 //! stale-read and immortal-write rules, and a client hears "committed" only after every
-//! primary acknowledged the commit). Check the latter with
+//! replica of its write shards acknowledged the commit). Check the latter with
 //! `--check strong-partition-serializable`.
 //!
 //! ## Map from the paper to the files
