@@ -10,6 +10,7 @@ use meridian_bench::Results;
 use meridian_bench::{Point, RunOutput};
 use meridian_core::node::Setup;
 use meridian_core::{Cluster, Procedures, Protocol, ProtocolConfig, Topology};
+use meridian_protocols::aurogon::{Aurogon, DstTo};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::dast::Dast;
 use meridian_protocols::k2::K2;
@@ -28,6 +29,8 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Tiga>(),
     entry::<K2>(),
     entry::<Dast>(),
+    entry::<Aurogon>(),
+    entry::<DstTo>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -36,6 +36,8 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("tiga", "strict-serializable", "epsilon_ms"),
         ("k2", "strict-serializable", "ttl_us"),
         ("dast", "strong-partition-serializable", "heartbeat_ms"),
+        ("aurogon", "serializable", "isolation"),
+        ("dst-to", "serializable", "clock"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {

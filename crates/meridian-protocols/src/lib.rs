@@ -11,6 +11,7 @@
 //!   anticipation through region managers and the stretchable clock.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
+pub mod aurogon;
 pub mod clock_si;
 pub mod dast;
 pub mod k2;

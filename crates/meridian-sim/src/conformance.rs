@@ -54,6 +54,13 @@ pub struct Conformance {
     pub broken: Broken,
     /// Seeds the broken variant may take to be caught.
     pub broken_seeds: Range<u64>,
+    /// Per-node service time of every event (0: none). A microsecond-RTT deployment needs
+    /// one, or closed-loop clients commit millions of transactions per virtual second.
+    pub service_time_ns: u64,
+    /// The model the swarm and the broken variant are checked at, when not the protocol's
+    /// `GUARANTEE` (a mode option promising more, e.g. Aurogon's strong partition
+    /// serializability).
+    pub model: Option<&'static str>,
 }
 
 impl Conformance {
@@ -71,6 +78,8 @@ impl Conformance {
             golden: &[],
             broken: Broken::None,
             broken_seeds: 1..11,
+            service_time_ns: 0,
+            model: None,
         }
     }
 
@@ -91,6 +100,7 @@ impl Conformance {
         let mut options = SimOptions {
             seed,
             duration_ns: self.seconds * NS_PER_S,
+            service_time_ns: self.service_time_ns,
             ..SimOptions::default()
         };
         if seed % 2 == 1 {
@@ -109,10 +119,10 @@ impl Conformance {
         run::<P>(&setup, workload.as_mut(), &options, &mut |_| {})
     }
 
-    fn model<P: Protocol>() -> Model {
-        P::GUARANTEE
-            .parse()
-            .unwrap_or_else(|_| panic!("{}: GUARANTEE `{}` is no model", P::NAME, P::GUARANTEE))
+    fn model<P: Protocol>(&self) -> Model {
+        let name = self.model.unwrap_or(P::GUARANTEE);
+        name.parse()
+            .unwrap_or_else(|_| panic!("{}: `{name}` is no model", P::NAME))
     }
 
     /// The replay command a failing seed prints.
@@ -122,9 +132,18 @@ impl Conformance {
         } else {
             ""
         };
+        let service = if self.service_time_ns > 0 {
+            format!(" --service-time {}ns", self.service_time_ns)
+        } else {
+            String::new()
+        };
+        let check = self
+            .model
+            .map(|m| format!(" --check {m}"))
+            .unwrap_or_default();
         format!(
             "meridian sim --protocol {} --protocol-opts '{opts}' --topology {} --workload {workload} \
-             --workload-opts '{}' --faults random --seed {seed} --duration {}s{batching}",
+             --workload-opts '{}' --faults random --seed {seed} --duration {}s{batching}{service}{check}",
             P::NAME,
             self.topology,
             self.workload_opts,
@@ -134,7 +153,7 @@ impl Conformance {
 
     /// Every seed's history passes the promised model and the audit, with commits.
     pub fn swarm<P: Protocol>(&self) {
-        let model = Self::model::<P>();
+        let model = self.model::<P>();
         for seed in self.seeds.clone() {
             let report = self.run::<P>(
                 self.protocol_opts,
@@ -220,7 +239,7 @@ impl Conformance {
                 workload_opts,
             } => (protocol_opts, workload, workload_opts),
         };
-        let model = Self::model::<P>();
+        let model = self.model::<P>();
         let caught = self.broken_seeds.clone().find(|&seed| {
             let report = self.run::<P>(opts, workload, workload_opts, seed, true);
             !check(&report.history, model).valid || report.invariant.is_err()

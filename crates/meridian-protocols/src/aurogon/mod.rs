@@ -1,0 +1,305 @@
+//! # `aurogon`: timestamp ordering that tolerates late requests (Aurogon, FAST '23)
+//!
+//! **Guarantee: serializability** (§4.4), the timestamp order being the serial order;
+//! with `isolation=strong-partition`, **strong partition serializability** (§4.4's
+//! stale-read and immortal-write rules, and a client hears "committed" only after every
+//! replica of its write shards acknowledged the commit). Check the latter with
+//! `--check strong-partition-serializable`.
+//!
+//! ## Map from the paper to the files
+//! | paper | file |
+//! |---|---|
+//! | §4.1 MVCC versions `[wts, rts]`, Algorithm 1 `Tx_read` / `Tx_write` (install) / `Tx_commit` | `mvcc.rs` (rules), `server.rs` (requests) |
+//! | Algorithm 1 `Coordinate`: timestamp, reads with pre-attached writes, commit | `coordinator.rs` |
+//! | §4.2 adaptive request deferral (per-record late-arrival statistics, bounded windows) | `deferral.rs`, used by `server.rs` |
+//! | §4.3 pre-attaching dependent requests (`pre_attach=false`: Fig. 5's extra round) | `coordinator.rs` (`plan`) |
+//! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`), `coordinator.rs` (acknowledgement after commit acks) |
+//! | §4.5 primary-backup replication, coordinator and participant failures | `server.rs` (holds, recovery, leases, promotion), `coordinator.rs` (replication, grants) |
+//! | §6.1's DST-TO baseline (`dst-to`: chasing clocks, §2.2; techniques off) | [`DstTo`] here, `coordinator.rs` (`chase_ns`) |
+//! | §5 2LClock | not modelled: the simulator's clock model (`[clocks]` of the topology) stands in |
+//!
+//! ## Deployment
+//! Each shard has a primary (the topology's initial leader) and backups (its other
+//! replicas, `kinds = ["voter", "backup"]`); coordinators run beside them on every machine
+//! (`topologies/rdma-cluster.toml`, §6.1's five servers). Timestamps are the coordinator's
+//! local clock (the simulator's clock model stands in for 2LClock), made unique by
+//! ⟨coordinator, incarnation⟩ and increasing per coordinator.
+//!
+//! ## Choices the paper left open
+//! * **Where the transaction's logic runs.** Pieces declare their keys, so every write's
+//!   record is known before execution: with pre-attaching, *all* writes (RMWs, value-
+//!   dependent writes on other records, independent writes) are installed PENDING in the
+//!   first round, with the reads; the coordinator then runs the pieces on the values read
+//!   at the timestamp, and the values travel with REPLICATE and COMMIT (the primary's
+//!   pending versions stay valueless until then, as §4.3 says). Without pre-attaching only
+//!   independent writes (`put` of a constant to a record not read) go with the reads; the
+//!   others are installed in a second round once the reads returned.
+//! * **Deferral.** A read on a hot record (≥ `hot_threshold` requests in the current or
+//!   previous 10 ms window, by request timestamp) waits its record's window on the
+//!   primary's clock before executing; the window starts at `defer_us_step`, grows by a
+//!   step at each window whose write failure rate exceeded `fail_rate_high` and shrinks
+//!   by one when it stayed below a quarter of it, within `[0, defer_us_max]`.
+//! * **A failed request aborts.** An install refused (`wts ≤ ts < rts`, below the floor,
+//!   an immortal write) aborts the transaction at the primary at once; a refused read
+//!   (a stale read in strong-partition mode, a collected version) is only reported, since
+//!   it may be a late duplicate of a request whose transaction is already committing.
+//! * **Commit iff every backup holds the updates** (§4.5): a coordinator that has sent
+//!   REPLICATE aborts only when a backup refuses (and a refusal is a durable promise never
+//!   to hold the update); otherwise it retries, and after `MAX_DECISION_RETRIES` leaves the
+//!   transaction to recovery and answers `unknown`.
+//! * **Recovery** (failures of coordinators, §4.5): any replica with a transaction
+//!   undecided for `recovery_ms` asks every replica of its write shards. A shard *holds* it
+//!   if one of its replicas holds the update (or committed it); the transaction commits
+//!   iff every write shard holds it, and aborts once every replica of some write shard has
+//!   answered NotHeld (each such answer is a durable promise never to hold it) or one
+//!   aborted it. Each replica decides for itself; the rule gives all the same answer. A
+//!   primary that recovers a pre-attached write learns the values from its shard's holder.
+//! * **Promotion** (failures of participants, §4.5's "lightweight consensus"): a backup
+//!   that has not heard its primary's heartbeat for `failover_ms` asks the coordinators
+//!   for the next epoch; each grants an epoch of a shard to the first candidate that asks
+//!   (logged), and a majority of grants makes it primary. Backups refuse REPLICATE and
+//!   heartbeats of older epochs, so a deposed primary can neither commit nor extend its
+//!   reads.
+//! * **Read leases.** The paper does not say how reads' `rts` survive a failover (they
+//!   live only in the failed primary's memory). Here the primary serves a read only below
+//!   a lease every backup acknowledged (the heartbeat carries it, `lease_ms` ahead of the
+//!   clock), and a promoted or restarted primary refuses writes below the largest lease it
+//!   ever saw: no write can slip under a read the old primary served.
+//! * **Durability.** Replicas log their installs, holds, decisions, refusals, leases and
+//!   configuration (checkpointed every `checkpoint_every` records), so a restarted replica
+//!   is complete without a state transfer; with at most one copy of a shard down at a
+//!   time (the fault model) a shard stalls rather than loses data while one is down (no
+//!   backup is ever dropped from a configuration). Coordinators log their grants and
+//!   incarnation only (§4.5: coordinators are not replicated; their transactions are
+//!   recovered from the participants).
+//! * **Garbage collection.** A record keeps its newest `versions_kept` committed versions
+//!   beyond the latest; a request older than the oldest kept version is refused.
+//! * **Interactive transactions** are not implemented (answered `Unsupported`): §4.1's
+//!   coordinator could add key-dependent requests while running, but the one-shot model
+//!   already covers the paper's workloads.
+//!
+//! ## Options (`ProtocolConfig`)
+//! `isolation` (`serializable` | `strong-partition`), `clock` (`synchronized` | `dst`:
+//! §2.2's chasing clocks, which `dst-to` runs), `pre_attach`, `deferral`,
+//! `hot_threshold`, `defer_us_max`, `defer_us_step`, `fail_rate_high`, `retry_ms`,
+//! `exec_timeout_ms`, `recovery_ms`, `heartbeat_ms`, `failover_ms`, `lease_ms`,
+//! `max_inflight`, `versions_kept`, `checkpoint_every` (see [`Options`]), and the
+//! **test-only** `unsafe_no_stale_read_rule=true` (strong-partition mode without the
+//! stale-read rule; the conformance test shows the checker catching it).
+
+mod coordinator;
+mod deferral;
+mod mvcc;
+mod options;
+mod server;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use coordinator::Coordinator;
+pub use options::{ClockMode, Isolation, Options, OPTIONS};
+pub use server::Replica;
+pub use wire::{Config, Msg, Record, Timer};
+
+use meridian_core::fault_model::{FailureGroup, FaultModel};
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::{ClientRequest, Procedures};
+use meridian_core::{Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId};
+use meridian_core::{ReplicaKind, ShardId};
+use std::sync::Arc;
+
+/// Aurogon. Implements [`Protocol`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Aurogon;
+
+/// A node of `aurogon`.
+#[derive(Debug)]
+pub enum AurogonNode {
+    Replica(Box<Replica>),
+    Coordinator(Box<Coordinator>),
+    /// A service placed by the topology for another protocol: does nothing.
+    Inert,
+}
+
+impl Protocol for Aurogon {
+    type Node = AurogonNode;
+    type Options = Options;
+
+    const NAME: &'static str = "aurogon";
+    const GUARANTEE: &'static str = "serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+    const REPLICA_KINDS: &'static [ReplicaKind] = &[ReplicaKind::Voter, ReplicaKind::Backup];
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> AurogonNode {
+        build_node(
+            node,
+            &setup.cluster,
+            &setup.options,
+            &setup.procedures,
+            recovered,
+        )
+    }
+
+    /// Two round trips to the farthest replica involved: execution, then replication.
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        2.0 * shards
+            .iter()
+            .flat_map(|&s| cluster.replicas(s).iter())
+            .map(|&n| cluster.rtt_ms(coordinator, n))
+            .fold(0.0, f64::max)
+    }
+
+    /// Any machine may crash — primaries, backups and coordinators — with at most one copy
+    /// of a shard down at once (`minorities` gives a two-copy shard one) and a minority of
+    /// coordinators (promotion needs a majority of them).
+    fn fault_model(cluster: &Cluster) -> FaultModel {
+        let mut model = FaultModel::minorities(cluster);
+        let mut machines: Vec<_> = cluster
+            .coordinators
+            .iter()
+            .map(|&c| cluster.machine_of(c))
+            .collect();
+        machines.sort();
+        machines.dedup();
+        let max_down = (machines.len().max(1) - 1) / 2;
+        model.groups.push(FailureGroup {
+            name: "coordinators".to_string(),
+            machines,
+            max_down,
+        });
+        model
+    }
+}
+
+fn build_node(
+    node: NodeId,
+    cluster: &Arc<Cluster>,
+    opts: &Options,
+    procedures: &Arc<Procedures>,
+    recovered: &[Record],
+) -> AurogonNode {
+    let (cluster, opts) = (cluster.clone(), opts.clone());
+    match cluster.node(node).role {
+        NodeRole::Replica { .. } => {
+            AurogonNode::Replica(Box::new(Replica::restore(node, opts, cluster, recovered)))
+        }
+        NodeRole::Coordinator { .. } => AurogonNode::Coordinator(Box::new(Coordinator::restore(
+            node,
+            opts,
+            cluster,
+            procedures.clone(),
+            recovered,
+        ))),
+        NodeRole::Service { .. } => AurogonNode::Inert,
+    }
+}
+
+/// `dst-to`, §6.1's clock-driven baseline: Aurogon with DST's chasing clocks
+/// (`clock=dst`) and its reordering-resistant techniques off (`pre_attach=false`,
+/// `deferral=false`); each may still be set explicitly. Same nodes, replication and
+/// failure handling.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DstTo;
+
+impl Protocol for DstTo {
+    type Node = AurogonNode;
+    type Options = Options;
+
+    const NAME: &'static str = "dst-to";
+    const GUARANTEE: &'static str = "serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+    const REPLICA_KINDS: &'static [ReplicaKind] = Aurogon::REPLICA_KINDS;
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        let mut raw = raw.clone();
+        for (key, value) in [
+            ("clock", "dst"),
+            ("pre_attach", "false"),
+            ("deferral", "false"),
+        ] {
+            if raw.get(key, String::new())?.is_empty() {
+                raw.set(key, value);
+            }
+        }
+        Options::for_cluster(&raw, cluster)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> AurogonNode {
+        build_node(
+            node,
+            &setup.cluster,
+            &setup.options,
+            &setup.procedures,
+            recovered,
+        )
+    }
+
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        Aurogon::bound_ms(cluster, coordinator, shards)
+    }
+
+    fn fault_model(cluster: &Cluster) -> FaultModel {
+        Aurogon::fault_model(cluster)
+    }
+}
+
+impl Node for AurogonNode {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self {
+            AurogonNode::Replica(r) => r.on_start(ctx),
+            AurogonNode::Coordinator(c) => c.on_start(ctx),
+            AurogonNode::Inert => {}
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            AurogonNode::Replica(r) => r.on_message(ctx, from, msg),
+            AurogonNode::Coordinator(c) => c.on_message(ctx, from, msg),
+            AurogonNode::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        match self {
+            AurogonNode::Replica(r) => r.on_timer(ctx, timer),
+            AurogonNode::Coordinator(c) => c.on_timer(ctx, timer),
+            AurogonNode::Inert => {}
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match self {
+            AurogonNode::Coordinator(c) => c.on_client_request(ctx, request, req),
+            _ => ctx.refuse_not_coordinator(request),
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            AurogonNode::Replica(r) => r.check_invariants(),
+            _ => Ok(()),
+        }
+    }
+
+    fn shard_leader(&self) -> Option<NodeId> {
+        match self {
+            AurogonNode::Replica(r) => Some(r.config().primary),
+            _ => None,
+        }
+    }
+}
