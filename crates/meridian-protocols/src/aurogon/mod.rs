@@ -6,6 +6,13 @@
 //! replica of its write shards acknowledged the commit). Check the latter with
 //! `--check strong-partition-serializable`.
 //!
+//! **Known open bug:** the strong-partition mode passes its conformance swarm but fails
+//! random-fault seeds 40 and 46 of a 50-seed swarm with a real-time anomaly (`meridian sim
+//! --protocol aurogon --topology rdma-cluster --workload list-append --faults random
+//! --seed 40 --duration 10s --drain 10s --clients 2 --client-timeout 5s --protocol-opts
+//! isolation=strong-partition --service-time 20us --check strong-partition-serializable`);
+//! not yet diagnosed. The serializable mode has failed no seed run so far.
+//!
 //! ## Map from the paper to the files
 //! | paper | file |
 //! |---|---|
