@@ -936,6 +936,23 @@ impl Topology {
         self.one_way_ms[a.index()][b.index()] + self.one_way_ms[b.index()][a.index()]
     }
 
+    /// The largest round trip between any two regions (intra-region included), in ms: the
+    /// scale protocols' default timeouts take.
+    pub fn max_rtt_ms(&self) -> f64 {
+        let regions = self.regions.len() as u16;
+        (0..regions)
+            .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
+            .map(|(a, b)| self.rtt_ms(a, b))
+            .fold(0.0, f64::max)
+    }
+
+    /// The largest round trip inside one region, in ms.
+    pub fn max_intra_region_rtt_ms(&self) -> f64 {
+        (0..self.regions.len() as u16)
+            .map(|r| self.rtt_ms(RegionId(r), RegionId(r)))
+            .fold(0.0, f64::max)
+    }
+
     pub fn region_id(&self, name: &str) -> Option<RegionId> {
         self.regions
             .iter()

@@ -1,6 +1,7 @@
 //! Protocol options of `aurogon` (`--protocol-opts key=value,...`).
 
-use meridian_core::{Cluster, ProtocolConfig, RegionId};
+use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
 pub const OPTIONS: [&str; 18] = [
@@ -93,7 +94,7 @@ pub struct Options {
 impl Options {
     /// Parses `config` with defaults scaled to `cluster`'s largest round trip.
     pub fn for_cluster(config: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        Options::parse(config, max_rtt_ms(cluster))
+        Options::parse(config, cluster.topology.max_rtt_ms())
     }
 
     pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
@@ -111,24 +112,24 @@ impl Options {
                 ))
             }
         };
-        let retry_ms = positive(
+        let retry_ms = positive_ms(
             "retry_ms",
             config.get("retry_ms", (2.5 * max_rtt_ms).max(1.0))?,
         )?;
-        let exec_timeout_ms = positive(
+        let exec_timeout_ms = positive_ms(
             "exec_timeout_ms",
             config.get("exec_timeout_ms", 20.0 * retry_ms)?,
         )?;
-        let recovery_ms = positive(
+        let recovery_ms = positive_ms(
             "recovery_ms",
             config.get("recovery_ms", 2.0 * exec_timeout_ms)?,
         )?;
-        let heartbeat_ms = positive("heartbeat_ms", config.get("heartbeat_ms", retry_ms)?)?;
-        let failover_ms = positive(
+        let heartbeat_ms = positive_ms("heartbeat_ms", config.get("heartbeat_ms", retry_ms)?)?;
+        let failover_ms = positive_ms(
             "failover_ms",
             config.get("failover_ms", 10.0 * heartbeat_ms)?,
         )?;
-        let lease_ms = positive("lease_ms", config.get("lease_ms", 4.0 * heartbeat_ms)?)?;
+        let lease_ms = positive_ms("lease_ms", config.get("lease_ms", 4.0 * heartbeat_ms)?)?;
         if failover_ms <= heartbeat_ms {
             return Err(format!(
                 "protocol option `failover_ms` ({failover_ms}) must exceed `heartbeat_ms` \
@@ -198,35 +199,4 @@ impl Options {
     pub fn strong_partition(&self) -> bool {
         self.isolation == Isolation::StrongPartition
     }
-}
-
-fn at_least_one(key: &str, value: usize) -> Result<usize, String> {
-    if value == 0 {
-        Err(format!("protocol option `{key}` must be at least 1"))
-    } else {
-        Ok(value)
-    }
-}
-
-fn positive(key: &str, ms: f64) -> Result<f64, String> {
-    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
-        Ok(ms)
-    } else {
-        Err(format!(
-            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
-        ))
-    }
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round() as u64
-}
-
-/// The largest round trip between any two regions of the cluster (intra-region included).
-fn max_rtt_ms(cluster: &Cluster) -> f64 {
-    let regions = cluster.topology.regions.len() as u16;
-    (0..regions)
-        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
-        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
-        .fold(0.0, f64::max)
 }

@@ -1,6 +1,7 @@
 //! Protocol options of `clock-si` and `conventional-si` (`--protocol-options key=value,...`).
 
-use meridian_core::{Cluster, NodeId, ProtocolConfig, RegionId};
+use crate::kit::options::{ms_to_ns, positive_ms};
+use meridian_core::{Cluster, NodeId, ProtocolConfig};
 
 /// Every option these protocols understand; anything else is refused by name.
 pub const OPTIONS: [&str; 10] = [
@@ -90,14 +91,14 @@ impl Options {
                 Delta::Fixed(ms_to_ns(ms))
             }
         };
-        let retry_ms = positive(
+        let retry_ms = positive_ms(
             "retry_ms",
             config.get("retry_ms", (2.5 * max_rtt_ms).max(10.0))?,
         )?;
-        let query_ms = positive("query_ms", config.get("query_ms", retry_ms)?)?;
+        let query_ms = positive_ms("query_ms", config.get("query_ms", retry_ms)?)?;
         let session_idle_ms =
-            positive("session_idle_ms", config.get("session_idle_ms", 10_000.0)?)?;
-        let gc_lag_ms = positive("gc_lag_ms", config.get("gc_lag_ms", 10_000.0)?)?;
+            positive_ms("session_idle_ms", config.get("session_idle_ms", 10_000.0)?)?;
+        let gc_lag_ms = positive_ms("gc_lag_ms", config.get("gc_lag_ms", 10_000.0)?)?;
         let checkpoint_every = config.get("checkpoint_every", 2048usize)?;
         if checkpoint_every == 0 {
             return Err("protocol option `checkpoint_every` must be at least 1".to_string());
@@ -125,7 +126,7 @@ impl Options {
 
     /// Parses `config` with defaults scaled to `cluster`.
     pub fn for_cluster(config: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        Options::parse(config, max_rtt_ms(cluster))
+        Options::parse(config, cluster.topology.max_rtt_ms())
     }
 
     /// Δ in ns for transactions that start at `coordinator`.
@@ -166,27 +167,4 @@ impl Options {
             }
         }
     }
-}
-
-fn positive(key: &str, ms: f64) -> Result<f64, String> {
-    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
-        Ok(ms)
-    } else {
-        Err(format!(
-            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
-        ))
-    }
-}
-
-pub(crate) fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round() as u64
-}
-
-/// The largest round trip between any two regions of the cluster.
-fn max_rtt_ms(cluster: &Cluster) -> f64 {
-    let regions = cluster.topology.regions.len() as u16;
-    (0..regions)
-        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
-        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
-        .fold(0.0, f64::max)
 }

@@ -169,7 +169,7 @@ fn tick_ns(cluster: &Cluster, members: &[NodeId]) -> u64 {
         .flat_map(|&a| members.iter().map(move |&b| (a, b)))
         .map(|(a, b)| cluster.rtt_ms(a, b))
         .fold(0.0, f64::max);
-    super::options::ms_to_ns((max_rtt_ms / 4.0).max(2.0))
+    crate::kit::options::ms_to_ns((max_rtt_ms / 4.0).max(2.0))
 }
 
 impl Member {

@@ -1,5 +1,6 @@
 //! Protocol options of `dast` (`--protocol-opts key=value,...`).
 
+use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -58,21 +59,24 @@ pub struct Options {
 impl Options {
     pub fn for_cluster(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
         raw.check_known(&OPTIONS)?;
-        let (intra_ms, max_ms) = rtts_ms(cluster);
-        let heartbeat_ms = positive(
+        let (intra_ms, max_ms) = (
+            cluster.topology.max_intra_region_rtt_ms(),
+            cluster.topology.max_rtt_ms(),
+        );
+        let heartbeat_ms = positive_ms(
             "heartbeat_ms",
             raw.get("heartbeat_ms", (intra_ms / 2.0).max(1.0))?,
         )?;
-        let retry_ms = positive("retry_ms", raw.get("retry_ms", (1.5 * max_ms).max(10.0))?)?;
-        let prepare_timeout_ms = positive(
+        let retry_ms = positive_ms("retry_ms", raw.get("retry_ms", (1.5 * max_ms).max(10.0))?)?;
+        let prepare_timeout_ms = positive_ms(
             "prepare_timeout_ms",
             raw.get("prepare_timeout_ms", 10.0 * retry_ms)?,
         )?;
-        let result_timeout_ms = positive(
+        let result_timeout_ms = positive_ms(
             "result_timeout_ms",
             raw.get("result_timeout_ms", 2.0 * prepare_timeout_ms)?,
         )?;
-        let query_ms = positive("query_ms", raw.get("query_ms", 2.0 * retry_ms)?)?;
+        let query_ms = positive_ms("query_ms", raw.get("query_ms", 2.0 * retry_ms)?)?;
         let margin_ms: f64 = raw.get("anticipation_margin_ms", intra_ms)?;
         if !(margin_ms.is_finite() && (0.0..=1e6).contains(&margin_ms)) {
             return Err(format!(
@@ -97,44 +101,4 @@ impl Options {
             unsafe_skip_anticipation: raw.get("unsafe_skip_anticipation", false)?,
         })
     }
-}
-
-fn positive(key: &str, ms: f64) -> Result<f64, String> {
-    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
-        Ok(ms)
-    } else {
-        Err(format!(
-            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
-        ))
-    }
-}
-
-fn at_least_one(key: &str, value: usize) -> Result<usize, String> {
-    if value == 0 {
-        return Err(format!("protocol option `{key}` must be at least 1"));
-    }
-    Ok(value)
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round() as u64
-}
-
-/// The largest intra-region round trip and the largest round trip of all.
-fn rtts_ms(cluster: &Cluster) -> (f64, f64) {
-    let regions = cluster.topology.regions.len() as u16;
-    let mut intra: f64 = 0.0;
-    let mut max: f64 = 0.0;
-    for a in 0..regions {
-        for b in 0..regions {
-            let rtt = cluster
-                .topology
-                .rtt_ms(meridian_core::RegionId(a), meridian_core::RegionId(b));
-            max = max.max(rtt);
-            if a == b {
-                intra = intra.max(rtt);
-            }
-        }
-    }
-    (intra, max)
 }

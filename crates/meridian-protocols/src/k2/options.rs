@@ -1,7 +1,8 @@
 //! Protocol options of `k2` (`--protocol-opts key=value,...`).
 
-use meridian_core::time::{NS_PER_MS, NS_PER_US};
-use meridian_core::{Cluster, NodeRole, ProtocolConfig, RegionId};
+use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use meridian_core::time::NS_PER_US;
+use meridian_core::{Cluster, NodeRole, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
 pub const OPTIONS: [&str; 16] = [
@@ -105,7 +106,7 @@ impl Options {
         in_range("step_ns", step_ns, 1, ttl_us * NS_PER_US)?;
         in_range("drift_ppm", drift_ppm, 0, 100_000)?;
         check_oracle_clocks(cluster, epsilon_us)?;
-        let retry_ms = config.get("retry_ms", (2.0 * max_rtt_ms(cluster)).max(5.0))?;
+        let retry_ms = config.get("retry_ms", (2.0 * cluster.topology.max_rtt_ms()).max(5.0))?;
         positive_ms("retry_ms", retry_ms)?;
         let txn_timeout_ms = config.get("txn_timeout_ms", (8.0 * retry_ms).max(1000.0))?;
         positive_ms("txn_timeout_ms", txn_timeout_ms)?;
@@ -206,42 +207,8 @@ fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), String> {
     }
 }
 
-fn at_least_one(key: &str, value: usize) -> Result<usize, String> {
-    if value == 0 {
-        Err(format!("protocol option `{key}` must be at least 1"))
-    } else {
-        Ok(value)
-    }
-}
-
-fn positive_ms(key: &str, ms: f64) -> Result<(), String> {
-    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
-        Ok(())
-    } else {
-        Err(format!(
-            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
-        ))
-    }
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * NS_PER_MS as f64).round() as u64
-}
-
 /// The default TTL: 100 µs, or four intra-region round trips (the oracle's latency here).
 fn default_ttl_us(cluster: &Cluster) -> u64 {
-    let regions = cluster.topology.regions.len() as u16;
-    let intra_ms = (0..regions)
-        .map(|r| cluster.topology.rtt_ms(RegionId(r), RegionId(r)))
-        .fold(0.0, f64::max);
+    let intra_ms = cluster.topology.max_intra_region_rtt_ms();
     ((4.0 * intra_ms * 1000.0).ceil() as u64).max(100)
-}
-
-/// The largest round trip between any two regions of the cluster.
-fn max_rtt_ms(cluster: &Cluster) -> f64 {
-    let regions = cluster.topology.regions.len() as u16;
-    (0..regions)
-        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
-        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
-        .fold(0.0, f64::max)
 }

@@ -1,6 +1,7 @@
 //! Protocol options of `2pl-2pc` (`--protocol-options key=value,...`).
 
-use meridian_core::{Cluster, ProtocolConfig, RegionId};
+use crate::kit::options::{ms_to_ns, positive_ms};
+use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
 pub const OPTIONS: [&str; 9] = [
@@ -51,15 +52,15 @@ impl Options {
     /// Parses `config`; `max_rtt_ms` scales the default durations.
     pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
         config.check_known(&OPTIONS)?;
-        let retry_ms = positive(
+        let retry_ms = positive_ms(
             "retry_ms",
             config.get("retry_ms", (2.5 * max_rtt_ms).max(10.0))?,
         )?;
-        let exec_timeout_ms = positive(
+        let exec_timeout_ms = positive_ms(
             "exec_timeout_ms",
             config.get("exec_timeout_ms", 8.0 * retry_ms)?,
         )?;
-        let idle_timeout_ms = positive(
+        let idle_timeout_ms = positive_ms(
             "idle_timeout_ms",
             config.get("idle_timeout_ms", 2.0 * exec_timeout_ms)?,
         )?;
@@ -70,7 +71,7 @@ impl Options {
                  coordinator is still executing"
             ));
         }
-        let query_ms = positive("query_ms", config.get("query_ms", 2.0 * retry_ms)?)?;
+        let query_ms = positive_ms("query_ms", config.get("query_ms", 2.0 * retry_ms)?)?;
         let max_inflight = config.get("max_inflight", 1024usize)?;
         let checkpoint_every = config.get("checkpoint_every", 4096usize)?;
         for (key, value) in [
@@ -96,30 +97,6 @@ impl Options {
 
     /// Parses `config` with defaults scaled to `cluster`.
     pub fn for_cluster(config: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        Options::parse(config, max_rtt_ms(cluster))
+        Options::parse(config, cluster.topology.max_rtt_ms())
     }
-}
-
-fn positive(key: &str, ms: f64) -> Result<f64, String> {
-    // An upper bound keeps the conversion to nanoseconds far from overflow.
-    if ms.is_finite() && ms > 0.0 && ms <= 1e9 {
-        Ok(ms)
-    } else {
-        Err(format!(
-            "protocol option `{key}` must be a positive number of milliseconds, got {ms}"
-        ))
-    }
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round() as u64
-}
-
-/// The largest round trip between any two regions of the cluster (intra-region included).
-fn max_rtt_ms(cluster: &Cluster) -> f64 {
-    let regions = cluster.topology.regions.len() as u16;
-    (0..regions)
-        .flat_map(|a| (0..regions).map(move |b| (RegionId(a), RegionId(b))))
-        .map(|(a, b)| cluster.topology.rtt_ms(a, b))
-        .fold(0.0, f64::max)
 }
