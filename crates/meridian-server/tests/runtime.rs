@@ -1,6 +1,8 @@
 //! The runtime hosts the protocols' nodes unchanged: transactions commit over real sockets,
 //! bad frames close only their own connection, and durable logs bring a restarted host back.
 
+mod common;
+use common::free_addresses;
 use meridian_client::{Client, ClientError, ClientOptions};
 use meridian_core::node::Setup;
 use meridian_core::txn::{Op, Operand, Piece, PieceResult, Txn};
@@ -9,38 +11,9 @@ use meridian_core::SmallBytes;
 use meridian_core::{NodeId, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::clock_si::ClockSi;
 use meridian_protocols::tiga::Tiga;
-use meridian_server::{Addresses, Host, HostConfig};
+use meridian_server::{Host, HostConfig};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Loopback ports for `n` nodes (peer and metrics), below Linux's ephemeral range
-/// (32768–60999): a port taken from the ephemeral range by binding port 0 and releasing it
-/// can be handed to any outgoing connection (parallel tests open many) before the host
-/// binds it. Each candidate range is checked free; the start is spread by pid and a
-/// per-process counter so parallel test processes do not pick the same range.
-fn free_addresses(n: usize) -> Addresses {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let span = 2 * n as u64;
-    for _ in 0..500 {
-        let draw = u64::from(std::process::id())
-            .wrapping_mul(2_654_435_761)
-            .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) * 7_919);
-        let base = 10_000 + draw % (22_000 - span);
-        let ports: Vec<u16> = (base..base + span).map(|p| p as u16).collect();
-        if ports
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            let addr = |p: &u16| std::net::SocketAddr::from(([127, 0, 0, 1], *p));
-            return Addresses {
-                peer: ports[..n].iter().map(addr).collect(),
-                metrics: ports[n..].iter().map(addr).collect(),
-            };
-        }
-    }
-    panic!("no free port range below the ephemeral range");
-}
 
 fn setup<P: Protocol>(topology: &str) -> Setup<P> {
     let topology = Topology::load(topology).unwrap();
