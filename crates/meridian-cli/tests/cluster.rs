@@ -126,6 +126,19 @@ impl Cluster {
     fn run_dir(&self) -> &str {
         self.run.to_str().unwrap()
     }
+
+    /// `meridian client` against this cluster, each request given `timeout`.
+    fn client(&self, timeout: &str, args: &[&str]) -> Output {
+        let mut all = vec![
+            "client",
+            "--topology",
+            self.topology(),
+            "--timeout",
+            timeout,
+        ];
+        all.extend_from_slice(args);
+        meridian(&all)
+    }
 }
 
 impl Drop for Cluster {
@@ -193,11 +206,7 @@ fn cluster_up_client_status_kill_and_down() {
         text(&status)
     );
 
-    let client = |args: &[&str]| {
-        let mut all = vec!["client", "--topology", topology, "--timeout", "3s"];
-        all.extend_from_slice(args);
-        meridian(&all)
-    };
+    let client = |args: &[&str]| cluster.client("3s", args);
     let put = client(&["put", "greeting", "hello"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
     let get = client(&["get", "greeting"]);
@@ -284,15 +293,7 @@ fn committed(topology: &str) -> u64 {
 fn leader_kill(protocol: &str, model: &str, restart: bool) {
     let cluster = Cluster::up("gcp-tiga", protocol, "0.1");
     let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
-    let client = |args: &[&str]| {
-        meridian(
-            &[
-                &["client", "--topology", topology, "--timeout", "5s"][..],
-                args,
-            ]
-            .concat(),
-        )
-    };
+    let client = |args: &[&str]| cluster.client("5s", args);
     let key = key_on_shard(topology, 0);
     let put = client(&["put", &key, "before-kill"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
@@ -681,15 +682,7 @@ fn bad_port_layouts_are_refused_and_a_failed_up_leaves_no_servers() {
 fn one_node_stops_starts_and_restarts_under_management() {
     let cluster = Cluster::up("local", "clock-si", "0");
     let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
-    let client = |args: &[&str]| {
-        meridian(
-            &[
-                &["client", "--topology", topology, "--timeout", "3s"][..],
-                args,
-            ]
-            .concat(),
-        )
-    };
+    let client = |args: &[&str]| cluster.client("3s", args);
     let key = key_on_shard(topology, 0);
     let put = client(&["put", &key, "before"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
