@@ -224,6 +224,7 @@ impl Replica {
         Rules {
             stale_read: sps && !self.opts.unsafe_no_stale_read_rule,
             immortal_write: sps,
+            late_read: sps,
         }
     }
 
@@ -622,11 +623,19 @@ impl Replica {
         }
         let rules = self.rules();
         let exec = self.execs.get_mut(&id).expect("present");
+        // Which versions earlier reads were answered with died with the old primary's
+        // memory; below the floor (every lease it was given) any might have been.
+        let below_floor = rules.late_read && exec.ts.time_ns < self.floor_ns;
         for i in 0..exec.reads.len() {
             if exec.values[i].is_some() {
                 continue;
             }
-            match self.store.read(&exec.reads[i], exec.ts, rules) {
+            let read = if below_floor {
+                ReadResult::Failed(Refusal::BelowFloor)
+            } else {
+                self.store.read(&exec.reads[i], exec.ts, rules)
+            };
+            match read {
                 ReadResult::Value(v) => exec.values[i] = Some(v),
                 ReadResult::Blocked(on) => {
                     ctx.count("aurogon.blocked_reads", 1);
@@ -1069,6 +1078,7 @@ fn committed_only(versions: &[super::mvcc::Version]) -> Vec<super::mvcc::Version
         .filter(|v| matches!(v.status, Status::Committed(_)))
         .map(|v| super::mvcc::Version {
             rts: v.wts,
+            served: Timestamp::ZERO,
             ..v.clone()
         })
         .collect()
@@ -1080,6 +1090,7 @@ fn refusal_counter(refusal: Refusal) -> &'static str {
         Refusal::BelowFloor => "aurogon.refused.below_floor",
         Refusal::StaleRead => "aurogon.refused.stale_read",
         Refusal::ImmortalWrite => "aurogon.refused.immortal_write",
+        Refusal::LateRead => "aurogon.refused.late_read",
         Refusal::Collected => "aurogon.refused.collected",
     }
 }

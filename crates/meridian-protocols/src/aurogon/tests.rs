@@ -21,10 +21,12 @@ fn txn(n: u64) -> TxnId {
 const SER: Rules = Rules {
     stale_read: false,
     immortal_write: false,
+    late_read: false,
 };
 const SPS: Rules = Rules {
     stale_read: true,
     immortal_write: true,
+    late_read: true,
 };
 
 #[test]
@@ -80,6 +82,37 @@ fn strong_partition_refuses_stale_reads_and_immortal_writes() {
         Err(Refusal::ImmortalWrite)
     );
     assert_eq!(m.install(&x, ts(25), txn(2), 0, SER), Ok(()));
+}
+
+#[test]
+fn strong_partition_refuses_a_read_below_one_already_answered() {
+    let mut m = Mvcc::new(4);
+    let x = Key::from_static(b"x");
+    // T1 reads x at 30 and may have finished; T2, whose clock lags, reads it at 20.
+    assert_eq!(m.read(&x, ts(30), SPS), ReadResult::Value(None));
+    assert_eq!(m.read(&x, ts(20), SER), ReadResult::Value(None));
+    assert_eq!(
+        m.read(&x, ts(20), SPS),
+        ReadResult::Failed(Refusal::LateRead)
+    );
+    // Readers still blocked on a pending version do not count: once it commits, the
+    // lower one is answered too (it may be answered first).
+    m.install(&x, ts(40), txn(1), 0, SPS).unwrap();
+    assert_eq!(m.read(&x, ts(60), SPS), ReadResult::Blocked(txn(1)));
+    assert_eq!(m.read(&x, ts(50), SPS), ReadResult::Blocked(txn(1)));
+    m.commit(&x, ts(40), txn(1), encode_int(1));
+    assert_eq!(
+        m.read(&x, ts(50), SPS),
+        ReadResult::Value(Some(encode_int(1)))
+    );
+    assert_eq!(
+        m.read(&x, ts(60), SPS),
+        ReadResult::Value(Some(encode_int(1)))
+    );
+    assert_eq!(
+        m.read(&x, ts(55), SPS),
+        ReadResult::Failed(Refusal::LateRead)
+    );
 }
 
 /// One simulator run of Aurogon on `rdma-cluster`.
