@@ -450,7 +450,7 @@
 //! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
-//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), and
+//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), `pipeline` (`true`), and
 //! the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
