@@ -239,7 +239,7 @@ mod detective_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
         protocol_opts: "approach=detective",
-        golden: &[(5, "b04da1200d85d681"), (6, "26f30fcf16217ebc")],
+        golden: &[(5, "05c8190edadf0a02"), (6, "5626f01c2618acb1")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };

@@ -15,6 +15,7 @@
 //! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, `server::execute`; the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` `reply_hash` over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
+//! | §3.5 revoke and re-execute under contention (detective; Fig. 12, Table 2) | `server.rs` `pipelines`, `reply_if_final`, `on_clear`, `reexecute_behind`; `queue.rs` [`PriorityQueue::blocked_unsealed`], [`PriorityQueue::seal`]; option `pipeline` (see "Pipelined execution") |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
 //! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`]; sweep: `examples/tiga_figures.rs headroom` |
@@ -88,12 +89,66 @@
 //!   scan's; `tests.rs` checks the two give the same releases on random queues.
 //! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
 //!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
-//!   A sealed T stays at the head of the queue and blocks conflicting successors until it
-//!   is released after agreement. In the preventive approach a leader seals T (rMap/wMap),
+//!   A sealed T stays in the queue until it is released after agreement; in the
+//!   preventive approach (and the detective one with `pipeline=false`) it blocks
+//!   conflicting successors until then, in the detective one it holds back only their
+//!   replies and releases (see "Pipelined execution"). In the preventive approach a leader seals T (rMap/wMap),
 //!   executes it (for its abort vote, see cross-shard abort) and notifies, and replies
 //!   to the coordinator only after agreement; sealing before notifying is what
 //!   makes the notification a promise that no conflicting transaction will be ordered
 //!   before T on this shard below T's timestamp.
+//! * **Pipelined execution** (detective approach; option `pipeline`, default `true`).
+//!   Algorithm 1 line 12 read literally (no conflicting T′ ahead in `pq`) keeps a sealed T
+//!   — executed, awaiting agreement — blocking every conflicting successor until its
+//!   release: at least one leader-to-leader one-way delay with separated leaders (the
+//!   sealed notifications cross the WAN), so a hot key admits about one transaction per
+//!   such delay (60–90 ms on `gcp-tiga-rotated`) whatever the offered rate. That was the
+//!   cause of the collapse under contention; the numbers are below. The paper's
+//!   Tiga-Separate keeps its median at 8 K txns/s per coordinator at Zipf 0.99 (Fig. 12)
+//!   and rolls some transactions back (§5.5: "an additional WRTT to roll back"; §3.5's
+//!   multi-version revoke; Fig. 3: "revoke the previous execution and re-execute"), which
+//!   that reading cannot do. So a leader *seals* T (rMap/wMap, executes, notifies) once no
+//!   *unsealed* conflicting transaction is ahead (`PriorityQueue::blocked_unsealed`),
+//!   executing on its sealed predecessors' pending versions, and holds back only what
+//!   depends on them: T's fast reply and its release wait until no conflicting
+//!   transaction is ahead at all (`reply_if_final`, `on_clear`, `check_agreement`) — by
+//!   then every predecessor is released at its agreed timestamp, so the reply's result
+//!   and hash are those of the released log, exactly as without pipelining, and the
+//!   release stream still orders conflicting entries by timestamp. When a sealed
+//!   transaction's writes change — case 3 revokes it, it is released aborted, or it
+//!   executes (again) below sealed successors — every sealed transaction behind it on the
+//!   keys it writes executes again, in queue order, and so on for theirs
+//!   (`reexecute_behind`, counter `tiga.leader_cascaded_reexecutions`); none of them has
+//!   replied yet. The sealed notification still goes out at the seal: it promises T's
+//!   timestamp (rMap/wMap hold it from then on, so nothing arriving later is ordered
+//!   before T on this shard — what §3.6 needs); a predecessor that later moves above T
+//!   was queued before. Its abort vote is the one part that may not be final, so a
+//!   transaction whose decision matters ([`TxnBody::decision_matters`]: a procedure or a
+//!   validation) is never pipelined — it waits, as before, until nothing conflicting is
+//!   ahead, and its vote is final. Any other can vote abort only on a type error; a
+//!   re-execution that changes such a vote notifies it again (see Limits). The
+//!   preventive approach is unchanged (agreement costs LAN delays there). Counters
+//!   `tiga.leader_seal_wait_us` / `tiga.leader_seals` (expiry → seal) and
+//!   `tiga.leader_sealed_hold_us` / `tiga.leader_releases` (seal → release) measure it.
+//!
+//!   *Measured* (`meridian experiment run experiments/tiga-contention.toml`: MicroBench
+//!   Zipf 0.99, open loop, at most 4000 outstanding per coordinator, 3 s; release build).
+//!   Before (its `pipeline=false` point, leaders separated, 250 txns/s per coordinator):
+//!   1,429 txns/s, p50 799.5 ms, p99 3,978 ms, 1,681 transactions *unknown*; per
+//!   transaction a leader waited 498 ms from expiry to seal and 721 ms from seal to
+//!   release — the wait behind a sealed hot key at one leader delays the other leaders'
+//!   agreement on their own hot keys, so the convoy spans shards. After, separated vs
+//!   co-located, txns/s and p50: 250/coordinator 1,990 vs 1,990, 188.5 vs 184.3 ms
+//!   (1.02×); 1000: 7,966 vs 7,966, 211.8 vs 184.3 ms (1.15×); 2000: 15,919 vs 15,919,
+//!   214.3 vs 183.9 ms (1.17×); no unknown outcome; seal wait ≈ 0, seal → release 80.8–
+//!   80.9 ms (one leader-to-leader delay, which no longer blocks anyone); 0.13–0.28 %
+//!   of commits re-executed (120–124 cascaded re-executions per run). p99 393–397 ms vs
+//!   308 ms co-located. The same file with `rate = [4000, 8000]` and `duration = "1s"`:
+//!   4000/coordinator 31,857 vs 31,857 txns/s, p50 217.3 vs 183.2 ms (1.19×); 8000:
+//!   63,566 vs 63,566, 245.5 vs 239.6 ms (1.02×; co-located, the preventive leaders now
+//!   wait 36 ms per seal behind hot keys); no unknown outcome; 0.9 % and 3.9 % of
+//!   separated commits re-executed. The simulator charges no service time by default,
+//!   so nothing here saturates: throughput equals the offered load on both placements.
 //! * **Second round**: notifications carry the sender's current timestamp (and, sealed, its
 //!   abort vote there, see cross-shard abort); a leader keeps the largest per shard. Case 2 releases once every involved leader's latest
 //!   notification equals the agreed timestamp. A case-3 leader revokes, repositions, and
@@ -348,6 +403,12 @@
 //!   transaction another shard recovered (step ④).
 //!
 //! ## Limits (this session)
+//! * Pipelined execution (above): a transaction that votes abort only on a type error
+//!   (`add` on a non-integer) can change its vote when a predecessor's rollback makes
+//!   it execute again after it notified; the new vote is notified, but a leader that
+//!   already released T decided on the old one, so such a type error can split the
+//!   decision across shards (as a view change can already, next item). Workloads never
+//!   write non-integers where they `add`.
 //! * Value dependencies between pieces on *different* shards are refused `Unsupported`;
 //!   within a shard they are resolved by the server.
 //! * Type errors (`add` on a non-integer, a value dependency naming a missing output)
@@ -389,7 +450,7 @@
 //! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
-//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), and
+//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), `pipeline` (`true`), and
 //! the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching

@@ -32,6 +32,7 @@ pub const OPTIONS: &[&str] = &[
     "inquiry_ms",
     "max_sessions",
     "session_timeout_ms",
+    "pipeline",
 ];
 
 /// How the coordinator sizes the headroom (§3.1, §5.6).
@@ -147,6 +148,11 @@ pub struct Options {
     pub session_timeout_ns: u64,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
+    /// Detective approach: a leader executes a transaction on top of sealed, unagreed
+    /// conflicting predecessors (`pipeline=true`, default) instead of waiting until they
+    /// are released (`false`, Algorithm 1 line 12 read literally). Module doc, "Pipelined
+    /// execution".
+    pub pipeline: bool,
 }
 
 impl Options {
@@ -240,6 +246,7 @@ impl Options {
             inquiry_ns: ms("inquiry_ms", 10.0)?.max(NS_PER_MS / 10),
             max_sessions: config.get("max_sessions", 4096usize)?,
             session_timeout_ns: ms("session_timeout_ms", 10_000.0)?.max(NS_PER_MS),
+            pipeline: config.get("pipeline", true)?,
         };
         if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
             return Err(

@@ -100,11 +100,13 @@ type Slot = (Timestamp, TxnId);
 #[derive(Debug, Default)]
 struct KeyQueue(SmallVec<[(Slot, Access); 1]>);
 
-/// How a queued transaction accesses one key.
+/// How a queued transaction accesses one key, and whether it is sealed (a leader's
+/// executed, unagreed transaction: see [`PriorityQueue::seal`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct Access {
     read: bool,
     write: bool,
+    sealed: bool,
 }
 
 impl KeyQueue {
@@ -131,6 +133,12 @@ impl KeyQueue {
     /// The entries queued ahead of `slot`.
     fn ahead_of(&self, slot: Slot) -> &[(Slot, Access)] {
         &self.0[..self.0.partition_point(|(s, _)| *s < slot)]
+    }
+
+    /// `slot`'s access, if it is here.
+    fn get_mut(&mut self, slot: Slot) -> Option<&mut Access> {
+        let i = self.0.binary_search_by(|(s, _)| s.cmp(&slot)).ok()?;
+        Some(&mut self.0[i].1)
     }
 
     /// The entries queued behind `slot`.
@@ -258,7 +266,7 @@ impl PriorityQueue {
             let Some(access) = q.take(slot) else {
                 continue;
             };
-            successors(q, slot, access.write, &mut wake);
+            successors(q, slot, access, &mut wake);
             if q.is_empty() {
                 self.by_key.remove(k);
             }
@@ -281,6 +289,98 @@ impl PriorityQueue {
                 .iter()
                 .filter_map(on)
                 .any(|q| q.ahead_of(slot).iter().any(|(_, a)| a.write))
+    }
+
+    /// Whether an *unsealed* transaction queued ahead of `(ts, id)` conflicts with it: the
+    /// test of a leader that executes on top of sealed, unagreed predecessors (module doc,
+    /// "Pipelined execution"). Scans from the nearest entry back, so it stops at the first
+    /// unsealed conflicting one.
+    pub fn blocked_unsealed(
+        &self,
+        ts: Timestamp,
+        id: TxnId,
+        reads: &[Key],
+        writes: &[Key],
+    ) -> bool {
+        let slot = (ts, id);
+        let on = |k: &Key| self.by_key.get(k);
+        let unsealed = |ahead: &[(Slot, Access)], writers_only: bool| {
+            ahead
+                .iter()
+                .rev()
+                .any(|(_, a)| !a.sealed && (a.write || !writers_only))
+        };
+        writes
+            .iter()
+            .filter_map(on)
+            .any(|q| unsealed(q.ahead_of(slot), false))
+            || reads
+                .iter()
+                .filter_map(on)
+                .any(|q| unsealed(q.ahead_of(slot), true))
+    }
+
+    /// Marks queued `(ts, id)` sealed. The transactions behind it that only it (unsealed)
+    /// held back under [`PriorityQueue::blocked_unsealed`] become candidates: on each of
+    /// its keys, past sealed entries, the readers up to the next unsealed writer and that
+    /// writer if it writes the key, else that writer only.
+    pub fn seal(&mut self, ts: Timestamp, id: TxnId, reads: &[Key], writes: &[Key]) {
+        let slot = (ts, id);
+        let mut wake = Vec::new();
+        for k in reads.iter().chain(writes) {
+            let Some(q) = self.by_key.get_mut(k) else {
+                continue;
+            };
+            let Some(access) = q.get_mut(slot) else {
+                continue;
+            };
+            if access.sealed {
+                continue; // a key both read and written: done once
+            }
+            access.sealed = true;
+            let write = access.write;
+            for &(behind, a) in q.behind(slot) {
+                if a.sealed {
+                    continue;
+                }
+                if a.write {
+                    wake.push(behind);
+                    break;
+                }
+                if write {
+                    wake.push(behind);
+                }
+            }
+        }
+        for slot in wake {
+            self.candidates.insert(slot);
+        }
+    }
+
+    /// The sealed transactions queued behind `(ts, id)` on any of `keys`, in queue order:
+    /// those whose executions read or overwrote versions `keys` had below them.
+    pub fn sealed_behind(&self, ts: Timestamp, id: TxnId, keys: &[Key]) -> Vec<(Timestamp, TxnId)> {
+        let slot = (ts, id);
+        let mut out: Vec<Slot> = keys
+            .iter()
+            .filter_map(|k| self.by_key.get(k))
+            .flat_map(|q| {
+                q.behind(slot)
+                    .iter()
+                    .filter(|(_, a)| a.sealed)
+                    .map(|(s, _)| *s)
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Makes `(ts, id)` a candidate again (a sealed transaction to re-examine).
+    pub fn touch(&mut self, ts: Timestamp, id: TxnId) {
+        if self.order.0.binary_search(&(ts, id)).is_ok() {
+            self.candidates.insert((ts, id));
+        }
     }
 
     /// Removes and returns, in queue order, the candidates whose timestamp has passed
@@ -333,16 +433,19 @@ fn first_after(now_ns: u64) -> Slot {
     (Timestamp::new(now_ns.saturating_add(1), 0), min_id)
 }
 
-/// The transactions on key queue `q` behind `slot` that a transaction at `slot` (writing
-/// the key iff `write`) may have been the reason to block: a writer blocked every reader up
-/// to the next writer and that writer; a reader blocked only the next writer.
-fn successors(q: &KeyQueue, slot: Slot, write: bool, out: &mut Vec<Slot>) {
+/// The transactions on key queue `q` behind `slot` that a transaction at `slot` (accessing
+/// the key as `gone`) may have been the reason to block: a writer blocked every reader up
+/// to the next writer and that writer; a reader blocked only the next writer. An unsealed
+/// one also held back, past sealed writers, what [`PriorityQueue::blocked_unsealed`]
+/// would now let through, so the scan goes on past sealed writers.
+fn successors(q: &KeyQueue, slot: Slot, gone: Access, out: &mut Vec<Slot>) {
     for &(behind, access) in q.behind(slot) {
         if access.write {
             out.push(behind);
-            return;
-        }
-        if write {
+            if gone.sealed || !access.sealed {
+                return;
+            }
+        } else if gone.write {
             out.push(behind);
         }
     }

@@ -30,6 +30,17 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+/// Counters of a leader's time per transaction (µs, summed; divide by [`SEALS`] or
+/// [`RELEASES`]): from its timestamp's expiry to its seal (waiting behind conflicting
+/// transactions ahead in the queue), and from its seal to its release (agreement and,
+/// pipelined, the release of conflicting predecessors).
+pub const SEAL_WAIT_US: &str = "tiga.leader_seal_wait_us";
+pub const SEALED_HOLD_US: &str = "tiga.leader_sealed_hold_us";
+pub const SEALS: &str = "tiga.leader_seals";
+pub const RELEASES: &str = "tiga.leader_releases";
+/// Executions a rollback cascade repeated (`reexecute_behind`).
+pub const CASCADED: &str = "tiga.leader_cascaded_reexecutions";
+
 /// Bound on a follower's outstanding slow-reply inquiries (Appendix E).
 const SLOW_WANTED_MAX: usize = 1 << 16;
 /// Most release-stream entries one `LogSync` carries (a flush or a resend to a lagging
@@ -74,6 +85,10 @@ struct Entry {
     /// `result`, to answer late notifications).
     own_abort: bool,
     executions: u32,
+    /// Leader: the execution (count) its last fast reply carried, 0 if none.
+    replied: u32,
+    /// Leader: when it was last sealed (local clock).
+    sealed_ns: u64,
     /// Shared with the reply sent (and, for a leader, the coordinator's copy); GC drops it.
     last_fast: Option<Arc<FastReply>>,
     notified_ns: u64,
@@ -116,6 +131,8 @@ impl Entry {
             result: None,
             own_abort: false,
             executions: 0,
+            replied: 0,
+            sealed_ns: 0,
             last_fast: None,
             notified_ns: 0,
             arrived_ns: now_ns,
@@ -643,18 +660,29 @@ impl Server {
     fn process(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         loop {
             let now = ctx.now_ns();
-            let ready: Vec<TxnId> = self
-                .pq
-                .take_expired_candidates(now)
-                .into_iter()
-                .filter(|&(ts, id)| {
-                    let e = &self.txns[&id];
-                    e.state != State::Sealed && !self.pq.blocked(ts, id, &e.reads, &e.writes)
-                })
-                .map(|(_, id)| id)
-                .collect();
-            if ready.is_empty() {
+            let (mut ready, mut woken) = (Vec::new(), Vec::new());
+            for (ts, id) in self.pq.take_expired_candidates(now) {
+                let e = &self.txns[&id];
+                let blocked = if e.state == State::Sealed {
+                    // Detective: a sealed one whose predecessor left may be final now.
+                    if !self.preventive {
+                        woken.push(id);
+                    }
+                    continue;
+                } else if self.pipelines(e) {
+                    self.pq.blocked_unsealed(ts, id, &e.reads, &e.writes)
+                } else {
+                    self.pq.blocked(ts, id, &e.reads, &e.writes)
+                };
+                if !blocked {
+                    ready.push(id);
+                }
+            }
+            if ready.is_empty() && woken.is_empty() {
                 break;
+            }
+            for id in woken {
+                self.on_clear(ctx, id);
             }
             for id in ready {
                 if self.is_leader {
@@ -707,24 +735,86 @@ impl Server {
         self.replies_out.push((id.coordinator, reply));
     }
 
+    /// Whether this leader seals `e` while sealed, unagreed conflicting transactions are
+    /// ahead of it, executing on their versions (module doc, "Pipelined execution"): in
+    /// the detective approach, unless its abort vote may change by design when a
+    /// predecessor's rollback makes it execute again.
+    fn pipelines(&self, e: &Entry) -> bool {
+        self.is_leader && !self.preventive && self.opts.pipeline && !e.body.decision_matters()
+    }
+
     /// The leader takes `id` at the head of its queue: records it in rMap/wMap (so no later
     /// conflicting arrival can be ordered before it), executes it, replies fast in the
-    /// detective approach, and notifies the other leaders of its timestamp and abort vote
-    /// (§3.5, first or second round). The preventive approach executes here too — the vote
-    /// needs the execution, and nothing conflicting runs until T is released — but still
-    /// replies only after agreement.
+    /// detective approach once the execution is final, and notifies the other leaders of
+    /// its timestamp and abort vote (§3.5, first or second round). The preventive approach
+    /// executes here too — the vote needs the execution, and nothing conflicting runs
+    /// until T is released — but still replies only after agreement.
     fn seal(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
         self.maps.record(&e.reads, &e.writes, ts);
         e.state = State::Sealed;
+        e.sealed_ns = ctx.now_ns();
+        ctx.count(SEALS, 1);
+        ctx.count(SEAL_WAIT_US, e.sealed_ns.saturating_sub(ts.time_ns) / 1_000);
+        self.pq.seal(ts, id, &e.reads, &e.writes);
         self.execute_sealed(id);
-        if !self.preventive {
-            let _ = self.send_fast_reply(id);
-        }
+        self.reexecute_behind(ctx, ts, id);
+        self.reply_if_final(id);
         self.note_own(ctx, id, true);
         self.sealed.insert(id);
         self.check_agreement(ctx, id);
+    }
+
+    /// Detective approach: a sealed transaction whose conflicting predecessor left the
+    /// queue. Once none is ahead its execution is final: it replies, and may be released.
+    fn on_clear(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        if self.txns.get(&id).is_some_and(|e| e.state == State::Sealed) {
+            self.reply_if_final(id);
+            self.check_agreement(ctx, id);
+        }
+    }
+
+    /// Detective approach: the fast reply of a sealed transaction's current execution,
+    /// once no conflicting transaction is ahead of it — before that, a predecessor may
+    /// still be revoked (case 3, or aborted) and this execution with it (§3.5).
+    fn reply_if_final(&mut self, id: TxnId) {
+        let e = &self.txns[&id];
+        if self.preventive
+            || e.replied == e.executions
+            || self.pq.blocked(e.body.ts, id, &e.reads, &e.writes)
+        {
+            return;
+        }
+        let _ = self.send_fast_reply(id);
+    }
+
+    /// Detective approach: `id`'s writes at `ts` changed (first executed, revoked, or
+    /// released aborted), so every sealed transaction queued behind it that read or
+    /// overwrote those keys is revoked and executes again, in queue order, and so on for
+    /// what those write — §3.5's revoke and re-execute, cascaded. None of them has replied
+    /// (a conflicting transaction is ahead of each). A re-execution whose abort vote
+    /// differs (only a type error can, see `pipelines`) notifies the new vote.
+    fn reexecute_behind(&mut self, ctx: &mut Ctx<'_, TigaNode>, ts: Timestamp, id: TxnId) {
+        if self.preventive {
+            return; // nothing conflicting is sealed behind an unreleased transaction
+        }
+        let mut todo: BTreeSet<(Timestamp, TxnId)> = self
+            .pq
+            .sealed_behind(ts, id, &self.txns[&id].writes)
+            .into_iter()
+            .collect();
+        while let Some((t, x)) = todo.pop_first() {
+            let vote = self.txns[&x].own_abort;
+            self.store.revoke(x);
+            self.execute_sealed(x);
+            ctx.count(CASCADED, 1);
+            let e = &self.txns[&x];
+            todo.extend(self.pq.sealed_behind(t, x, &e.writes));
+            if e.own_abort != vote {
+                self.note_own(ctx, x, true);
+            }
+        }
     }
 
     fn on_notify(
@@ -813,6 +903,7 @@ impl Server {
             self.store.revoke(id);
             self.txns.get_mut(&id).expect("present").result = None;
             self.reposition(id, agreed);
+            self.reexecute_behind(ctx, own, id);
             self.note_own(ctx, id, false);
             return;
         }
@@ -822,6 +913,11 @@ impl Server {
             .iter()
             .all(|s| notes.get(s).is_some_and(|n| n.sealed));
         if !complete {
+            return;
+        }
+        if self.pq.blocked(own, id, &e.reads, &e.writes) {
+            // Detective, pipelined: a conflicting transaction ahead is not released yet;
+            // release follows it (the stream orders conflicting entries by timestamp).
             return;
         }
         let all_agree = notes.values().all(|n| n.ts == agreed);
@@ -882,6 +978,11 @@ impl Server {
         self.sealed.remove(&id);
         e.state = State::Released;
         e.released_ns = ctx.now_ns();
+        ctx.count(RELEASES, 1);
+        ctx.count(
+            SEALED_HOLD_US,
+            e.released_ns.saturating_sub(e.sealed_ns) / 1_000,
+        );
         e.body.aborted = aborted;
         e.body.decided = true;
         mark_decided(&mut self.marks, e);
@@ -896,6 +997,9 @@ impl Server {
             .expect("a leader releases a transaction once");
         self.stream.push((id, ts));
         self.advance_commit_point();
+        if aborted {
+            self.reexecute_behind(ctx, ts, id);
+        }
     }
 
     /// Multicasts the release-stream entries released since the last flush, at most
@@ -967,6 +1071,7 @@ impl Server {
             g_view: self.view.g_view,
             reexecuted: e.executions > 1,
         });
+        e.replied = e.executions;
         e.last_fast = Some(reply.clone());
         self.replies_out.push((id.coordinator, reply));
         own

@@ -438,6 +438,83 @@ fn agreement_case_3_revokes_repositions_and_re_executes() {
     assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
 }
 
+/// The value of `x` a read at `t` sees on `h`'s store (pending versions included).
+fn x_at(h: &Harness, t: u64) -> Option<String> {
+    let v = h
+        .server()
+        .store()
+        .read_at(b"x", Timestamp::new(t, u32::MAX));
+    let bytes = v.unwrap()?.value.clone()?;
+    Some(String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// A detective leader of shard 0 holding two two-shard transactions on `x`, T1 at 200 and
+/// T2 at 210, both expired: T1 sealed and answered.
+fn two_on_x(config: &str) -> (Harness, TxnBody, TxnBody, Vec<NodeEffect<TigaNode>>) {
+    let (mut h, t1) = two_shard_leader(config);
+    let t2 = body(2, 210, 0, &[0, 1], "x");
+    h.deliver(20, COORD, Msg::Submit(Box::new(t2.clone())));
+    assert_eq!(fast_replies(&h.wake(200)).len(), 1, "T1 is final at once");
+    let e = h.wake(210);
+    (h, t1, t2, e)
+}
+
+#[test]
+fn a_pipelined_leader_executes_behind_a_sealed_predecessor_and_answers_after_its_release() {
+    // Without pipelining T2 waits, unexecuted, for T1's agreement (a WAN delay).
+    let (h, _, t2, e) = two_on_x("approach=detective,pipeline=false");
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Queued);
+    assert!(notifies(&e).is_empty());
+    let (mut h, t1, t2, e) = two_on_x("approach=detective");
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Sealed);
+    assert_eq!(
+        notifies(&e),
+        vec![(t2.ts, true)],
+        "sealed: its timestamp is promised"
+    );
+    assert!(fast_replies(&e).is_empty(), "T1 may still be revoked");
+    assert_eq!(
+        x_at(&h, 210).as_deref(),
+        Some("12"),
+        "executed on T1's pending write"
+    );
+    // T2's own agreement completes first: still held behind T1.
+    h.deliver(211, NodeId(3), note(t2.id, 1, 210, true));
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Sealed);
+    // T1 agreed and released: T2's execution is final, answered and released.
+    let e = h.deliver(212, NodeId(3), note(t1.id, 1, 200, true));
+    let r = fast_replies(&e);
+    assert_eq!((r.len(), r[0].txn, r[0].reexecuted), (1, t2.id, false));
+    assert_eq!(h.server().state_of(t1.id).unwrap().0, State::Released);
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Released);
+}
+
+#[test]
+fn a_revoked_predecessor_re_executes_the_sealed_transactions_behind_it() {
+    let (mut h, t1, t2, _) = two_on_x("approach=detective");
+    assert_eq!(x_at(&h, 210).as_deref(), Some("12"));
+    // Case 3 for T1: agreed at 300, behind T2. T2 ran on T1's revoked write, so it runs
+    // again — and, nothing conflicting ahead any more, it is final and answers.
+    let e = h.deliver(215, NodeId(3), note(t1.id, 1, 300, true));
+    assert_eq!(
+        h.server().state_of(t1.id),
+        Some((State::Queued, Timestamp::new(300, COORD.0)))
+    );
+    assert_eq!(
+        x_at(&h, 210).as_deref(),
+        Some("2"),
+        "T1's write is gone from T2's"
+    );
+    let r = fast_replies(&e);
+    assert_eq!((r.len(), r[0].txn, r[0].reexecuted), (1, t2.id, true));
+    h.deliver(216, NodeId(3), note(t2.id, 1, 210, true));
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Released);
+    // T1 re-executes at 300 on T2's committed write and is released there.
+    h.wake(300);
+    assert_eq!(x_at(&h, 300).as_deref(), Some("21"));
+    assert_eq!(h.server().state_of(t1.id).unwrap().0, State::Released);
+}
+
 #[test]
 fn preventive_leaders_reply_only_after_agreement() {
     let (mut h, t) = two_shard_leader("approach=preventive");
