@@ -16,6 +16,7 @@ pub mod clock_si;
 pub mod dast;
 pub mod k2;
 pub mod kit;
+pub mod tapir;
 pub mod tiga;
 pub mod two_pl;
 

@@ -1,0 +1,1 @@
+//! Unit tests of `tapir` beyond those beside the code.
