@@ -9,7 +9,9 @@ use super::wire::{CommitDecision, Cx, Msg, Record, ShardTxn, Timer, Vote};
 use crate::kit::quorum::{majority, super_quorum, Votes};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath};
-use meridian_core::txn::{Key, KvAccess, Outcome, PieceBody, PieceResult, Procedures, Txn, Value};
+use meridian_core::txn::{
+    Key, KvAccess, Outcome, PieceBody, PieceResult, Procedures, Step, Txn, Value,
+};
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -39,6 +41,8 @@ enum Phase {
     Reading {
         waiting: BTreeMap<ShardId, Vec<Key>>,
     },
+    /// An interactive session between steps, or waiting for one key's versioned read.
+    Session { reading: Option<(ShardId, Key)> },
     Preparing {
         attempt: u32,
         ts: Timestamp,
@@ -155,21 +159,34 @@ impl Coordinator {
     ) {
         let txn = match req {
             ClientRequest::OneShot(txn) => txn,
-            ClientRequest::Interactive(_) => {
-                let why = "tapir runs one-shot transactions here; interactive sessions are not implemented";
-                return ctx.respond_aborted(request, AbortReason::Unsupported(why.to_string()));
-            }
+            ClientRequest::Interactive(step) => return self.step(ctx, request, step),
         };
         if let Err(e) = txn.validate(self.cluster.shard_count()) {
             return ctx.respond_aborted(request, AbortReason::Invalid(e.to_string()));
         }
+        let waiting = read_keys_by_shard(&txn);
+        let Some(id) = self.open(ctx, request, txn, Phase::Reading { waiting }) else {
+            return;
+        };
+        self.send_reads(ctx, id);
+        self.advance(ctx, id);
+    }
+
+    /// A new transaction (refused when `max_inflight` are undecided).
+    fn open(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        request: RequestId,
+        txn: Txn,
+        phase: Phase,
+    ) -> Option<TxnId> {
         if self.txns.len() >= self.opts.max_inflight {
             let why = format!("overloaded: {} transactions in flight", self.txns.len());
-            return ctx.respond_aborted(request, AbortReason::Unsupported(why));
+            ctx.respond_aborted(request, AbortReason::Unsupported(why));
+            return None;
         }
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
-        let waiting = read_keys_by_shard(&txn);
         let timer = ctx.set_timer(self.opts.retry_ns, Timer::Tick { txn: id });
         let active = Active {
             request,
@@ -177,14 +194,82 @@ impl Coordinator {
             cache: FxHashMap::default(),
             parts: BTreeMap::new(),
             results: Vec::new(),
-            phase: Phase::Reading { waiting },
+            phase,
             deadline_ns: ctx.now_ns() + self.opts.exec_timeout_ns,
             rounds: 0,
             timer,
         };
         self.txns.insert(id, active);
-        self.send_reads(ctx, id);
-        self.advance(ctx, id);
+        Some(id)
+    }
+
+    /// One step of an interactive transaction (TAPIR's client is interactive: Begin, Read
+    /// at the closest replica, buffered Write, Commit = Prepare then Commit).
+    fn step(&mut self, ctx: &mut Cx<'_>, request: RequestId, step: Step) {
+        let id = match &step {
+            Step::Begin { .. } => {
+                let session = Phase::Session { reading: None };
+                if let Some(id) = self.open(ctx, request, Txn { pieces: Vec::new() }, session) {
+                    ctx.respond(request, ClientResponse::Began(id));
+                }
+                return;
+            }
+            Step::Get { txn, .. }
+            | Step::Put { txn, .. }
+            | Step::Commit { txn }
+            | Step::Abort { txn } => *txn,
+        };
+        let idle = matches!(
+            self.txns.get(&id).map(|a| &a.phase),
+            Some(Phase::Session { reading: None })
+        );
+        if !idle {
+            // Unknown here (never begun, timed out, or begun before a restart: nothing of it
+            // was prepared under a decision), or a step sent while one is running.
+            return ctx.respond_aborted(request, AbortReason::Failure);
+        }
+        let now = ctx.now_ns();
+        let active = self.txns.get_mut(&id).expect("idle session");
+        active.request = request;
+        active.deadline_ns = now + self.opts.exec_timeout_ns;
+        match step {
+            Step::Begin { .. } => unreachable!("handled above"),
+            Step::Get { key, .. } => {
+                let shard = self.cluster.partitioner.shard_of(&key);
+                let (reads, writes) = active.parts.entry(shard).or_default();
+                if let Some(value) = writes.get(&key) {
+                    return ctx.respond(request, ClientResponse::Read(Some(value.clone())));
+                }
+                if let Some((value, version)) = active.cache.get(&key) {
+                    reads.entry(key).or_insert(*version);
+                    return ctx.respond(request, ClientResponse::Read(value.clone()));
+                }
+                active.phase = Phase::Session {
+                    reading: Some((shard, key)),
+                };
+                active.rounds = 0;
+                self.send_reads(ctx, id);
+            }
+            Step::Put { key, value, .. } => {
+                let shard = self.cluster.partitioner.shard_of(&key);
+                active.parts.entry(shard).or_default().1.insert(key, value);
+                ctx.respond(request, ClientResponse::Written);
+            }
+            Step::Commit { .. } => {
+                active
+                    .parts
+                    .retain(|_, (r, w)| !r.is_empty() || !w.is_empty());
+                active.phase = Phase::Reading {
+                    waiting: BTreeMap::new(),
+                };
+                self.advance_executed(ctx, id);
+            }
+            Step::Abort { .. } => {
+                let active = self.txns.remove(&id).expect("idle session");
+                ctx.cancel_timer(active.timer);
+                ctx.respond_aborted(request, AbortReason::User);
+            }
+        }
     }
 
     pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
@@ -242,6 +327,25 @@ impl Coordinator {
         let Some(active) = self.txns.get_mut(&txn) else {
             return;
         };
+        if let Phase::Session {
+            reading: Some((shard, key)),
+        } = &active.phase
+        {
+            let Some((_, value, version)) = values.into_iter().find(|(k, _, _)| k == key) else {
+                return;
+            };
+            let (shard, key) = (*shard, key.clone());
+            active
+                .parts
+                .entry(shard)
+                .or_default()
+                .0
+                .entry(key.clone())
+                .or_insert(version);
+            active.cache.insert(key, (value.clone(), version));
+            active.phase = Phase::Session { reading: None };
+            return ctx.respond(active.request, ClientResponse::Read(value));
+        }
         let Phase::Reading { waiting } = &mut active.phase else {
             return;
         };
@@ -270,6 +374,13 @@ impl Coordinator {
         if let Err(reason) = execute(active, &self.procedures) {
             return self.abort(ctx, id, reason);
         }
+        self.advance_executed(ctx, id);
+    }
+
+    /// The read and write sets are complete: prepare at a timestamp above every version
+    /// read (or end at once when there is nothing to validate or write).
+    fn advance_executed(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let active = &self.txns[&id];
         if active.parts.is_empty() {
             // Nothing to validate or write (every piece touched no key).
             return self.finish(ctx, id, None, CommitPath::Fast);
@@ -529,12 +640,18 @@ impl Coordinator {
             return;
         };
         if ctx.now_ns() >= active.deadline_ns {
+            if matches!(active.phase, Phase::Session { reading: None }) {
+                // An idle session's client went quiet: forget it (its last step was
+                // answered; a later step hears `Failure`). Nothing of it was prepared.
+                self.txns.remove(&id);
+                return;
+            }
             return self.abort(ctx, id, AbortReason::Timeout);
         }
         active.rounds += 1;
         active.timer = ctx.set_timer(self.opts.retry_ns, Timer::Tick { txn: id });
         match active.phase {
-            Phase::Reading { .. } => self.send_reads(ctx, id),
+            Phase::Reading { .. } | Phase::Session { .. } => self.send_reads(ctx, id),
             Phase::Preparing { .. } => self.send_prepares(ctx, id, true),
         }
     }
@@ -542,19 +659,34 @@ impl Coordinator {
     /// Reads go to the closest replica; each retransmission round tries the next one.
     fn send_reads(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
         let active = &self.txns[&id];
-        let Phase::Reading { waiting } = &active.phase else {
-            return;
-        };
-        for (shard, keys) in waiting {
+        let closest = |shard: ShardId| {
             let replicas = &self.by_distance[shard.0 as usize];
-            let to = replicas[active.rounds as usize % replicas.len()];
-            ctx.send(
-                to,
-                Msg::Read {
-                    txn: id,
-                    keys: keys.clone(),
-                },
-            );
+            replicas[active.rounds as usize % replicas.len()]
+        };
+        match &active.phase {
+            Phase::Reading { waiting } => {
+                for (shard, keys) in waiting {
+                    ctx.send(
+                        closest(*shard),
+                        Msg::Read {
+                            txn: id,
+                            keys: keys.clone(),
+                        },
+                    );
+                }
+            }
+            Phase::Session {
+                reading: Some((shard, key)),
+            } => {
+                ctx.send(
+                    closest(*shard),
+                    Msg::Read {
+                        txn: id,
+                        keys: vec![key.clone()],
+                    },
+                );
+            }
+            _ => {}
         }
     }
 

@@ -75,8 +75,11 @@
 //!   kept version is refused: ABORT or RETRY), `FINISHED_KEPT` finished ids per replica,
 //!   `max_inflight` transactions per coordinator, retransmissions every `retry_ms` until
 //!   `exec_timeout_ms`.
-//! * **Interactive transactions** are refused (`Unsupported`) for now, although TAPIR's
-//!   client is interactive; the one-shot path covers the MicroBench and list-append runs.
+//! * **Interactive transactions** run as TAPIR's client runs them: Begin opens a session,
+//!   each Get is a versioned read at the closest replica (a key read twice keeps its first
+//!   version; a key written reads the buffered value), Put buffers, Commit prepares the read
+//!   and write sets like a one-shot transaction. An idle session is forgotten after
+//!   `exec_timeout_ms` (nothing of it is prepared before Commit).
 //!
 //! ## Where the Janus framework's `src/deptran/tapir` differs (the code Tiga and DAST ran)
 //! * Janus dispatches pieces to every replica of a partition and uses the designated

@@ -340,3 +340,10 @@ fn vote_counter(vote: Vote) -> &'static str {
         Vote::Retry(_) => "tapir_prepare_retry",
     }
 }
+
+impl Replica {
+    /// Whether `txn` is in this replica's prepared list.
+    pub fn is_prepared(&self, txn: TxnId) -> bool {
+        self.occ.is_prepared(txn)
+    }
+}
