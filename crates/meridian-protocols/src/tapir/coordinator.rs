@@ -1,4 +1,4 @@
-//! The coordinator, in TAPIR's client-library role (TAPIR §5.2.1, Fig. 8, and the IR client
+//! The coordinator, in TAPIR's client-library role (TAPIR §5.2, and the IR client
 //! of §3.2.1): versioned reads at the closest replica, local execution against buffered
 //! writes, Prepare as an IR consensus operation per participant shard (fast path on a super
 //! quorum of matching results, else the slow path: decide, FINALIZE, f + 1 confirmations),
@@ -6,6 +6,7 @@
 
 use super::options::Options;
 use super::wire::{CommitDecision, Cx, Msg, Record, ShardTxn, Timer, Vote};
+use crate::kit::log::latest_checkpoint;
 use crate::kit::quorum::{majority, super_quorum, Votes};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath};
@@ -50,6 +51,9 @@ enum Phase {
     },
 }
 
+/// One shard's read set (the first version read of each key) and buffered writes.
+type Part = (BTreeMap<Key, Timestamp>, BTreeMap<Key, Value>);
+
 /// An undecided transaction.
 #[derive(Debug)]
 struct Active {
@@ -58,7 +62,7 @@ struct Active {
     /// Versions read: key → (value, version).
     cache: FxHashMap<Key, (Option<Value>, Timestamp)>,
     /// Per shard: the read set (first version read of each key) and the buffered writes.
-    parts: BTreeMap<ShardId, (BTreeMap<Key, Timestamp>, BTreeMap<Key, Value>)>,
+    parts: BTreeMap<ShardId, Part>,
     results: Vec<PieceResult>,
     phase: Phase,
     deadline_ns: u64,
@@ -94,17 +98,15 @@ impl Coordinator {
         procedures: Arc<Procedures>,
         records: &[Record],
     ) -> Coordinator {
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let checkpoint = match start.map(|i| &records[i]) {
+        let (checkpoint, tail) =
+            latest_checkpoint(records, |r| matches!(r, Record::CoordCheckpoint { .. }));
+        let checkpoint = match checkpoint {
             Some(Record::CoordCheckpoint {
                 incarnation,
                 pending,
             }) => Some((*incarnation, pending.clone())),
             _ => None,
         };
-        let tail = &records[start.map_or(0, |i| i + 1)..];
         let logged = tail.iter().map(|record| match record {
             Record::Started { incarnation } => Logged::Started(*incarnation),
             Record::Decided {
@@ -789,7 +791,7 @@ impl Coordinator {
     }
 }
 
-/// The IR decide function for Prepare (TAPIR §5.2.2, TAPIR-DECIDE), over at least f + 1
+/// The IR decide function for Prepare (TAPIR §5.2, TAPIR-DECIDE), over at least f + 1
 /// results: any ABORT aborts; f + 1 PREPARE-OK prepare; f + 1 ABSTAIN abort; else a RETRY
 /// proposes the largest timestamp; else abort.
 pub(crate) fn decide(replies: &[Vote], f: usize) -> Vote {

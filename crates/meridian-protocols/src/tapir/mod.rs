@@ -1,8 +1,8 @@
 //! # `tapir`: TAPIR over inconsistent replication (Zhang et al., SOSP '15, and the TR)
 //!
-//! **Guarantee: strict serializability** (`strict=true`, the default: the TR's and the
-//! public implementation's "linearizable" OCC check), or **serializability** with
-//! `strict=false` (the variant of the paper DAST evaluated, §6 of DAST: "a non-strict
+//! **Guarantee: strict serializability** (`strict=true`, the default: the OCC check the
+//! public implementation, UWSysLab/tapir, runs as `linearizable`), or **serializability**
+//! with `strict=false` (the variant of the paper DAST evaluated, §6 of DAST: "a non-strict
 //! serializable version presented in its paper"). `meridian sim` checks the default at
 //! `strict-serializable` (the protocol's `GUARANTEE`); runs with `strict=false` are checked
 //! with `--check serializable`, and the conformance tests do so.
@@ -19,10 +19,10 @@
 //! |---|---|
 //! | §3.1–3.2.1 IR interface, client protocol: inconsistent ops, consensus ops, fast path (⌈3f/2⌉+1 matching), slow path (decide, FINALIZE, f+1 CONFIRM) | `coordinator.rs` (`evaluate`, `decide`), `replica.rs` (`on_prepare`, `on_finalize`) |
 //! | §3.2.2 IR replica recovery and view change (merge of records) | replaced by durable records, see below; `replica.rs` (`restore`) |
-//! | §5.2.1 TAPIR client: versioned reads at the closest replica, buffered writes, Prepare, RETRY with a new timestamp, Commit/Abort | `coordinator.rs` |
-//! | §5.2.2 TAPIR-OCC-CHECK, TAPIR-DECIDE, Commit/Abort at replicas | `occ.rs` (both variants), `coordinator.rs` (`decide`), `replica.rs` |
-//! | §5.2.3 coordinator recovery (backup coordinators, cooperative termination) | replaced by a durable coordinator log with presumed abort (`kit::two_pc`) |
-//! | §5.3 timestamps (loosely synchronized clocks) | `coordinator.rs` (`advance`, `conclude`) |
+//! | §5.2 TAPIR client: versioned reads at the closest replica, buffered writes, Prepare, RETRY with a new timestamp, Commit/Abort | `coordinator.rs` |
+//! | §5.2 TAPIR-OCC-CHECK, TAPIR-DECIDE, Commit/Abort at replicas | `occ.rs` (both variants), `coordinator.rs` (`decide`), `replica.rs` |
+//! | TR §5.2.3 coordinator recovery (backup coordinators, cooperative termination) | replaced by a durable coordinator log with presumed abort (`kit::two_pc`) |
+//! | §5 timestamps from loosely synchronized clocks | `coordinator.rs` (`advance`, `conclude`) |
 //! | messages, timers, records | `wire.rs`; options: `options.rs` |
 //!
 //! ## Choices the paper left open (or that this substrate forced)
@@ -37,7 +37,8 @@
 //!   attempt takes max(clock, largest proposal + 1, previous + 1). At most `max_attempts`
 //!   timestamps are tried; then the transaction aborts (`Conflict`). ABORT and ABSTAIN
 //!   results abort the transaction (the client sees `Conflict`), as TAPIR's client does.
-//! * **Strict vs serializable OCC** (`occ.rs`) follows the TR's two checks: strict — a read
+//! * **Strict vs serializable OCC** (`occ.rs`) follows the two checks of the public
+//!   implementation (`store/tapirstore/store.cc`, read, not copied): strict — a read
 //!   must still be the latest version and no write to its key prepared; a write must be
 //!   above the latest version, the latest read and any prepared write (else RETRY) and no
 //!   prepared read may be above it (else ABSTAIN). Serializable — a read must be valid at the
@@ -65,7 +66,7 @@
 //!   answers a duplicate PREPARE with it), but keeps its own prepared list: safety rests on
 //!   the f + 1 replicas whose own check said PREPARE-OK. TAPIR's sync during view changes
 //!   would adopt the decided result; with no view changes nothing needs it.
-//! * **Coordinator failure.** Instead of backup coordinators (§5.2.3), the coordinator logs
+//! * **Coordinator failure.** Instead of backup coordinators (TR §5.2.3), the coordinator logs
 //!   its commit decision before answering the client or sending COMMIT (`kit::two_pc`'s
 //!   presumed-abort log); a replica that holds an undecided entry for `query_ms` asks the
 //!   coordinator, which answers COMMIT, nothing (still deciding) or ABORT (presumed). A
@@ -86,12 +87,18 @@
 //!   leader's reply (execution and read versions at the servers); here reads go to the
 //!   closest replica and execution happens at the coordinator, as in TAPIR's paper.
 //! * Janus has no slow path: a transaction commits only with PREPARE-OK from every replica
-//!   (its fast quorum is the whole partition), any other reply aborts it and the whole
-//!   transaction restarts with a new id (re-execution). There is no RETRY with a proposed
-//!   timestamp and no FINALIZE. Here the IR slow path and TAPIR's RETRY are implemented.
-//! * Janus's write check compares against prepared *reads* and the current version, and
-//!   registers prepared writes in the prepared-read list; it has no strict/serializable
-//!   switch (DAST extended it to the non-strict variant).
+//!   of every participant (its fast quorum is the whole partition; `GetFastQuorum` returns
+//!   the partition size); as soon as that is impossible the transaction aborts and restarts
+//!   with a new id (re-execution). Its coordinator's `FastAcceptAck` tells only SUCCESS from
+//!   REJECT: there is no RETRY with a proposed timestamp, and its `Accept` (a slow path) is
+//!   defined but not called from its phase machine. Here the IR slow path (decide,
+//!   FINALIZE, f + 1 CONFIRM) and TAPIR's RETRY are implemented; so in Janus a single
+//!   crashed replica stops all commits of its partition, here it costs the slow path.
+//! * Janus's replica check (`SchedulerTapir::OnFastAccept`) follows the strict check for
+//!   reads (newer version: reject; version below a prepared write: abstain) but registers
+//!   a transaction's prepared *writes* with `insert_prepared_rver`, the prepared-read list;
+//!   here prepared reads and writes are indexed apart. Janus has no strict/serializable
+//!   switch (DAST extended it to the non-strict variant, per DAST §6).
 //!
 //! ## Options
 //! `strict`, `retry_ms`, `fast_path_wait_ms`, `exec_timeout_ms`, `query_ms`, `max_retries`,

@@ -1,5 +1,6 @@
-//! TAPIR's versioned store and OCC validation at one replica (TAPIR §5.2.2 and Fig. 9,
-//! TAPIR-OCC-CHECK; the TR's strict "linearizable" variant and the serializable one).
+//! TAPIR's versioned store and OCC validation at one replica (TAPIR §5.2,
+//! TAPIR-OCC-CHECK; the strict variant the public implementation calls `linearizable`, and
+//! the serializable one).
 //!
 //! The store keeps, per key, its committed versions in timestamp order, each with the
 //! largest timestamp of a committed transaction that read it; the prepared list keeps the

@@ -1,10 +1,11 @@
-//! An IR replica running TAPIR's replica side (TAPIR §3.2.1 and §5.2.2): versioned reads,
+//! An IR replica running TAPIR's replica side (TAPIR §3.2.1 and §5.2): versioned reads,
 //! Prepare as an IR consensus operation (TAPIR-OCC-CHECK), Finalize, and Commit / Abort as
 //! inconsistent operations, with the IR record made durable (see the module doc).
 
 use super::occ::OccState;
 use super::options::Options;
 use super::wire::{Cx, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote};
+use crate::kit::log::latest_checkpoint;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -18,22 +19,13 @@ pub struct Replica {
     opts: Options,
     occ: OccState,
     /// The IR record's undecided entries, by transaction.
-    entries: BTreeMap<TxnId, Entry>,
+    entries: BTreeMap<TxnId, RecordEntry>,
     /// Finished transactions (committed?), oldest first, bounded by [`FINISHED_KEPT`].
     finished: VecDeque<(TxnId, bool)>,
     finished_set: rustc_hash::FxHashMap<TxnId, bool>,
     /// Local time an entry was last touched, for QUERY (not durable: restarts reset it).
     touched_ns: BTreeMap<TxnId, u64>,
     since_checkpoint: usize,
-}
-
-#[derive(Clone, Debug)]
-struct Entry {
-    attempt: u32,
-    ts: Timestamp,
-    part: ShardTxn,
-    vote: Vote,
-    finalized: Option<Vote>,
 }
 
 impl Replica {
@@ -49,16 +41,15 @@ impl Replica {
             touched_ns: BTreeMap::new(),
             since_checkpoint: 0,
         };
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::ReplicaCheckpoint(_)));
-        if let Some(Record::ReplicaCheckpoint(snapshot)) = start.map(|i| &records[i]) {
+        let (checkpoint, tail) =
+            latest_checkpoint(records, |r| matches!(r, Record::ReplicaCheckpoint(_)));
+        if let Some(Record::ReplicaCheckpoint(snapshot)) = checkpoint {
             replica.load(snapshot);
         }
-        for record in &records[start.map_or(0, |i| i + 1)..] {
+        for record in tail {
             replica.replay(record);
         }
-        replica.since_checkpoint = records.len() - start.map_or(0, |i| i + 1);
+        replica.since_checkpoint = tail.len();
         replica
     }
 
@@ -66,14 +57,7 @@ impl Replica {
         self.occ = snapshot.occ.clone();
         self.occ.reindex();
         for e in &snapshot.entries {
-            let entry = Entry {
-                attempt: e.attempt,
-                ts: e.ts,
-                part: e.part.clone(),
-                vote: e.vote,
-                finalized: e.finalized,
-            };
-            self.entries.insert(e.txn, entry);
+            self.entries.insert(e.txn, e.clone());
         }
         for &(txn, committed) in &snapshot.finished {
             self.finish(txn, committed);
@@ -96,7 +80,8 @@ impl Replica {
                     let again = self.occ.prepare(*txn, *ts, part, self.opts.strict);
                     debug_assert_eq!(again, Vote::Ok);
                 }
-                let entry = Entry {
+                let entry = RecordEntry {
+                    txn: *txn,
                     attempt: *attempt,
                     ts: *ts,
                     part: part.clone(),
@@ -206,7 +191,8 @@ impl Replica {
                 vote,
             },
         );
-        let entry = Entry {
+        let entry = RecordEntry {
+            txn,
             attempt,
             ts,
             part,
@@ -297,18 +283,7 @@ impl Replica {
         if self.since_checkpoint < self.opts.checkpoint_every {
             return;
         }
-        let entries = self
-            .entries
-            .iter()
-            .map(|(txn, e)| RecordEntry {
-                txn: *txn,
-                attempt: e.attempt,
-                ts: e.ts,
-                part: e.part.clone(),
-                vote: e.vote,
-                finalized: e.finalized,
-            })
-            .collect();
+        let entries = self.entries.values().cloned().collect();
         let snapshot = ReplicaSnapshot {
             occ: self.occ.clone(),
             entries,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// The context every handler of this protocol receives.
 pub(crate) type Cx<'a> = Context<'a, Msg, Timer, Record>;
 
-/// A replica's answer to PREPARE: the result of TAPIR-OCC-CHECK (TAPIR §5.2.2, Fig. 9),
+/// A replica's answer to PREPARE: the result of TAPIR-OCC-CHECK (TAPIR §5.2),
 /// and the result of an IR consensus operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Vote {
@@ -43,7 +43,7 @@ pub struct CommitDecision {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Coordinator → closest replica: the latest committed versions of `keys` (TAPIR
-    /// §5.2.1, versioned reads; unreplicated, any one replica answers).
+    /// §5.2, versioned reads; unreplicated, any one replica answers).
     Read { txn: TxnId, keys: Vec<Key> },
     /// Replica → coordinator: (key, value, version); an absent key has version zero.
     ReadReply {
@@ -155,7 +155,7 @@ pub enum Record {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaSnapshot {
     pub occ: OccState,
-    /// Undecided record entries: (txn, attempt, ts, part, vote, finalized).
+    /// Undecided record entries.
     pub entries: Vec<RecordEntry>,
     /// Recently finished transactions (txn, committed), oldest first.
     pub finished: Vec<(TxnId, bool)>,
