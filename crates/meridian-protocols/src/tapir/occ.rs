@@ -63,19 +63,56 @@ impl KeyVersions {
     }
 }
 
-/// The replica's committed store and prepared list.
+/// The replica's committed store and prepared list. A checkpoint holds it as lists of
+/// pairs (`OccSnapshot`): maps keyed by bytes or ids are not every format's map keys.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "OccSnapshot", from = "OccSnapshot")]
 pub struct OccState {
     keys: BTreeMap<Key, KeyVersions>,
     prepared: BTreeMap<TxnId, (Timestamp, ShardTxn)>,
     /// Per key: (timestamp, txn, writes) of every prepared access; rebuilt on restore.
-    #[serde(skip)]
     index: FxHashMap<Key, Vec<(Timestamp, TxnId, bool)>>,
 }
 
+/// `OccState` as a checkpoint stores it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OccSnapshot {
+    keys: Vec<(Key, KeyVersions)>,
+    prepared: Vec<(TxnId, Timestamp, ShardTxn)>,
+}
+
+impl From<OccState> for OccSnapshot {
+    fn from(state: OccState) -> OccSnapshot {
+        OccSnapshot {
+            keys: state.keys.into_iter().collect(),
+            prepared: state
+                .prepared
+                .into_iter()
+                .map(|(t, (ts, p))| (t, ts, p))
+                .collect(),
+        }
+    }
+}
+
+impl From<OccSnapshot> for OccState {
+    fn from(snapshot: OccSnapshot) -> OccState {
+        let mut state = OccState {
+            keys: snapshot.keys.into_iter().collect(),
+            prepared: snapshot
+                .prepared
+                .into_iter()
+                .map(|(t, ts, p)| (t, (ts, p)))
+                .collect(),
+            index: FxHashMap::default(),
+        };
+        state.reindex();
+        state
+    }
+}
+
 impl OccState {
-    /// Rebuilds the prepared-access index (after deserialising a checkpoint).
-    pub fn reindex(&mut self) {
+    /// Rebuilds the prepared-access index from the prepared list.
+    fn reindex(&mut self) {
         self.index.clear();
         let prepared = std::mem::take(&mut self.prepared);
         for (txn, (ts, part)) in &prepared {
@@ -389,16 +426,15 @@ mod tests {
     }
 
     #[test]
-    fn reindex_restores_what_a_checkpoint_drops() {
+    fn a_checkpoint_round_trip_restores_the_store_and_the_prepared_index() {
         let mut occ = OccState::default();
-        occ.prepare(txn(1), ts(10), &part(&[], &["x"]), true);
-        let mut copy = occ.clone();
-        copy.index.clear();
-        copy.reindex();
-        assert_eq!(copy.index, occ.index);
-        assert_eq!(
-            copy.prepare(txn(2), ts(20), &part(&[("x", 0)], &[]), true),
-            Vote::Abstain
-        );
+        occ.commit(txn(1), ts(5), &part(&[("y", 0)], &["y"]), 8);
+        occ.prepare(txn(2), ts(10), &part(&[], &["x"]), true);
+        let text = serde_json::to_string(&occ).expect("serializes");
+        let mut copy: OccState = serde_json::from_str(&text).expect("deserializes");
+        assert_eq!(copy, occ);
+        assert_eq!(copy.read(&key("y")).1, ts(5));
+        let vote = copy.prepare(txn(3), ts(20), &part(&[("x", 0)], &[]), true);
+        assert_eq!(vote, Vote::Abstain);
     }
 }

@@ -55,7 +55,6 @@ impl Replica {
 
     fn load(&mut self, snapshot: &ReplicaSnapshot) {
         self.occ = snapshot.occ.clone();
-        self.occ.reindex();
         for e in &snapshot.entries {
             self.entries.insert(e.txn, e.clone());
         }

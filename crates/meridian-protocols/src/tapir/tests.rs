@@ -175,3 +175,21 @@ fn an_interactive_session_reads_its_writes_and_is_validated_at_commit() {
     // Unknown sessions are refused, not committed.
     assert!(matches!(d.commit(0, t1), Outcome::Aborted { .. }));
 }
+
+#[test]
+fn a_replica_restarted_from_checkpoints_serves_what_was_committed() {
+    // A checkpoint after every record; the driver round-trips each through JSON.
+    let mut d = driver("checkpoint_every=1");
+    let x = d.key_on(0, "x");
+    let add = one_piece(0, vec![Op::Add(x.clone(), Operand::Literal(encode_int(5)))]);
+    assert!(matches!(run(&mut d, 0, add), Outcome::Committed { .. }));
+    d.run_for(1_000 * MS);
+    let a = d.cluster.replicas(ShardId(0))[0];
+    d.crash(a);
+    d.restart(a);
+    let read = run(&mut d, 0, one_piece(0, vec![Op::Get(x)]));
+    let Outcome::Committed { results, .. } = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(results[0].outputs[0], Some(encode_int(5)));
+}
