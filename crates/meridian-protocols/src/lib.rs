@@ -9,6 +9,8 @@
 //! * [`k2`] — K2 (TTC oracle, K2-TB timestamp batches, K2-MVTO at the primaries).
 //! * [`dast`] — DAST (EuroSys '21): edge regions, IRTs that never wait for CRTs,
 //!   anticipation through region managers and the stretchable clock.
+//! * [`tapir`] — TAPIR (SOSP '15): OCC at every replica over inconsistent replication,
+//!   fast path on a super quorum, slow path, RETRY; strict or (`strict=false`) serializable.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
@@ -16,6 +18,7 @@ pub mod clock_si;
 pub mod dast;
 pub mod k2;
 pub mod kit;
+pub mod tapir;
 pub mod tiga;
 pub mod two_pl;
 

@@ -142,3 +142,38 @@ mod aurogon_strong_partition {
     };
     meridian_sim::conformance_tests!(meridian_protocols::aurogon::Aurogon, SPEC);
 }
+
+// TAPIR on Tiga's deployment. Its broken variant finalizes PREPARE-OK on the IR slow path
+// without the replicas' validation (a majority is enough, whatever it voted): conflicting
+// read-modify-writes then both commit, and list-append shows it within a few seeds.
+
+mod tapir {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "3a238a325c4c21b6"), (6, "90cf32ebebdaa4ca")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_slow_path_validation=true",
+            workload: "list-append",
+            workload_opts: "",
+        },
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::tapir::Tapir, SPEC);
+}
+
+// The non-strict variant DAST evaluated promises serializability only, and is checked there.
+mod tapir_serializable {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        protocol_opts: "strict=false",
+        golden: &[(5, "f0281aaa42f3b953")],
+        broken: Broken::Swarm {
+            protocol_opts: "strict=false,unsafe_skip_slow_path_validation=true",
+            workload: "list-append",
+            workload_opts: "",
+        },
+        model: Some("serializable"),
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::tapir::Tapir, SPEC);
+}

@@ -9,6 +9,7 @@
 //! | [`quorum`] | replies of a known member set counted toward all / a majority / a super quorum of matching replies (one per member, strangers ignored); `majority`, `super_quorum` sizes | 2PC votes of `2pl-2pc` and `clock-si`; Tiga's super-quorum size (fast path, headroom planning) |
 //! | [`clock_gate`] | clock-gated release: items held until the local clock passes their time (`ClockGate`), and the one tracked wake-up timer for the earliest (`WakeTimer`) | Tiga's servers (§3.2 queue wake-up, §6 T.t + ε deferral); Clock-SI partitions (Algorithm 1 lines 19–22: requests held until the clock passes their snapshot) |
 //! | [`owd`] | one-way-delay estimator: per-peer sliding windows of clock-stamped forward (delay + clock offset) and back samples, percentile estimates with the topology as prior | Tiga's coordinators (headroom, §3.1); DAST's managers (anticipation, §4.3); Clock-SI coordinators with `delta_ms=measured` (§III-C's snapshot age from §V-F's t₂ − t₁ samples) |
+//! | [`log`] | a restarted node's log split at its latest checkpoint (`latest_checkpoint`) | `tapir`'s replicas and coordinators |
 //! | [`options`] | option checks (`positive_ms`, `at_least_one`) and `ms_to_ns`, one wording for every protocol | every protocol's options |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
@@ -16,6 +17,7 @@
 //! copying them per protocol is how 2PL and Clock-SI came to hold two 2PC implementations.
 
 pub mod clock_gate;
+pub mod log;
 pub mod options;
 pub mod owd;
 pub mod quorum;

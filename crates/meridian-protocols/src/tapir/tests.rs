@@ -1,0 +1,195 @@
+//! Scenario tests of `tapir` on the test driver: the fast and slow paths, RETRY with a new
+//! timestamp, and a restarted replica that keeps the PREPARE-OK it gave.
+
+use super::{Msg, Tapir, TapirNode};
+use crate::testkit::{three_regions, MsgKind, MS};
+use meridian_core::txn::{CommitPath, Op, Operand, Outcome, Piece, Procedures, Txn};
+use meridian_core::value::encode_int;
+use meridian_core::{Key, NodeId, ShardId};
+
+type Driver = crate::testkit::Driver<TapirNode>;
+
+impl MsgKind for Msg {
+    fn kind(&self) -> &'static str {
+        match self {
+            Msg::Read { .. } => "read",
+            Msg::ReadReply { .. } => "read-reply",
+            Msg::Prepare { .. } => "prepare",
+            Msg::PrepareReply { .. } => "prepare-reply",
+            Msg::Finalize { .. } => "finalize",
+            Msg::Confirm { .. } => "confirm",
+            Msg::Commit { .. } => "commit",
+            Msg::CommitAck { .. } => "commit-ack",
+            Msg::Abort { .. } => "abort",
+            Msg::Query { .. } => "query",
+        }
+    }
+}
+
+/// Regions A, B, C; coordinators in A (the driver delivers every message in 1 ms, the
+/// round trips only scale the default timeouts).
+fn driver(options: &str) -> Driver {
+    let topology = three_regions("tapir-test", 40.0, 60.0, 80.0);
+    Driver::on_topology::<Tapir>(&topology, options, Procedures::new(), 1, 0)
+}
+
+fn one_piece(shard: u32, ops: Vec<Op>) -> Txn {
+    Txn {
+        pieces: vec![Piece::ops(ShardId(shard), ops)],
+    }
+}
+
+fn run(d: &mut Driver, coordinator: usize, txn: Txn) -> Outcome {
+    let request = d.submit(coordinator, txn);
+    assert!(d.run_until_answered(&[request], 10_000 * MS));
+    d.outcome(request).cloned().expect("answered")
+}
+
+fn path(outcome: &Outcome) -> CommitPath {
+    match outcome {
+        Outcome::Committed { path, .. } => *path,
+        other => panic!("not committed: {other:?}"),
+    }
+}
+
+fn replica(d: &Driver, node: NodeId) -> &super::Replica {
+    match d.node(node) {
+        Some(TapirNode::Replica(r)) => r,
+        other => panic!("{node} is {other:?}"),
+    }
+}
+
+#[test]
+fn all_replicas_agreeing_is_the_fast_path_and_a_crashed_one_forces_the_slow_path() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let add = |k: &Key| one_piece(0, vec![Op::Add(k.clone(), Operand::Literal(encode_int(1)))]);
+    let start = d.now;
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
+    // The test driver delivers every message in 1 ms: a read round, then a PREPARE round.
+    let took = d.now - start;
+    assert!((3 * MS..=6 * MS).contains(&took), "took {took} ns");
+    assert_eq!(d.sent.get("finalize"), None);
+    let c = d.cluster.replicas(ShardId(0))[2];
+    d.crash(c);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
+    assert!(d.sent["finalize"] > 0);
+}
+
+#[test]
+fn a_write_below_a_later_read_retries_at_a_later_timestamp() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    // Coordinator 1's clock runs a second behind coordinator 0's.
+    let late = d.coordinator_node(1);
+    d.offsets[late.index()] = -1_000 * MS as i64;
+    let read = run(&mut d, 0, one_piece(0, vec![Op::Get(x.clone())]));
+    let Outcome::Committed {
+        commit_ts: Some(read_ts),
+        ..
+    } = read
+    else {
+        panic!("{read:?}")
+    };
+    let write = run(
+        &mut d,
+        1,
+        one_piece(0, vec![Op::Put(x.clone(), Operand::Literal(encode_int(7)))]),
+    );
+    let Outcome::Committed {
+        commit_ts: Some(write_ts),
+        ..
+    } = write
+    else {
+        panic!("{write:?}")
+    };
+    assert!(
+        write_ts > read_ts,
+        "the write is ordered after the read it would invalidate"
+    );
+    assert!(d.counters["tapir_prepare_retry"] > 0);
+    // With a single attempt allowed, the same write aborts instead.
+    let mut d = driver("max_attempts=1");
+    d.offsets[late.index()] = -1_000 * MS as i64;
+    run(&mut d, 0, one_piece(0, vec![Op::Get(x.clone())]));
+    let write = run(
+        &mut d,
+        1,
+        one_piece(0, vec![Op::Put(x, Operand::Literal(encode_int(7)))]),
+    );
+    assert!(matches!(write, Outcome::Aborted { .. }), "{write:?}");
+}
+
+#[test]
+fn a_restarted_replica_still_holds_the_prepare_ok_it_gave() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    // COMMITs are held: the transaction stays prepared at every replica.
+    d.hold(|_, _, m| matches!(m, Msg::Commit { .. }));
+    let append = one_piece(
+        0,
+        vec![Op::Append(x.clone(), Operand::Literal(encode_int(1)))],
+    );
+    assert!(matches!(run(&mut d, 0, append), Outcome::Committed { .. }));
+    let txn = d.txn_id(0, 0, 0);
+    let b = d.cluster.replicas(ShardId(0))[1];
+    assert!(replica(&d, b).is_prepared(txn));
+    d.crash(b);
+    d.restart(b);
+    assert!(
+        replica(&d, b).is_prepared(txn),
+        "the durable record keeps the vote"
+    );
+    // A conflicting read of the old version cannot gather a majority meanwhile.
+    let read = run(&mut d, 1, one_piece(0, vec![Op::Get(x.clone())]));
+    assert!(matches!(read, Outcome::Aborted { .. }), "{read:?}");
+    d.release_held();
+    d.run_for(1_000 * MS);
+    assert!(!replica(&d, b).is_prepared(txn));
+    let read = run(&mut d, 1, one_piece(0, vec![Op::Get(x)]));
+    assert!(matches!(read, Outcome::Committed { .. }), "{read:?}");
+}
+
+#[test]
+fn an_interactive_session_reads_its_writes_and_is_validated_at_commit() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let y = d.key_on(1, "y");
+    let t1 = d.begin(0, None);
+    assert!(matches!(
+        d.get(0, t1, &x),
+        meridian_core::txn::ClientResponse::Read(None)
+    ));
+    d.put(0, t1, &y, "1");
+    let read = d.get(0, t1, &y);
+    assert!(
+        matches!(read, meridian_core::txn::ClientResponse::Read(Some(_))),
+        "{read:?}"
+    );
+    // A second session overwrites x after t1 read it: t1's read is stale at commit.
+    let t2 = d.begin(1, None);
+    d.put(1, t2, &x, "2");
+    assert!(matches!(d.commit(1, t2), Outcome::Committed { .. }));
+    d.run_for(100 * MS);
+    assert!(matches!(d.commit(0, t1), Outcome::Aborted { .. }));
+    // Unknown sessions are refused, not committed.
+    assert!(matches!(d.commit(0, t1), Outcome::Aborted { .. }));
+}
+
+#[test]
+fn a_replica_restarted_from_checkpoints_serves_what_was_committed() {
+    // A checkpoint after every record; the driver round-trips each through JSON.
+    let mut d = driver("checkpoint_every=1");
+    let x = d.key_on(0, "x");
+    let add = one_piece(0, vec![Op::Add(x.clone(), Operand::Literal(encode_int(5)))]);
+    assert!(matches!(run(&mut d, 0, add), Outcome::Committed { .. }));
+    d.run_for(1_000 * MS);
+    let a = d.cluster.replicas(ShardId(0))[0];
+    d.crash(a);
+    d.restart(a);
+    let read = run(&mut d, 0, one_piece(0, vec![Op::Get(x)]));
+    let Outcome::Committed { results, .. } = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(results[0].outputs[0], Some(encode_int(5)));
+}
