@@ -9,11 +9,14 @@
 //! * [`k2`] — K2 (TTC oracle, K2-TB timestamp batches, K2-MVTO at the primaries).
 //! * [`dast`] — DAST (EuroSys '21): edge regions, IRTs that never wait for CRTs,
 //!   anticipation through region managers and the stretchable clock.
+//! * [`janus`] — Janus (OSDI '16): dependency graphs, fast path on identical answers,
+//!   execution by strongly connected components.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
 pub mod clock_si;
 pub mod dast;
+pub mod janus;
 pub mod k2;
 pub mod kit;
 pub mod tiga;
