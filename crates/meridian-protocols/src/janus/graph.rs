@@ -38,12 +38,18 @@ pub struct Vertex {
     pub touched_ns: u64,
 }
 
-/// The last writer of a key and the readers since, as tags (an id alone could not be
-/// reported once the transaction's body is forgotten).
+/// What pre-accept reports for one key, as tags (an id alone could not be reported once
+/// the transaction's body is forgotten): every transaction touching the key that this
+/// replica knows and has not executed (`live`, with whether it writes), and of the executed
+/// ones the last writer and the readers executed after it. Nothing live is ever dropped
+/// when a newer access arrives: a transaction learned late (a slow pre-accept, an accept or
+/// commit of one never pre-accepted here) may be older than what is recorded, so "the last
+/// writer" is only known once executed, in the graph's order.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct KeyEntry {
-    writer: Option<Tag>,
-    readers: Vec<Tag>,
+    done_writer: Option<Tag>,
+    done_readers: Vec<Tag>,
+    live: Vec<(Tag, bool)>,
 }
 
 /// Slots of one coordinator incarnation executed here: all below `below`, and `above`.
@@ -149,28 +155,28 @@ impl Graph {
         !self.vertices.contains_key(&tag.id) && self.is_local(tag) && self.is_done(tag)
     }
 
-    /// Pre-accept (§4.1): the conflicting transactions seen so far on this shard's keys (a
-    /// reader depends on the last writer; a writer on it and the readers since), then
-    /// records `body` as the keys' latest reader or writer.
+    /// Pre-accept (§4.1): the conflicting transactions seen so far on this shard's keys
+    /// (see [`KeyEntry`]), then records `body` among the keys' live accesses.
     pub fn conflicts(&mut self, body: &Body) -> Deps {
         let mut deps: Deps = Vec::new();
-        let mut push = |tag: &Tag, graph: &Graph| {
+        let mut push = |tag: &Tag| {
             if tag.id != body.tag.id {
-                let dep = Dep {
-                    tag: tag.clone(),
-                    done: graph.is_done(tag),
-                };
+                let dep = Dep { tag: tag.clone() };
                 super::wire::union_into(&mut deps, std::slice::from_ref(&dep));
             }
         };
         for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
             piece.for_each_key(|key, write| {
-                if let Some(entry) = self.keys.get(key) {
-                    if let Some(w) = &entry.writer {
-                        push(w, self);
-                    }
-                    if write {
-                        entry.readers.iter().for_each(|r| push(r, self));
+                let Some(entry) = self.keys.get(key) else {
+                    return;
+                };
+                entry.done_writer.iter().for_each(|w| push(w));
+                if write {
+                    entry.done_readers.iter().for_each(|r| push(r));
+                }
+                for (tag, writes) in &entry.live {
+                    if write || *writes {
+                        push(tag);
                     }
                 }
             });
@@ -179,17 +185,32 @@ impl Graph {
         deps
     }
 
-    /// Records `body` in the key table without reporting (accept or commit of a
+    /// Records `body` among its keys' live accesses (also for an accept or commit of a
     /// transaction this replica never pre-accepted: later pre-accepts must still see it).
     pub fn note_keys(&mut self, body: &Body) {
         for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
             piece.for_each_key(|key, write| {
+                let live = &mut self.keys.entry(key.clone()).or_default().live;
+                match live.iter_mut().find(|(t, _)| t.id == body.tag.id) {
+                    Some((_, w)) => *w |= write,
+                    None => live.push((body.tag.clone(), write)),
+                }
+            });
+        }
+    }
+
+    /// Moves an executed transaction's accesses from live to executed.
+    fn note_executed(&mut self, body: &Body) {
+        let id = body.tag.id;
+        for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
+            piece.for_each_key(|key, write| {
                 let entry = self.keys.entry(key.clone()).or_default();
+                entry.live.retain(|(t, _)| t.id != id);
                 if write {
-                    entry.writer = Some(body.tag.clone());
-                    entry.readers.clear();
-                } else if !entry.readers.iter().any(|r| r.id == body.tag.id) {
-                    entry.readers.push(body.tag.clone());
+                    entry.done_writer = Some(body.tag.clone());
+                    entry.done_readers.clear();
+                } else if !entry.done_readers.iter().any(|r| r.id == id) {
+                    entry.done_readers.push(body.tag.clone());
                 }
             });
         }
@@ -260,7 +281,9 @@ impl Graph {
             return;
         };
         v.status = Status::Executed;
-        if let Some(slot) = v.body.tag.slot(self.shard) {
+        let body = v.body.clone();
+        if let Some(slot) = body.tag.slot(self.shard) {
+            self.note_executed(&body);
             self.executed
                 .entry(incarnation(id))
                 .or_default()
@@ -282,8 +305,10 @@ impl Graph {
                 let shard = self.shard;
                 for piece in v.body.pieces.iter().filter(|p| p.shard == shard) {
                     piece.for_each_key(|key, _| {
+                        // The last executed writer stays (a later pre-accept still
+                        // reports it): what a lagging replica must order after.
                         if let Some(e) = self.keys.get_mut(key) {
-                            e.readers.retain(|r| r.id != id);
+                            e.done_readers.retain(|r| r.id != id);
                         }
                     });
                 }
@@ -325,10 +350,10 @@ impl Graph {
                     Status::Committed => out.push(dep.tag.id),
                     _ => blocked = true,
                 },
+                // Executed here (placed, for another shard's transaction). One executed
+                // only at its reporter must still be chased: orderings between this
+                // shard's transactions may run through it.
                 None if self.is_done(&dep.tag) => {}
-                // Executed at its reporter before this transaction reached it: it cannot be
-                // in a cycle with it, and it is not this shard's to execute.
-                None if dep.done && !self.is_local(&dep.tag) => {}
                 None => {
                     blocked = true;
                     missing.push(dep.tag.clone());

@@ -45,10 +45,12 @@
 //!   when the pre-accept is sent, so dense). A replica records its shard's executed slots
 //!   as a watermark per coordinator incarnation ([`graph::SlotSet`]), and can therefore
 //!   forget an executed transaction after `keep_ms` and still tell "executed and
-//!   forgotten" from "not yet seen" when a later transaction names it. A dependency is
-//!   reported with a `done` flag (executed at the reporter before it saw the dependent
-//!   transaction): it cannot share a cycle with it, so replicas of *other* shards need not
-//!   chase it. Other shards' transactions learned by inquiry are tracked up to `window`.
+//!   forgotten" from "not yet seen" when a later transaction names it. Another shard's
+//!   transaction in a dependency list is chased (inquired, its own dependencies followed)
+//!   until this replica has placed it: orderings between this shard's transactions may run
+//!   through it (skipping those its reporter had executed lost such orderings — the swarm
+//!   caught it). One its replicas executed and forgot counts as placed (tracked up to
+//!   `window`); that is sound unless this replica lags more than `keep_ms` (see Limits).
 //! * **Inquiries** go first to the nearest replica of each of the dependency's shards (on
 //!   `gcp-tiga` a replica of every shard shares each region), then to all every tick.
 //! * **Durability** (`Effect::Persist`): a replica persists every pre-accept (with its
@@ -62,7 +64,7 @@
 //! ## Differences from the Janus framework (NYU-NEWS/janus, `src/deptran/janus`)
 //! * The framework ships the relevant part of the dependency graph in its messages; here
 //!   messages carry direct dependencies and a replica inquires about what it lacks.
-//! * Garbage collection, the slot watermarks and the `done` flag are this implementation's.
+//! * Garbage collection and the slot watermarks are this implementation's.
 //! * Cross-shard value dependencies (pieces whose inputs are other shards' outputs) and
 //!   pieces that may abort by design (stored procedures, validation ops) are refused
 //!   `Unsupported`: Janus's transactions never abort, and execution here is per shard.

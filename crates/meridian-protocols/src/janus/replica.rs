@@ -13,6 +13,9 @@ use rand::Rng;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
+/// What a shard's pieces of one transaction produced.
+type PieceOutcome = Result<Vec<(u16, PieceResult)>, AbortReason>;
+
 /// A recovery this replica coordinates (§5).
 #[derive(Debug)]
 struct Recovery {
@@ -103,6 +106,10 @@ impl Replica {
             Record::Promised { id, ballot } => self.promise(*id, *ballot),
             Record::Accepted { body, ballot, deps } => self.accept(body, *ballot, deps, 0),
             Record::Committed { body, deps } => self.graph.commit(body, deps.clone(), 0),
+            Record::Executed { id, writes } => {
+                self.store.extend(writes.iter().cloned());
+                self.graph.mark_executed(*id, 0);
+            }
             Record::Started { .. } => {}
         }
     }
@@ -321,7 +328,12 @@ impl Replica {
         for id in pass.order {
             let body = self.graph.vertices[&id].body.clone();
             if self.graph.is_local(&body.tag) {
-                let outcome = self.run_pieces(&body);
+                let (outcome, writes) = self.run_pieces(&body);
+                self.store.extend(writes.iter().cloned());
+                self.graph.mark_executed(id, now);
+                // The execution itself is durable: replaying commits later could meet a
+                // graph whose other-shard parts were forgotten, and order differently.
+                self.log(ctx, Record::Executed { id, writes });
                 ctx.count("janus.executed", 1);
                 ctx.send(
                     body.coordinator,
@@ -331,16 +343,18 @@ impl Replica {
                         outcome,
                     },
                 );
+            } else {
+                self.graph.mark_executed(id, now);
             }
-            self.graph.mark_executed(id, now);
         }
         for tag in pass.missing {
             self.inquire(ctx, tag, false);
         }
     }
 
-    /// Runs this shard's pieces of `body` in piece order, all or nothing.
-    fn run_pieces(&mut self, body: &Body) -> Result<Vec<(u16, PieceResult)>, AbortReason> {
+    /// Runs this shard's pieces of `body` in piece order, all or nothing: the results and
+    /// the writes to apply.
+    fn run_pieces(&self, body: &Body) -> (PieceOutcome, Vec<(Key, Value)>) {
         let mut overlay = Overlay {
             base: &self.store,
             writes: FxHashMap::default(),
@@ -352,13 +366,17 @@ impl Replica {
                 continue;
             }
             let inputs: Vec<Option<&PieceResult>> = results.iter().map(Option::as_ref).collect();
-            let result = execute_piece(piece, &inputs, &self.procedures, &mut overlay)?;
-            out.push((i as u16, result.clone()));
-            results[i] = Some(result);
+            match execute_piece(piece, &inputs, &self.procedures, &mut overlay) {
+                Ok(result) => {
+                    out.push((i as u16, result.clone()));
+                    results[i] = Some(result);
+                }
+                Err(reason) => return (Err(reason), Vec::new()),
+            }
         }
-        let writes = overlay.writes;
-        self.store.extend(writes);
-        Ok(out)
+        let mut writes: Vec<(Key, Value)> = overlay.writes.into_iter().collect();
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        (Ok(out), writes)
     }
 
     /// Asks for a committed dependency's decision: first the nearest replica of each of its

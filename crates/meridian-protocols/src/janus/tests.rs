@@ -38,7 +38,6 @@ fn deps(ns: &[u64]) -> Deps {
     ns.iter()
         .map(|&n| Dep {
             tag: tag(n),
-            done: false,
         })
         .collect()
 }
@@ -48,7 +47,7 @@ fn ids(order: &[TxnId]) -> Vec<u64> {
 }
 
 #[test]
-fn pre_accept_answers_the_last_writer_and_the_readers_since() {
+fn pre_accept_answers_conflicting_accesses_live_or_last_executed() {
     let mut g = Graph::new(SHARD);
     assert!(g.conflicts(&body(0, &[], &["x"])).is_empty());
     let reader = g.conflicts(&body(1, &["x"], &[]));
@@ -59,6 +58,13 @@ fn pre_accept_answers_the_last_writer_and_the_readers_since() {
     assert_eq!(ids(&writer.iter().map(|d| d.tag.id).collect::<Vec<_>>()), [0, 1, 2]);
     // Another key: no conflict.
     assert!(g.conflicts(&body(4, &["y"], &[])).is_empty());
+    // Once executed, only the last executed writer (and readers after it) are reported.
+    for n in 0..4 {
+        g.commit(&body(n, &[], &[]), deps(&[]), 0);
+        g.mark_executed(tag(n).id, 0);
+    }
+    let later = g.conflicts(&body(5, &[], &["x"]));
+    assert_eq!(ids(&later.iter().map(|d| d.tag.id).collect::<Vec<_>>()), [3]);
 }
 
 #[test]
@@ -128,4 +134,54 @@ fn recovery_takes_the_commit_then_the_highest_accepted_then_the_union() {
         (NodeId(1), Known::Committed(deps(&[2]))),
     ]);
     assert_eq!(committed, Choice::Commit(deps(&[2])));
+}
+
+/// Random graphs: every executed transaction's dependencies are executed before it or in
+/// its own component (mutually reachable), none waits on an unexecuted one, and everything
+/// whose reachable set is committed executes.
+#[test]
+fn random_graphs_execute_in_a_valid_order() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..300 {
+        let n = rng.gen_range(1..14u64);
+        let mut g = Graph::new(SHARD);
+        let mut all: Vec<(u64, Vec<u64>, bool)> = Vec::new();
+        for t in 0..n {
+            let ds: Vec<u64> = (0..n).filter(|&d| d != t && rng.gen_bool(0.2)).collect();
+            let committed = rng.gen_bool(0.85);
+            let status = if committed {
+                Status::Committed
+            } else {
+                Status::PreAccepted
+            };
+            g.insert(body(t, &[], &[]), status, deps(&ds), 0);
+            all.push((t, ds, committed));
+        }
+        let order = ids(&g.executable().order);
+        let reach = |from: u64| {
+            let mut seen = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                for &d in &all[seen[i] as usize].1 {
+                    if !seen.contains(&d) {
+                        seen.push(d);
+                    }
+                }
+                i += 1;
+            }
+            seen
+        };
+        for (t, ds, committed) in &all {
+            let ready = reach(*t).iter().all(|&x| all[x as usize].2);
+            assert_eq!(order.contains(t), *committed && ready, "txn {t} in {all:?}: {order:?}");
+            let Some(pt) = order.iter().position(|x| x == t) else {
+                continue;
+            };
+            for d in ds {
+                let pd = order.iter().position(|x| x == d).expect("dependency executed");
+                assert!(pd < pt || reach(*d).contains(t), "{d} after {t}: {all:?} {order:?}");
+            }
+        }
+    }
 }

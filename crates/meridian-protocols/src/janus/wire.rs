@@ -46,23 +46,21 @@ impl Tag {
     }
 }
 
-/// One dependency as a replica reports it: the conflicting transaction, and whether the
-/// reporter had already executed it when it reported (then it cannot be in one strongly
-/// connected component with the dependent transaction, see `graph.rs`).
+/// One dependency as a replica reports it: the conflicting transaction's tag (its id and
+/// shards, so a replica that does not know it can inquire where it lives).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Dep {
     pub tag: Tag,
-    pub done: bool,
 }
 
 /// A dependency list, sorted by id, one entry per id.
 pub type Deps = Vec<Dep>;
 
-/// Merges `more` into the sorted list `into` (a dependency executed at any reporter is done).
+/// Merges `more` into the sorted list `into`.
 pub fn union_into(into: &mut Deps, more: &[Dep]) {
     for dep in more {
         match into.binary_search_by(|d| d.tag.id.cmp(&dep.tag.id)) {
-            Ok(i) => into[i].done |= dep.done,
+            Ok(_) => {}
             Err(i) => into.insert(i, dep.clone()),
         }
     }
@@ -163,6 +161,11 @@ pub enum Record {
         deps: Deps,
     },
     Committed { body: Arc<Body>, deps: Deps },
+    /// A replica executed its shard's pieces of `id`, writing `writes`.
+    Executed {
+        id: TxnId,
+        writes: Vec<(meridian_core::txn::Key, meridian_core::txn::Value)>,
+    },
     /// Everything a replica knows, subsuming every earlier record.
     Snapshot(Box<GraphSnapshot>),
 }
