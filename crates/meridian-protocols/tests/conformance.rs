@@ -142,3 +142,21 @@ mod aurogon_strong_partition {
     };
     meridian_sim::conformance_tests!(meridian_protocols::aurogon::Aurogon, SPEC);
 }
+
+// Janus on Tiga's deployment. Its broken variant accepts, on the slow path, one replica's
+// answer per shard instead of the union (§4.2): conflicting transactions then miss each
+// other and replicas order them differently.
+
+mod janus {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "0000000000000000"), (6, "0000000000000000")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_no_dep_union=true",
+            workload: "list-append",
+            workload_opts: "keys=4",
+        },
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::janus::Janus, SPEC);
+}

@@ -108,7 +108,10 @@ impl Coordinator {
             pieces: txn.pieces,
             coordinator: self.me,
         });
-        ctx.multicast(self.participants(&body), &Msg::PreAccept { body: body.clone() });
+        ctx.multicast(
+            self.participants(&body),
+            &Msg::PreAccept { body: body.clone() },
+        );
         ctx.set_timer(self.opts.retry_ns, Timer::Retry(id));
         self.inflight.insert(
             id,
@@ -171,7 +174,9 @@ impl Coordinator {
 
     pub fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::PreAcceptReply { id, ok, deps } => self.on_pre_accept_reply(ctx, from, id, ok, deps),
+            Msg::PreAcceptReply { id, ok, deps } => {
+                self.on_pre_accept_reply(ctx, from, id, ok, deps)
+            }
             Msg::AcceptReply { id, ballot, ok } if ballot == Ballot::ZERO => {
                 self.on_accept_reply(ctx, from, id, ok)
             }
@@ -180,7 +185,14 @@ impl Coordinator {
         }
     }
 
-    fn on_pre_accept_reply(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId, ok: bool, deps: Deps) {
+    fn on_pre_accept_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        ok: bool,
+        deps: Deps,
+    ) {
         let Some(shard) = self.cluster.shard_of_node(from) else {
             return;
         };
@@ -225,7 +237,9 @@ impl Coordinator {
         }
         if fast_ok {
             let mut deps = Vec::new();
-            t.answers.iter().for_each(|(_, _, d)| union_into(&mut deps, d));
+            t.answers
+                .iter()
+                .for_each(|(_, _, d)| union_into(&mut deps, d));
             t.path = CommitPath::Fast;
             ctx.count("janus.fast", 1);
             return self.commit(ctx, id, deps);
@@ -279,12 +293,7 @@ impl Coordinator {
         if !t.acks.contains(&from) {
             t.acks.push(from);
         }
-        let cluster = &self.cluster;
-        let done = t.body.tag.shards().all(|s| {
-            let replicas = cluster.replicas(s);
-            let n = t.acks.iter().filter(|a| replicas.contains(a)).count();
-            n >= majority(replicas.len())
-        });
+        let done = t.body.tag.majority_each(&self.cluster, &t.acks);
         if done {
             let deps = t.deps.clone();
             self.commit(ctx, id, deps);
@@ -335,7 +344,11 @@ impl Coordinator {
             let outcome = match t.failure {
                 Some(reason) => Outcome::Aborted { reason },
                 None => Outcome::Committed {
-                    results: t.results.into_iter().map(Option::unwrap_or_default).collect(),
+                    results: t
+                        .results
+                        .into_iter()
+                        .map(Option::unwrap_or_default)
+                        .collect(),
                     commit_ts: None,
                     path: t.path,
                 },
@@ -368,7 +381,10 @@ impl Coordinator {
         if ctx.now_ns().saturating_sub(t.started_ns) >= self.opts.commit_timeout_ns {
             let t = self.inflight.remove(&id).expect("inflight");
             let reason = "janus: no results before commit_timeout_ms".to_string();
-            ctx.respond(t.request, ClientResponse::Outcome(Outcome::Unknown { reason }));
+            ctx.respond(
+                t.request,
+                ClientResponse::Outcome(Outcome::Unknown { reason }),
+            );
             return;
         }
         let body = t.body.clone();

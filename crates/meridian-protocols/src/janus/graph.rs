@@ -366,7 +366,11 @@ impl Graph {
     pub fn snapshot(&self, store: Vec<(Key, meridian_core::txn::Value)>) -> GraphSnapshot {
         let mut vertices: Vec<_> = self.vertices.iter().map(|(&k, v)| (k, v.clone())).collect();
         vertices.sort_by_key(|(k, _)| *k);
-        let mut keys: Vec<_> = self.keys.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        let mut keys: Vec<_> = self
+            .keys
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
         keys.sort_by(|a, b| a.0.cmp(&b.0));
         let mut executed: Vec<_> = self.executed.iter().map(|(&k, s)| (k, s.clone())).collect();
         executed.sort_by_key(|(k, _)| *k);

@@ -14,7 +14,7 @@
 //! | §4.3 commit with the final dependencies | `coordinator.rs` `commit`; `replica.rs` `on_commit`, [`Graph::commit`](graph::Graph::commit) |
 //! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
 //! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, [`choose`](replica::choose), `on_accept_reply` |
-//! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
+//! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
 //! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
 //!
 //! ## Choices the paper leaves open
@@ -22,11 +22,14 @@
 //!   (f = 1) every replica, as Janus requires for n = 3. The coordinator waits for it
 //!   `fast_wait_ms` after a majority of every shard answered with identical dependencies,
 //!   then takes the slow path; differing answers take the slow path at once.
-//! * **Dependencies**: per key, the last writer and the readers since (a reader depends on
-//!   the writer, a writer on both): the transitive reduction of "conflicts and came
-//!   earlier here". A replica records T in its key table whenever it first learns of it
-//!   (pre-accept, prepare, accept or commit), so any majority's answers include every
-//!   conflicting committed transaction (quorum intersection).
+//! * **Dependencies** ([`graph::KeyEntry`]): per key, every conflicting access this replica
+//!   knows and has not executed, plus the last executed writer and the readers executed
+//!   after it (earlier executed ones are reachable from those). A replica records T in its
+//!   key table whenever it first learns of it (pre-accept, prepare, accept or commit) and
+//!   never lets a newer access supersede an unexecuted one — one learned late may be the
+//!   older — so any majority's answers include every conflicting committed transaction
+//!   (quorum intersection). The price: answers are larger than "last writer", so they
+//!   differ between replicas (hence the slow path) more often under contention.
 //! * **Recovery** (§5): a replica recovers an uncommitted transaction after `recovery_ms`
 //!   of silence about it (plus a random delay up to the same, against duelling recoverers),
 //!   with ballot (highest round seen + 1, its node id). Prepare goes to every replica of
@@ -54,12 +57,14 @@
 //! * **Inquiries** go first to the nearest replica of each of the dependency's shards (on
 //!   `gcp-tiga` a replica of every shard shares each region), then to all every tick.
 //! * **Durability** (`Effect::Persist`): a replica persists every pre-accept (with its
-//!   answer), promise, accept and commit before answering, and a snapshot (store, graph,
-//!   key table, executed slots) every `checkpoint_every` records, which bounds the log. A
-//!   restarted replica that forgot what it answered could break quorum intersection (a
-//!   later answer missing a transaction it had reported), so these are durable; execution
-//!   is not logged: replay re-derives it from the commits (deterministic order).
-//!   Coordinators persist only their incarnation.
+//!   answer), promise, accept and commit before answering, every execution (its writes),
+//!   and a snapshot (store, graph, key table, executed slots) every `checkpoint_every`
+//!   records, which bounds the log. A restarted replica that forgot what it answered could
+//!   break quorum intersection (a later answer missing a transaction it had reported).
+//!   Executions are logged rather than re-derived from the commits on replay: by then the
+//!   other shards' transactions that closed a cycle may be forgotten everywhere, and the
+//!   replayed order differed (the swarm caught it). Coordinators persist only their
+//!   incarnation.
 //!
 //! ## Differences from the Janus framework (NYU-NEWS/janus, `src/deptran/janus`)
 //! * The framework ships the relevant part of the dependency graph in its messages; here
@@ -97,7 +102,9 @@ pub use wire::{Ballot, Body, Dep, Deps, Known, Msg, Record, Tag, Timer};
 use crate::kit::quorum::super_quorum;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;
-use meridian_core::{Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId};
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId,
+};
 
 /// Janus. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -135,9 +142,9 @@ impl Protocol for Janus {
                 setup.procedures.clone(),
                 recovered,
             ))),
-            NodeRole::Coordinator { .. } => JanusNode::Coordinator(Box::new(
-                Coordinator::restore(node, opts, cluster, recovered),
-            )),
+            NodeRole::Coordinator { .. } => JanusNode::Coordinator(Box::new(Coordinator::restore(
+                node, opts, cluster, recovered,
+            ))),
             _ => JanusNode::Inert,
         }
     }
@@ -190,7 +197,12 @@ impl Node for JanusNode {
         }
     }
 
-    fn on_client_request(&mut self, ctx: &mut Ctx<'_, Self>, request: RequestId, req: ClientRequest) {
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
         match self {
             JanusNode::Coordinator(c) => c.on_client_request(ctx, request, req),
             _ => ctx.refuse_not_coordinator(request),

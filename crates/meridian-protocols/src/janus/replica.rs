@@ -6,8 +6,9 @@
 use super::graph::{Graph, GraphSnapshot, Status};
 use super::options::Options;
 use super::wire::{union_into, Ballot, Body, Cx, Deps, Known, Msg, Record, Tag, Timer};
-use crate::kit::quorum::majority;
-use meridian_core::txn::{execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value};
+use meridian_core::txn::{
+    execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value,
+};
 use meridian_core::{Cluster, NodeId, ShardId, TxnId};
 use rand::Rng;
 use rustc_hash::FxHashMap;
@@ -141,7 +142,11 @@ impl Replica {
         if self.records >= self.opts.checkpoint_every {
             self.records = 0;
             let store = {
-                let mut s: Vec<_> = self.store.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let mut s: Vec<_> = self
+                    .store
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 s.sort_by(|a, b| a.0.cmp(&b.0));
                 s
             };
@@ -240,14 +245,32 @@ impl Replica {
         ctx.send(from, reply);
     }
 
-    fn on_accept(&mut self, ctx: &mut Cx<'_>, from: NodeId, body: Arc<Body>, ballot: Ballot, deps: Deps) {
+    fn on_accept(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        body: Arc<Body>,
+        ballot: Ballot,
+        deps: Deps,
+    ) {
         let id = body.tag.id;
         if self.graph.forgotten(&body.tag) {
-            ctx.send(from, Msg::AcceptReply { id, ballot, ok: true });
+            ctx.send(
+                from,
+                Msg::AcceptReply {
+                    id,
+                    ballot,
+                    ok: true,
+                },
+            );
             return;
         }
         self.touch(id, ctx.now_ns());
-        let promised = self.graph.vertices.get(&id).map_or(Ballot::ZERO, |v| v.promised);
+        let promised = self
+            .graph
+            .vertices
+            .get(&id)
+            .map_or(Ballot::ZERO, |v| v.promised);
         let ok = ballot >= promised;
         if ok {
             self.accept(&body, ballot, &deps, ctx.now_ns());
@@ -280,7 +303,15 @@ impl Replica {
         let id = body.tag.id;
         if self.graph.forgotten(&body.tag) {
             let known = Known::Executed;
-            ctx.send(from, Msg::PrepareReply { id, ballot, ok: true, known });
+            ctx.send(
+                from,
+                Msg::PrepareReply {
+                    id,
+                    ballot,
+                    ok: true,
+                    known,
+                },
+            );
             return;
         }
         if !self.graph.vertices.contains_key(&id) {
@@ -295,7 +326,15 @@ impl Replica {
             // The same ballot again is its recoverer's retransmission.
             if ballot < promised {
                 let known = Known::Executed;
-                ctx.send(from, Msg::PrepareReply { id, ballot: promised, ok: false, known });
+                ctx.send(
+                    from,
+                    Msg::PrepareReply {
+                        id,
+                        ballot: promised,
+                        ok: false,
+                        known,
+                    },
+                );
                 return;
             }
             self.promise(id, ballot);
@@ -303,7 +342,15 @@ impl Replica {
         }
         self.touch(id, ctx.now_ns());
         let known = self.graph.known(id).expect("known");
-        ctx.send(from, Msg::PrepareReply { id, ballot, ok: true, known });
+        ctx.send(
+            from,
+            Msg::PrepareReply {
+                id,
+                ballot,
+                ok: true,
+                known,
+            },
+        );
     }
 
     fn on_inquire(&mut self, ctx: &mut Cx<'_>, from: NodeId, tag: Tag) {
@@ -398,14 +445,18 @@ impl Replica {
         for shard in tag.shards() {
             let replicas = self.cluster.replicas(shard);
             let targets: Vec<NodeId> = if last.is_none() {
-                let nearest = replicas
-                    .iter()
-                    .copied()
-                    .filter(|&r| r != self.me)
-                    .min_by(|&a, &b| {
-                        let (da, db) = (self.cluster.rtt_ms(self.me, a), self.cluster.rtt_ms(self.me, b));
-                        da.total_cmp(&db).then(a.cmp(&b))
-                    });
+                let nearest =
+                    replicas
+                        .iter()
+                        .copied()
+                        .filter(|&r| r != self.me)
+                        .min_by(|&a, &b| {
+                            let (da, db) = (
+                                self.cluster.rtt_ms(self.me, a),
+                                self.cluster.rtt_ms(self.me, b),
+                            );
+                            da.total_cmp(&db).then(a.cmp(&b))
+                        });
                 nearest.into_iter().collect()
             } else {
                 replicas.iter().copied().filter(|&r| r != self.me).collect()
@@ -421,7 +472,8 @@ impl Replica {
         self.graph.forget(now, self.opts.keep_ns);
         // Inquiries still unanswered are repeated to every replica.
         let pass = self.graph.executable();
-        self.inquired.retain(|id, _| pass.missing.iter().any(|t| t.id == *id));
+        self.inquired
+            .retain(|id, _| pass.missing.iter().any(|t| t.id == *id));
         for tag in pass.missing {
             self.inquire(ctx, tag, true);
         }
@@ -503,11 +555,7 @@ impl Replica {
 
     /// Whether `nodes` hold a majority of every shard `body` touches.
     fn majority_each(&self, body: &Body, nodes: &[NodeId]) -> bool {
-        body.tag.shards().all(|s| {
-            let replicas = self.cluster.replicas(s);
-            let n = nodes.iter().filter(|n| replicas.contains(n)).count();
-            n >= majority(replicas.len())
-        })
+        body.tag.majority_each(&self.cluster, nodes)
     }
 
     fn on_prepare_reply(
@@ -558,7 +606,14 @@ impl Replica {
         }
     }
 
-    fn on_accept_reply(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId, ballot: Ballot, ok: bool) {
+    fn on_accept_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        ballot: Ballot,
+        ok: bool,
+    ) {
         let Some(r) = self.recoveries.get_mut(&id) else {
             return;
         };
@@ -574,7 +629,11 @@ impl Replica {
         }
         let (body, acks) = (r.body.clone(), r.acks.clone());
         if self.majority_each(&body, &acks) {
-            let deps = self.recoveries.remove(&id).and_then(|r| r.accepting).expect("deps");
+            let deps = self
+                .recoveries
+                .remove(&id)
+                .and_then(|r| r.accepting)
+                .expect("deps");
             ctx.multicast(self.participants(&body), &Msg::Commit { body, deps });
         }
     }

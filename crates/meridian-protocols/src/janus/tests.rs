@@ -35,11 +35,7 @@ fn body(n: u64, reads: &[&str], writes: &[&str]) -> Arc<Body> {
 }
 
 fn deps(ns: &[u64]) -> Deps {
-    ns.iter()
-        .map(|&n| Dep {
-            tag: tag(n),
-        })
-        .collect()
+    ns.iter().map(|&n| Dep { tag: tag(n) }).collect()
 }
 
 fn ids(order: &[TxnId]) -> Vec<u64> {
@@ -51,11 +47,17 @@ fn pre_accept_answers_conflicting_accesses_live_or_last_executed() {
     let mut g = Graph::new(SHARD);
     assert!(g.conflicts(&body(0, &[], &["x"])).is_empty());
     let reader = g.conflicts(&body(1, &["x"], &[]));
-    assert_eq!(ids(&reader.iter().map(|d| d.tag.id).collect::<Vec<_>>()), [0]);
+    assert_eq!(
+        ids(&reader.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [0]
+    );
     let reader2 = g.conflicts(&body(2, &["x"], &[]));
     assert_eq!(reader2.len(), 1, "readers do not conflict with each other");
     let writer = g.conflicts(&body(3, &[], &["x"]));
-    assert_eq!(ids(&writer.iter().map(|d| d.tag.id).collect::<Vec<_>>()), [0, 1, 2]);
+    assert_eq!(
+        ids(&writer.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [0, 1, 2]
+    );
     // Another key: no conflict.
     assert!(g.conflicts(&body(4, &["y"], &[])).is_empty());
     // Once executed, only the last executed writer (and readers after it) are reported.
@@ -64,7 +66,10 @@ fn pre_accept_answers_conflicting_accesses_live_or_last_executed() {
         g.mark_executed(tag(n).id, 0);
     }
     let later = g.conflicts(&body(5, &[], &["x"]));
-    assert_eq!(ids(&later.iter().map(|d| d.tag.id).collect::<Vec<_>>()), [3]);
+    assert_eq!(
+        ids(&later.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [3]
+    );
 }
 
 #[test]
@@ -93,7 +98,10 @@ fn an_uncommitted_or_unknown_dependency_blocks_its_dependents() {
     g.insert(body(4, &[], &["z"]), Status::Committed, deps(&[7]), 0);
     let pass = g.executable();
     assert!(pass.order.is_empty(), "{:?}", pass.order);
-    assert_eq!(ids(&pass.missing.iter().map(|t| t.id).collect::<Vec<_>>()), [7]);
+    assert_eq!(
+        ids(&pass.missing.iter().map(|t| t.id).collect::<Vec<_>>()),
+        [7]
+    );
     g.commit(&body(1, &[], &["x"]), deps(&[]), 0);
     assert_eq!(ids(&g.executable().order), [1, 2, 3]);
 }
@@ -174,13 +182,23 @@ fn random_graphs_execute_in_a_valid_order() {
         };
         for (t, ds, committed) in &all {
             let ready = reach(*t).iter().all(|&x| all[x as usize].2);
-            assert_eq!(order.contains(t), *committed && ready, "txn {t} in {all:?}: {order:?}");
+            assert_eq!(
+                order.contains(t),
+                *committed && ready,
+                "txn {t} in {all:?}: {order:?}"
+            );
             let Some(pt) = order.iter().position(|x| x == t) else {
                 continue;
             };
             for d in ds {
-                let pd = order.iter().position(|x| x == d).expect("dependency executed");
-                assert!(pd < pt || reach(*d).contains(t), "{d} after {t}: {all:?} {order:?}");
+                let pd = order
+                    .iter()
+                    .position(|x| x == d)
+                    .expect("dependency executed");
+                assert!(
+                    pd < pt || reach(*d).contains(t),
+                    "{d} after {t}: {all:?} {order:?}"
+                );
             }
         }
     }

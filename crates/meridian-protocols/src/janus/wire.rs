@@ -4,7 +4,7 @@
 use super::graph::GraphSnapshot;
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Piece, PieceResult};
-use meridian_core::{NodeId, ShardId, TxnId};
+use meridian_core::{Cluster, NodeId, ShardId, TxnId};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -14,7 +14,9 @@ pub(crate) type Cx<'a> = Context<'a, Msg, Timer, Record>;
 
 /// A Paxos ballot (§5): the original coordinator uses `Ballot::ZERO`; a recovery coordinator
 /// takes a round above every ballot it has seen, its node id breaking ties.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Ballot {
     pub round: u32,
     pub node: u32,
@@ -38,11 +40,23 @@ pub struct Tag {
 impl Tag {
     /// This transaction's slot on `shard`, if it touches it.
     pub fn slot(&self, shard: ShardId) -> Option<u64> {
-        self.slots.iter().find(|(s, _)| *s == shard).map(|&(_, n)| n)
+        self.slots
+            .iter()
+            .find(|(s, _)| *s == shard)
+            .map(|&(_, n)| n)
     }
 
     pub fn shards(&self) -> impl Iterator<Item = ShardId> + '_ {
         self.slots.iter().map(|&(s, _)| s)
+    }
+
+    /// Whether `nodes` hold a majority of every shard this transaction touches.
+    pub fn majority_each(&self, cluster: &Cluster, nodes: &[NodeId]) -> bool {
+        self.shards().all(|s| {
+            let replicas = cluster.replicas(s);
+            let n = nodes.iter().filter(|n| replicas.contains(n)).count();
+            n >= crate::kit::quorum::majority(replicas.len())
+        })
     }
 }
 
@@ -94,7 +108,9 @@ pub enum Known {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Coordinator → every replica of every shard touched (§4.1).
-    PreAccept { body: Arc<Body> },
+    PreAccept {
+        body: Arc<Body>,
+    },
     /// `deps`: the transactions conflicting with it that the replica has seen. `ok` false:
     /// the replica promised a higher ballot (a recovery is under way).
     PreAcceptReply {
@@ -108,12 +124,22 @@ pub enum Msg {
         ballot: Ballot,
         deps: Deps,
     },
-    AcceptReply { id: TxnId, ballot: Ballot, ok: bool },
+    AcceptReply {
+        id: TxnId,
+        ballot: Ballot,
+        ok: bool,
+    },
     /// The decision (§4.3): the final dependencies. Also the answer to an `Inquire`.
-    Commit { body: Arc<Body>, deps: Deps },
+    Commit {
+        body: Arc<Body>,
+        deps: Deps,
+    },
     /// Recovery (§5): promise `ballot` and say what you know of the transaction (a replica
     /// that never saw it pre-accepts it first).
-    Prepare { body: Arc<Body>, ballot: Ballot },
+    Prepare {
+        body: Arc<Body>,
+        ballot: Ballot,
+    },
     PrepareReply {
         id: TxnId,
         ballot: Ballot,
@@ -122,8 +148,12 @@ pub enum Msg {
     },
     /// Execution needs a committed transaction's dependencies: send `Commit` if you know
     /// them, `Executed` if you executed it and forgot them.
-    Inquire { tag: Tag },
-    Executed { id: TxnId },
+    Inquire {
+        tag: Tag,
+    },
+    Executed {
+        id: TxnId,
+    },
     /// Replica → coordinator: the results of the transaction's pieces on `shard`.
     Result {
         id: TxnId,
@@ -147,20 +177,28 @@ pub enum Timer {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Record {
     /// A coordinator's boot: its incarnation (transaction ids and slots never repeat).
-    Started { incarnation: u32 },
+    Started {
+        incarnation: u32,
+    },
     /// A replica pre-accepted a transaction with these dependencies (promising `ballot`).
     PreAccepted {
         body: Arc<Body>,
         deps: Deps,
         ballot: Ballot,
     },
-    Promised { id: TxnId, ballot: Ballot },
+    Promised {
+        id: TxnId,
+        ballot: Ballot,
+    },
     Accepted {
         body: Arc<Body>,
         ballot: Ballot,
         deps: Deps,
     },
-    Committed { body: Arc<Body>, deps: Deps },
+    Committed {
+        body: Arc<Body>,
+        deps: Deps,
+    },
     /// A replica executed its shard's pieces of `id`, writing `writes`.
     Executed {
         id: TxnId,
