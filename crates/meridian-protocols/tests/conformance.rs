@@ -150,7 +150,7 @@ mod aurogon_strong_partition {
 mod janus {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "0000000000000000"), (6, "0000000000000000")],
+        golden: &[(5, "13de050663d1e80c"), (6, "e64b429b7e5edab4")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_no_dep_union=true",
             workload: "list-append",

@@ -61,9 +61,11 @@ fn pre_accept_answers_conflicting_accesses_live_or_last_executed() {
     // Another key: no conflict.
     assert!(g.conflicts(&body(4, &["y"], &[])).is_empty());
     // Once executed, only the last executed writer (and readers after it) are reported.
-    for n in 0..4 {
-        g.commit(&body(n, &[], &[]), deps(&[]), 0);
-        g.mark_executed(tag(n).id, 0);
+    let accesses: [(&[&str], &[&str]); 4] =
+        [(&[], &["x"]), (&["x"], &[]), (&["x"], &[]), (&[], &["x"])];
+    for (n, (reads, writes)) in accesses.into_iter().enumerate() {
+        g.commit(&body(n as u64, reads, writes), deps(&[]), 0);
+        g.mark_executed(tag(n as u64).id, 0);
     }
     let later = g.conflicts(&body(5, &[], &["x"]));
     assert_eq!(
