@@ -170,9 +170,9 @@ impl Graph {
                 let Some(entry) = self.keys.get(key) else {
                     return;
                 };
-                entry.done_writer.iter().for_each(|w| push(w));
+                entry.done_writer.iter().for_each(&mut push);
                 if write {
-                    entry.done_readers.iter().for_each(|r| push(r));
+                    entry.done_readers.iter().for_each(&mut push);
                 }
                 for (tag, writes) in &entry.live {
                     if write || *writes {

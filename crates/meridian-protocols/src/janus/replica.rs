@@ -670,7 +670,7 @@ pub(crate) fn choose(replies: &[(NodeId, Known)]) -> Choice {
             Known::Executed => return Choice::Done,
             Known::Committed(_) => {}
             Known::Accepted(b, deps) => {
-                if accepted.map_or(true, |(best, _)| *b > best) {
+                if accepted.is_none_or(|(best, _)| *b > best) {
                     accepted = Some((*b, deps));
                 }
             }
