@@ -13,7 +13,7 @@
 //! | §4.2 slow path: accept the union of a majority's answers under ballot 0 | `coordinator.rs` `advance`, `on_accept_reply`; `replica.rs` `on_accept` |
 //! | §4.3 commit with the final dependencies | `coordinator.rs` `commit`; `replica.rs` `on_commit`, [`Graph::commit`](graph::Graph::commit) |
 //! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
-//! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, [`choose`](replica::choose), `on_accept_reply` |
+//! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
 //! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
 //! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
 //!
