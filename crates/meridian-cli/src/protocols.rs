@@ -13,6 +13,7 @@ use meridian_core::{Cluster, Procedures, Protocol, ProtocolConfig, Topology};
 use meridian_protocols::aurogon::{Aurogon, DstTo};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::dast::Dast;
+use meridian_protocols::janus::Janus;
 use meridian_protocols::k2::K2;
 use meridian_protocols::tapir::Tapir;
 use meridian_protocols::tiga::Tiga;
@@ -33,6 +34,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Aurogon>(),
     entry::<DstTo>(),
     entry::<Tapir>(),
+    entry::<Janus>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

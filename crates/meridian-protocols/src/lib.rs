@@ -11,11 +11,14 @@
 //!   anticipation through region managers and the stretchable clock.
 //! * [`tapir`] — TAPIR (SOSP '15): OCC at every replica over inconsistent replication,
 //!   fast path on a super quorum, slow path, RETRY; strict or (`strict=false`) serializable.
+//! * [`janus`] — Janus (OSDI '16): dependency graphs, fast path on identical answers,
+//!   execution by strongly connected components.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
 pub mod clock_si;
 pub mod dast;
+pub mod janus;
 pub mod k2;
 pub mod kit;
 pub mod tapir;

@@ -176,4 +176,20 @@ mod tapir_serializable {
         ..Conformance::new("gcp-tiga", "list-append")
     };
     meridian_sim::conformance_tests!(meridian_protocols::tapir::Tapir, SPEC);
+// Janus on Tiga's deployment. Its broken variant accepts, on the slow path, one replica's
+// answer per shard instead of the union (§4.2): conflicting transactions then miss each
+// other and replicas order them differently.
+
+mod janus {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "13de050663d1e80c"), (6, "e64b429b7e5edab4")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_no_dep_union=true",
+            workload: "list-append",
+            workload_opts: "keys=4",
+        },
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::janus::Janus, SPEC);
 }

@@ -1,0 +1,430 @@
+//! A Janus coordinator (§4): pre-accept to every replica of every shard touched, the fast
+//! path on a fast quorum of identical answers per shard, else accept with the union of a
+//! majority's answers, then commit; the client's answer once every shard's results arrived.
+
+use super::options::Options;
+use super::wire::{same_ids, union_into, Ballot, Body, Cx, Deps, Msg, Record, Tag, Timer};
+use crate::kit::quorum::{majority, super_quorum};
+use meridian_core::txn::{
+    AbortReason, ClientRequest, CommitPath, Op, Outcome, PieceBody, PieceResult, Txn,
+};
+use meridian_core::{ClientResponse, Cluster, NodeId, RequestId, ShardId, TxnId};
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+
+#[derive(Debug, PartialEq)]
+enum Phase {
+    PreAccept,
+    Accept,
+    /// Committed (or taken over by a recovery): waiting for results.
+    Commit,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    request: RequestId,
+    body: Arc<Body>,
+    started_ns: u64,
+    phase: Phase,
+    /// Pre-accept answers (replica, its shard, deps), in arrival order, one per replica.
+    answers: Vec<(NodeId, ShardId, Deps)>,
+    fast_waiting: bool,
+    fast_expired: bool,
+    /// The dependencies this coordinator committed (or is accepting); `decided` once committed.
+    deps: Deps,
+    decided: bool,
+    acks: Vec<NodeId>,
+    path: CommitPath,
+    results: Vec<Option<PieceResult>>,
+    shards_done: Vec<ShardId>,
+    failure: Option<AbortReason>,
+}
+
+/// One coordinator.
+#[derive(Debug)]
+pub struct Coordinator {
+    me: NodeId,
+    opts: Options,
+    cluster: Arc<Cluster>,
+    incarnation: u32,
+    counter: u64,
+    /// Next slot per shard in this incarnation (dense: assigned only when sent).
+    slots: Vec<u64>,
+    inflight: FxHashMap<TxnId, Inflight>,
+}
+
+impl Coordinator {
+    pub fn restore(me: NodeId, opts: Options, cluster: Arc<Cluster>, recovered: &[Record]) -> Self {
+        let last = recovered
+            .iter()
+            .filter_map(|r| match r {
+                Record::Started { incarnation } => Some(*incarnation),
+                _ => None,
+            })
+            .max();
+        let shards = cluster.shard_count() as usize;
+        Coordinator {
+            me,
+            opts,
+            cluster,
+            incarnation: last.map_or(0, |i| i + 1),
+            counter: 0,
+            slots: vec![0; shards],
+            inflight: FxHashMap::default(),
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Cx<'_>) {
+        ctx.checkpoint(Record::Started {
+            incarnation: self.incarnation,
+        });
+    }
+
+    pub fn on_client_request(&mut self, ctx: &mut Cx<'_>, request: RequestId, req: ClientRequest) {
+        let txn = match req {
+            ClientRequest::OneShot(txn) => txn,
+            ClientRequest::Interactive(_) => {
+                let why = "janus runs one-shot transactions only".to_string();
+                return ctx.respond_aborted(request, AbortReason::Unsupported(why));
+            }
+        };
+        if let Err(reason) = self.admit(&txn) {
+            return ctx.respond_aborted(request, reason);
+        }
+        let id = TxnId::new(self.me, self.incarnation, self.counter);
+        self.counter += 1;
+        let slots = txn
+            .shards()
+            .into_iter()
+            .map(|s| {
+                let slot = self.slots[s.index()];
+                self.slots[s.index()] += 1;
+                (s, slot)
+            })
+            .collect();
+        let pieces = txn.pieces.len();
+        let body = Arc::new(Body {
+            tag: Tag { id, slots },
+            pieces: txn.pieces,
+            coordinator: self.me,
+        });
+        ctx.multicast(
+            self.participants(&body),
+            &Msg::PreAccept { body: body.clone() },
+        );
+        ctx.set_timer(self.opts.retry_ns, Timer::Retry(id));
+        self.inflight.insert(
+            id,
+            Inflight {
+                request,
+                body,
+                started_ns: ctx.now_ns(),
+                phase: Phase::PreAccept,
+                answers: Vec::new(),
+                fast_waiting: false,
+                fast_expired: false,
+                deps: Vec::new(),
+                decided: false,
+                acks: Vec::new(),
+                path: CommitPath::Fast,
+                results: vec![None; pieces],
+                shards_done: Vec::new(),
+                failure: None,
+            },
+        );
+    }
+
+    /// Refuses what this implementation cannot run: invalid transactions, value dependencies
+    /// across shards, and pieces that may abort by design (Janus's transactions never
+    /// abort; an abort on one shard would have to reach the others, see the module doc).
+    fn admit(&self, txn: &Txn) -> Result<(), AbortReason> {
+        txn.validate(self.cluster.shard_count())
+            .map_err(|e| AbortReason::Invalid(e.to_string()))?;
+        if self.inflight.len() >= self.opts.max_inflight {
+            let why = format!("overloaded: {} transactions in flight", self.inflight.len());
+            return Err(AbortReason::Unsupported(why));
+        }
+        for piece in &txn.pieces {
+            let cross = piece
+                .dependencies()
+                .iter()
+                .any(|&d| txn.pieces[usize::from(d)].shard != piece.shard);
+            if cross {
+                let why = "janus: value dependencies across shards".to_string();
+                return Err(AbortReason::Unsupported(why));
+            }
+            let may_abort = match &piece.body {
+                PieceBody::Procedure(_) => true,
+                PieceBody::Ops(ops) => ops.iter().any(|o| matches!(o, Op::Check(..))),
+            };
+            if may_abort {
+                let why = "janus: stored procedures and validation ops (may abort)".to_string();
+                return Err(AbortReason::Unsupported(why));
+            }
+        }
+        Ok(())
+    }
+
+    fn participants(&self, body: &Body) -> Vec<NodeId> {
+        body.tag
+            .shards()
+            .flat_map(|s| self.cluster.replicas(s).iter().copied())
+            .collect()
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::PreAcceptReply { id, ok, deps } => {
+                self.on_pre_accept_reply(ctx, from, id, ok, deps)
+            }
+            Msg::AcceptReply { id, ballot, ok } if ballot == Ballot::ZERO => {
+                self.on_accept_reply(ctx, from, id, ok)
+            }
+            Msg::Result { id, shard, outcome } => self.on_result(ctx, id, shard, outcome),
+            _ => {}
+        }
+    }
+
+    fn on_pre_accept_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        ok: bool,
+        deps: Deps,
+    ) {
+        let Some(shard) = self.cluster.shard_of_node(from) else {
+            return;
+        };
+        let Some(t) = self.inflight.get_mut(&id) else {
+            return;
+        };
+        if t.phase != Phase::PreAccept {
+            return;
+        }
+        if !ok {
+            // A recovery coordinator took over: its commit will reach the replicas, whose
+            // results reach us.
+            t.phase = Phase::Commit;
+            return;
+        }
+        if !t.answers.iter().any(|(n, _, _)| *n == from) {
+            t.answers.push((from, shard, deps));
+        }
+        self.advance(ctx, id);
+    }
+
+    /// The fast/slow decision once enough answers are in (§4.2).
+    fn advance(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let cluster = self.cluster.clone();
+        let t = self.inflight.get_mut(&id).expect("inflight");
+        let mut fast_ok = true;
+        let mut fast_possible = true;
+        let mut majority_each = true;
+        for shard in t.body.tag.shards() {
+            let answers: Vec<&Deps> = t
+                .answers
+                .iter()
+                .filter(|(_, s, _)| *s == shard)
+                .map(|(_, _, d)| d)
+                .collect();
+            let n = cluster.replicas(shard).len();
+            let fast_need = super_quorum(cluster.f(shard)).min(n);
+            let identical = answers.windows(2).all(|w| same_ids(w[0], w[1]));
+            fast_possible &= identical;
+            fast_ok &= identical && answers.len() >= fast_need;
+            majority_each &= answers.len() >= majority(n);
+        }
+        if fast_ok {
+            let mut deps = Vec::new();
+            t.answers
+                .iter()
+                .for_each(|(_, _, d)| union_into(&mut deps, d));
+            t.path = CommitPath::Fast;
+            ctx.count("janus.fast", 1);
+            return self.commit(ctx, id, deps);
+        }
+        if !majority_each {
+            return;
+        }
+        if fast_possible && !t.fast_expired {
+            if !t.fast_waiting {
+                t.fast_waiting = true;
+                ctx.set_timer(self.opts.fast_wait_ns, Timer::FastWait(id));
+            }
+            return;
+        }
+        let mut deps = Vec::new();
+        let mut seen: Vec<ShardId> = Vec::new();
+        for (_, shard, d) in &t.answers {
+            if self.opts.unsafe_no_dep_union {
+                // Broken on purpose: one answer per shard, not the union.
+                if seen.contains(shard) {
+                    continue;
+                }
+                seen.push(*shard);
+            }
+            union_into(&mut deps, d);
+        }
+        t.phase = Phase::Accept;
+        t.path = CommitPath::Slow;
+        t.deps = deps.clone();
+        ctx.count("janus.slow", 1);
+        let msg = Msg::Accept {
+            body: t.body.clone(),
+            ballot: Ballot::ZERO,
+            deps,
+        };
+        let to = self.participants(&self.inflight[&id].body);
+        ctx.multicast(to, &msg);
+    }
+
+    fn on_accept_reply(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId, ok: bool) {
+        let Some(t) = self.inflight.get_mut(&id) else {
+            return;
+        };
+        if t.phase != Phase::Accept {
+            return;
+        }
+        if !ok {
+            t.phase = Phase::Commit;
+            return;
+        }
+        if !t.acks.contains(&from) {
+            t.acks.push(from);
+        }
+        let done = t.body.tag.majority_each(&self.cluster, &t.acks);
+        if done {
+            let deps = t.deps.clone();
+            self.commit(ctx, id, deps);
+        }
+    }
+
+    fn commit(&mut self, ctx: &mut Cx<'_>, id: TxnId, deps: Deps) {
+        let t = self.inflight.get_mut(&id).expect("inflight");
+        t.phase = Phase::Commit;
+        t.decided = true;
+        t.deps = deps.clone();
+        let msg = Msg::Commit {
+            body: t.body.clone(),
+            deps,
+        };
+        let to = self.participants(&self.inflight[&id].body);
+        ctx.multicast(to, &msg);
+    }
+
+    fn on_result(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        id: TxnId,
+        shard: ShardId,
+        outcome: Result<Vec<(u16, PieceResult)>, AbortReason>,
+    ) {
+        let Some(t) = self.inflight.get_mut(&id) else {
+            return;
+        };
+        if t.shards_done.contains(&shard) {
+            return;
+        }
+        t.shards_done.push(shard);
+        match outcome {
+            Ok(results) => {
+                for (i, r) in results {
+                    if let Some(slot) = t.results.get_mut(usize::from(i)) {
+                        *slot = Some(r);
+                    }
+                }
+            }
+            Err(reason) => {
+                t.failure.get_or_insert(reason);
+            }
+        }
+        if t.body.tag.shards().all(|s| t.shards_done.contains(&s)) {
+            let t = self.inflight.remove(&id).expect("inflight");
+            let outcome = match t.failure {
+                Some(reason) => Outcome::Aborted { reason },
+                None => Outcome::Committed {
+                    results: t
+                        .results
+                        .into_iter()
+                        .map(Option::unwrap_or_default)
+                        .collect(),
+                    commit_ts: None,
+                    path: t.path,
+                },
+            };
+            ctx.respond(t.request, ClientResponse::Outcome(outcome));
+        }
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
+        match timer {
+            Timer::FastWait(id) => {
+                if let Some(t) = self.inflight.get_mut(&id) {
+                    t.fast_expired = true;
+                    if t.phase == Phase::PreAccept {
+                        self.advance(ctx, id);
+                    }
+                }
+            }
+            Timer::Retry(id) => self.retry(ctx, id),
+            Timer::Tick => {}
+        }
+    }
+
+    /// Resends the current phase to the replicas that have not answered it; gives up with
+    /// `Unknown` after `commit_timeout_ms` (a recovery may still commit it).
+    fn retry(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let Some(t) = self.inflight.get(&id) else {
+            return;
+        };
+        if ctx.now_ns().saturating_sub(t.started_ns) >= self.opts.commit_timeout_ns {
+            let t = self.inflight.remove(&id).expect("inflight");
+            let reason = "janus: no results before commit_timeout_ms".to_string();
+            ctx.respond(
+                t.request,
+                ClientResponse::Outcome(Outcome::Unknown { reason }),
+            );
+            return;
+        }
+        let body = t.body.clone();
+        let (msg, to): (Msg, Vec<NodeId>) = match t.phase {
+            Phase::PreAccept => (
+                Msg::PreAccept { body: body.clone() },
+                self.participants(&body)
+                    .into_iter()
+                    .filter(|n| !t.answers.iter().any(|(a, _, _)| a == n))
+                    .collect(),
+            ),
+            Phase::Accept => (
+                Msg::Accept {
+                    body: body.clone(),
+                    ballot: Ballot::ZERO,
+                    deps: t.deps.clone(),
+                },
+                self.participants(&body)
+                    .into_iter()
+                    .filter(|n| !t.acks.contains(n))
+                    .collect(),
+            ),
+            // Taken over by a recovery: only its decision may be sent; wait for results.
+            Phase::Commit if !t.decided => {
+                ctx.set_timer(self.opts.retry_ns, Timer::Retry(id));
+                return;
+            }
+            Phase::Commit => (
+                Msg::Commit {
+                    body: body.clone(),
+                    deps: t.deps.clone(),
+                },
+                body.tag
+                    .shards()
+                    .filter(|s| !t.shards_done.contains(s))
+                    .flat_map(|s| self.cluster.replicas(s).iter().copied())
+                    .collect(),
+            ),
+        };
+        ctx.multicast(to, &msg);
+        ctx.set_timer(self.opts.retry_ns, Timer::Retry(id));
+    }
+}

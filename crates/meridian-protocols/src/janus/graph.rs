@@ -1,0 +1,497 @@
+//! A replica's dependency graph (Janus §4.1, §4.4): the transactions it knows with their
+//! status and dependencies, the per-key conflict table that pre-accept reads its answers
+//! from, which of its shard's transactions it executed, and the order in which committed
+//! transactions become executable (strongly connected components in topological order,
+//! members by id). Pure state, no effects: `replica.rs` persists, sends and executes.
+
+use super::wire::{Ballot, Body, Dep, Deps, Known, Tag};
+use meridian_core::txn::Key;
+use meridian_core::{NodeId, ShardId, TxnId};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Where a transaction stands at this replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Status {
+    PreAccepted,
+    Accepted,
+    Committed,
+    /// Executed here (its pieces of this shard applied; a no-op for another shard's
+    /// transaction, whose place in the order is all this replica needed).
+    Executed,
+}
+
+/// A transaction this replica knows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Vertex {
+    pub body: Arc<Body>,
+    pub status: Status,
+    pub promised: Ballot,
+    pub accepted: Ballot,
+    /// Pre-accepted: this replica's own answer; accepted: the accepted union; committed:
+    /// the final dependencies.
+    pub deps: Deps,
+    /// Local time of the last message about it (a recovery starts after a long silence).
+    #[serde(skip)]
+    pub touched_ns: u64,
+}
+
+/// What pre-accept reports for one key, as tags (an id alone could not be reported once
+/// the transaction's body is forgotten): every transaction touching the key that this
+/// replica knows and has not executed (`live`, with whether it writes), and of the executed
+/// ones the last writer and the readers executed after it. Nothing live is ever dropped
+/// when a newer access arrives: a transaction learned late (a slow pre-accept, an accept or
+/// commit of one never pre-accepted here) may be older than what is recorded, so "the last
+/// writer" is only known once executed, in the graph's order.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KeyEntry {
+    done_writer: Option<Tag>,
+    done_readers: Vec<Tag>,
+    live: Vec<(Tag, bool)>,
+}
+
+/// Slots of one coordinator incarnation executed here: all below `below`, and `above`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SlotSet {
+    below: u64,
+    above: BTreeSet<u64>,
+}
+
+impl SlotSet {
+    fn contains(&self, slot: u64) -> bool {
+        slot < self.below || self.above.contains(&slot)
+    }
+
+    fn insert(&mut self, slot: u64) {
+        if slot >= self.below {
+            self.above.insert(slot);
+        }
+        while self.above.remove(&self.below) {
+            self.below += 1;
+        }
+    }
+}
+
+/// A coordinator incarnation: the key of the executed-slot table.
+fn incarnation(id: TxnId) -> (NodeId, u64) {
+    (id.coordinator, id.seq >> TxnId::INCARNATION_SHIFT)
+}
+
+/// What a replica checkpoints (the durable form of [`Graph`] without its store).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GraphSnapshot {
+    pub vertices: Vec<(TxnId, Vertex)>,
+    pub keys: Vec<(Key, KeyEntry)>,
+    pub executed: Vec<((NodeId, u64), SlotSet)>,
+    pub store: Vec<(Key, meridian_core::txn::Value)>,
+}
+
+/// The dependency graph of one replica of `shard`.
+#[derive(Debug)]
+pub struct Graph {
+    shard: ShardId,
+    pub vertices: FxHashMap<TxnId, Vertex>,
+    keys: FxHashMap<Key, KeyEntry>,
+    executed: FxHashMap<(NodeId, u64), SlotSet>,
+    /// Other shards' transactions known executed (answers to inquiries), bounded FIFO.
+    foreign_done: FxHashSet<TxnId>,
+    foreign_order: VecDeque<TxnId>,
+    /// Executed vertices in execution order with the local time, for forgetting them.
+    forget_queue: VecDeque<(u64, TxnId)>,
+    /// Set when something changed that may let a committed transaction execute.
+    pub dirty: bool,
+}
+
+/// What one pass of [`Graph::executable`] found.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Transactions to execute now, in order.
+    pub order: Vec<TxnId>,
+    /// Dependencies that are not known here (to inquire about).
+    pub missing: Vec<Tag>,
+}
+
+impl Graph {
+    pub fn new(shard: ShardId) -> Graph {
+        Graph {
+            shard,
+            vertices: FxHashMap::default(),
+            keys: FxHashMap::default(),
+            executed: FxHashMap::default(),
+            foreign_done: FxHashSet::default(),
+            foreign_order: VecDeque::new(),
+            forget_queue: VecDeque::new(),
+            dirty: false,
+        }
+    }
+
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// Whether `tag` touches this replica's shard.
+    pub fn is_local(&self, tag: &Tag) -> bool {
+        tag.slot(self.shard).is_some()
+    }
+
+    /// Whether this replica executed `tag` (for another shard's transaction: placed it).
+    pub fn is_done(&self, tag: &Tag) -> bool {
+        if let Some(v) = self.vertices.get(&tag.id) {
+            return v.status == Status::Executed;
+        }
+        match tag.slot(self.shard) {
+            Some(slot) => self
+                .executed
+                .get(&incarnation(tag.id))
+                .is_some_and(|s| s.contains(slot)),
+            None => self.foreign_done.contains(&tag.id),
+        }
+    }
+
+    /// Whether this replica executed `tag` of its own shard and forgot it.
+    pub fn forgotten(&self, tag: &Tag) -> bool {
+        !self.vertices.contains_key(&tag.id) && self.is_local(tag) && self.is_done(tag)
+    }
+
+    /// Pre-accept (§4.1): the conflicting transactions seen so far on this shard's keys
+    /// (see [`KeyEntry`]), then records `body` among the keys' live accesses.
+    pub fn conflicts(&mut self, body: &Body) -> Deps {
+        let mut deps: Deps = Vec::new();
+        let mut push = |tag: &Tag| {
+            if tag.id != body.tag.id {
+                let dep = Dep { tag: tag.clone() };
+                super::wire::union_into(&mut deps, std::slice::from_ref(&dep));
+            }
+        };
+        for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
+            piece.for_each_key(|key, write| {
+                let Some(entry) = self.keys.get(key) else {
+                    return;
+                };
+                entry.done_writer.iter().for_each(&mut push);
+                if write {
+                    entry.done_readers.iter().for_each(&mut push);
+                }
+                for (tag, writes) in &entry.live {
+                    if write || *writes {
+                        push(tag);
+                    }
+                }
+            });
+        }
+        self.note_keys(body);
+        deps
+    }
+
+    /// Records `body` among its keys' live accesses (also for an accept or commit of a
+    /// transaction this replica never pre-accepted: later pre-accepts must still see it).
+    pub fn note_keys(&mut self, body: &Body) {
+        for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
+            piece.for_each_key(|key, write| {
+                let live = &mut self.keys.entry(key.clone()).or_default().live;
+                match live.iter_mut().find(|(t, _)| t.id == body.tag.id) {
+                    Some((_, w)) => *w |= write,
+                    None => live.push((body.tag.clone(), write)),
+                }
+            });
+        }
+    }
+
+    /// Moves an executed transaction's accesses from live to executed.
+    fn note_executed(&mut self, body: &Body) {
+        let id = body.tag.id;
+        for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
+            piece.for_each_key(|key, write| {
+                let entry = self.keys.entry(key.clone()).or_default();
+                entry.live.retain(|(t, _)| t.id != id);
+                if write {
+                    entry.done_writer = Some(body.tag.clone());
+                    entry.done_readers.clear();
+                } else if !entry.done_readers.iter().any(|r| r.id == id) {
+                    entry.done_readers.push(body.tag.clone());
+                }
+            });
+        }
+    }
+
+    /// Inserts a transaction first heard of now (pre-accept, prepare, accept or commit).
+    pub fn insert(&mut self, body: Arc<Body>, status: Status, deps: Deps, now_ns: u64) {
+        let id = body.tag.id;
+        let vertex = Vertex {
+            body,
+            status,
+            promised: Ballot::ZERO,
+            accepted: Ballot::ZERO,
+            deps,
+            touched_ns: now_ns,
+        };
+        self.vertices.insert(id, vertex);
+        if status == Status::Committed {
+            self.dirty = true;
+        }
+    }
+
+    /// Commits a known or new transaction with its final dependencies.
+    pub fn commit(&mut self, body: &Arc<Body>, deps: Deps, now_ns: u64) {
+        match self.vertices.get_mut(&body.tag.id) {
+            Some(v) if v.status >= Status::Committed => {}
+            Some(v) => {
+                v.status = Status::Committed;
+                v.deps = deps;
+                v.touched_ns = now_ns;
+            }
+            None => {
+                if self.is_local(&body.tag) {
+                    self.note_keys(body);
+                }
+                self.insert(body.clone(), Status::Committed, deps, now_ns);
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// What a prepare reports about a known transaction.
+    pub fn known(&self, id: TxnId) -> Option<Known> {
+        let v = self.vertices.get(&id)?;
+        Some(match v.status {
+            Status::PreAccepted => Known::PreAccepted(v.deps.clone()),
+            Status::Accepted => Known::Accepted(v.accepted, v.deps.clone()),
+            Status::Committed | Status::Executed => Known::Committed(v.deps.clone()),
+        })
+    }
+
+    /// An inquiry answer: another shard's transaction this replica may stop waiting for.
+    pub fn note_foreign_done(&mut self, id: TxnId, capacity: usize) {
+        if self.foreign_done.insert(id) {
+            self.foreign_order.push_back(id);
+            if self.foreign_order.len() > capacity {
+                if let Some(old) = self.foreign_order.pop_front() {
+                    self.foreign_done.remove(&old);
+                }
+            }
+            self.dirty = true;
+        }
+    }
+
+    /// Marks `id` executed (its shard's effects already applied by the caller).
+    pub fn mark_executed(&mut self, id: TxnId, now_ns: u64) {
+        let Some(v) = self.vertices.get_mut(&id) else {
+            return;
+        };
+        v.status = Status::Executed;
+        let body = v.body.clone();
+        if let Some(slot) = body.tag.slot(self.shard) {
+            self.note_executed(&body);
+            self.executed
+                .entry(incarnation(id))
+                .or_default()
+                .insert(slot);
+        }
+        self.forget_queue.push_back((now_ns, id));
+    }
+
+    /// Forgets executed transactions older than `keep_ns` (garbage collection: the graph
+    /// holds only live transactions and recently executed ones, kept to answer inquiries
+    /// from lagging replicas). Key-table entries of forgotten readers are dropped too.
+    pub fn forget(&mut self, now_ns: u64, keep_ns: u64) {
+        while let Some(&(at, id)) = self.forget_queue.front() {
+            if now_ns.saturating_sub(at) < keep_ns {
+                break;
+            }
+            self.forget_queue.pop_front();
+            if let Some(v) = self.vertices.remove(&id) {
+                let shard = self.shard;
+                for piece in v.body.pieces.iter().filter(|p| p.shard == shard) {
+                    piece.for_each_key(|key, _| {
+                        // The last executed writer stays (a later pre-accept still
+                        // reports it): what a lagging replica must order after.
+                        if let Some(e) = self.keys.get_mut(key) {
+                            e.done_readers.retain(|r| r.id != id);
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// One pass over the committed transactions (iterative Tarjan): every strongly
+    /// connected component all of whose reachable components are executed or executable,
+    /// in topological order (dependencies first), members by id. A dependency that is not
+    /// committed here blocks its dependents; an unknown one is also reported as missing.
+    pub fn executable(&self) -> Pass {
+        let mut tarjan = Tarjan::default();
+        let mut pass = Pass::default();
+        let mut roots: Vec<TxnId> = self
+            .vertices
+            .iter()
+            .filter(|(_, v)| v.status == Status::Committed)
+            .map(|(&id, _)| id)
+            .collect();
+        roots.sort_unstable();
+        for root in roots {
+            if !tarjan.index.contains_key(&root) {
+                tarjan.run(self, root, &mut pass);
+            }
+        }
+        pass
+    }
+
+    /// The edges of committed `id` that matter for ordering, and whether `id` must wait (a
+    /// dependency not committed here), recording unknown dependencies in `missing`.
+    fn edges(&self, id: TxnId, missing: &mut Vec<Tag>) -> (Vec<TxnId>, bool) {
+        let mut out = Vec::new();
+        let mut blocked = false;
+        for dep in &self.vertices[&id].deps {
+            match self.vertices.get(&dep.tag.id) {
+                Some(v) => match v.status {
+                    Status::Executed => {}
+                    Status::Committed => out.push(dep.tag.id),
+                    _ => blocked = true,
+                },
+                // Executed here (placed, for another shard's transaction). One executed
+                // only at its reporter must still be chased: orderings between this
+                // shard's transactions may run through it.
+                None if self.is_done(&dep.tag) => {}
+                None => {
+                    blocked = true;
+                    missing.push(dep.tag.clone());
+                }
+            }
+        }
+        (out, blocked)
+    }
+
+    pub fn snapshot(&self, store: Vec<(Key, meridian_core::txn::Value)>) -> GraphSnapshot {
+        let mut vertices: Vec<_> = self.vertices.iter().map(|(&k, v)| (k, v.clone())).collect();
+        vertices.sort_by_key(|(k, _)| *k);
+        let mut keys: Vec<_> = self
+            .keys
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut executed: Vec<_> = self.executed.iter().map(|(&k, s)| (k, s.clone())).collect();
+        executed.sort_by_key(|(k, _)| *k);
+        GraphSnapshot {
+            vertices,
+            keys,
+            executed,
+            store,
+        }
+    }
+
+    /// Rebuilds from a snapshot (executed vertices are forgotten from `now_ns` on).
+    pub fn restore(&mut self, snap: &GraphSnapshot, now_ns: u64) {
+        self.vertices = snap.vertices.iter().cloned().collect();
+        self.keys = snap.keys.iter().cloned().collect();
+        self.executed = snap.executed.iter().cloned().collect();
+        let mut executed: Vec<TxnId> = self
+            .vertices
+            .iter()
+            .filter(|(_, v)| v.status == Status::Executed)
+            .map(|(&id, _)| id)
+            .collect();
+        executed.sort_unstable();
+        self.forget_queue = executed.into_iter().map(|id| (now_ns, id)).collect();
+        self.dirty = true;
+    }
+}
+
+/// Iterative Tarjan over committed vertices (an explicit call stack: a long dependency
+/// chain must not overflow the thread stack). Component blocked-ness propagates: a
+/// component with an edge into a blocked one is blocked.
+#[derive(Default)]
+struct Tarjan {
+    index: FxHashMap<TxnId, u32>,
+    low: FxHashMap<TxnId, u32>,
+    on_stack: FxHashSet<TxnId>,
+    stack: Vec<TxnId>,
+    /// Transactions of finished components that are blocked.
+    blocked: FxHashSet<TxnId>,
+    next: u32,
+}
+
+struct Frame {
+    id: TxnId,
+    edges: Vec<TxnId>,
+    at: usize,
+    blocked: bool,
+}
+
+impl Tarjan {
+    fn open(&mut self, graph: &Graph, id: TxnId, pass: &mut Pass) -> Frame {
+        self.index.insert(id, self.next);
+        self.low.insert(id, self.next);
+        self.next += 1;
+        self.stack.push(id);
+        self.on_stack.insert(id);
+        let (edges, blocked) = graph.edges(id, &mut pass.missing);
+        Frame {
+            id,
+            edges,
+            at: 0,
+            blocked,
+        }
+    }
+
+    fn run(&mut self, graph: &Graph, root: TxnId, pass: &mut Pass) {
+        let mut calls = vec![self.open(graph, root, pass)];
+        // Whether some member of the component being built on the stack is blocked.
+        let mut member_blocked: FxHashSet<TxnId> = FxHashSet::default();
+        while let Some(frame) = calls.last_mut() {
+            if frame.at < frame.edges.len() {
+                let w = frame.edges[frame.at];
+                frame.at += 1;
+                let v = frame.id;
+                if !self.index.contains_key(&w) {
+                    let child = self.open(graph, w, pass);
+                    calls.push(child);
+                } else if self.on_stack.contains(&w) {
+                    let low = self.low[&v].min(self.index[&w]);
+                    self.low.insert(v, low);
+                } else if self.blocked.contains(&w) {
+                    frame.blocked = true;
+                }
+                continue;
+            }
+            let frame = calls.pop().expect("a frame");
+            if frame.blocked {
+                member_blocked.insert(frame.id);
+            }
+            if let Some(parent) = calls.last_mut() {
+                let low = self.low[&parent.id].min(self.low[&frame.id]);
+                self.low.insert(parent.id, low);
+            }
+            if self.low[&frame.id] == self.index[&frame.id] {
+                self.close(frame.id, &mut member_blocked, pass);
+                if let Some(parent) = calls.last_mut() {
+                    if self.blocked.contains(&frame.id) {
+                        parent.blocked = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pops the component rooted at `root`; executable unless a member is blocked.
+    fn close(&mut self, root: TxnId, member_blocked: &mut FxHashSet<TxnId>, pass: &mut Pass) {
+        let mut members = Vec::new();
+        loop {
+            let w = self.stack.pop().expect("tarjan stack");
+            self.on_stack.remove(&w);
+            members.push(w);
+            if w == root {
+                break;
+            }
+        }
+        if members.iter().any(|m| member_blocked.remove(m)) {
+            member_blocked.retain(|m| !members.contains(m));
+            self.blocked.extend(members);
+        } else {
+            members.sort_unstable();
+            pass.order.extend(members);
+        }
+    }
+}

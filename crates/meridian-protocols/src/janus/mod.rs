@@ -1,0 +1,234 @@
+//! # `janus`: Janus (Mu, Nelson, Lloyd, Li, OSDI '16, "Consolidating Concurrency Control
+//! and Consensus for Commits under Conflicts")
+//!
+//! **Guarantee: strict serializability** for one-shot transactions, under message loss,
+//! duplication and reordering, crashes of a minority of each shard's replicas (with
+//! restart from durable records) and of coordinators.
+//!
+//! ## Paper → code
+//! | paper | code |
+//! |---|---|
+//! | §4.1 pre-accept: a replica adds T to its dependency graph and answers T's conflicting transactions | `graph.rs` [`Graph::conflicts`](graph::Graph::conflicts) (per-key last writer and readers since); `replica.rs` `on_pre_accept` |
+//! | §4.2 fast path: identical dependencies from a fast quorum of every shard | `coordinator.rs` `advance` (`fast_ok`) |
+//! | §4.2 slow path: accept the union of a majority's answers under ballot 0 | `coordinator.rs` `advance`, `on_accept_reply`; `replica.rs` `on_accept` |
+//! | §4.3 commit with the final dependencies | `coordinator.rs` `commit`; `replica.rs` `on_commit`, [`Graph::commit`](graph::Graph::commit) |
+//! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
+//! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
+//! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
+//! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
+//!
+//! ## Choices the paper leaves open
+//! * **Fast quorum**: the kit's super quorum f + ⌈f/2⌉ + 1 per shard — with three replicas
+//!   (f = 1) every replica, as Janus requires for n = 3. The coordinator waits for it
+//!   `fast_wait_ms` after a majority of every shard answered with identical dependencies,
+//!   then takes the slow path; differing answers take the slow path at once.
+//! * **Dependencies** ([`graph::KeyEntry`]): per key, every conflicting access this replica
+//!   knows and has not executed, plus the last executed writer and the readers executed
+//!   after it (earlier executed ones are reachable from those). A replica records T in its
+//!   key table whenever it first learns of it (pre-accept, prepare, accept or commit) and
+//!   never lets a newer access supersede an unexecuted one — one learned late may be the
+//!   older — so any majority's answers include every conflicting committed transaction
+//!   (quorum intersection). The price: answers are larger than "last writer", so they
+//!   differ between replicas (hence the slow path) more often under contention.
+//! * **Recovery** (§5): a replica recovers an uncommitted transaction after `recovery_ms`
+//!   of silence about it (plus a random delay up to the same, against duelling recoverers),
+//!   with ballot (highest round seen + 1, its node id). Prepare goes to every replica of
+//!   every shard and carries the transaction, so a replica that never saw it pre-accepts
+//!   it (and then refuses the original pre-accept at ballot 0). With a majority of every
+//!   shard: committed anywhere → that; else the highest accepted ballot's dependencies;
+//!   else the union of the pre-accepted answers. The union is safe for a transaction that
+//!   may have committed on the fast path because the fast quorum is every replica: each
+//!   replica of the majority then holds the same answer.
+//! * **Results**: every replica of a shard executes and sends its results to the original
+//!   coordinator, which answers the client with the first per shard. A recovered
+//!   transaction's results reach its coordinator the same way; a coordinator that loses
+//!   its race to a recovery (a nacked pre-accept or accept) waits for them.
+//! * **Execution knowledge and garbage collection**: a coordinator gives each transaction
+//!   a *slot* per shard (its per-shard sequence number in this incarnation, assigned only
+//!   when the pre-accept is sent, so dense). A replica records its shard's executed slots
+//!   as a watermark per coordinator incarnation ([`graph::SlotSet`]), and can therefore
+//!   forget an executed transaction after `keep_ms` and still tell "executed and
+//!   forgotten" from "not yet seen" when a later transaction names it. Another shard's
+//!   transaction in a dependency list is chased (inquired, its own dependencies followed)
+//!   until this replica has placed it: orderings between this shard's transactions may run
+//!   through it (skipping those its reporter had executed lost such orderings — the swarm
+//!   caught it). One its replicas executed and forgot counts as placed (tracked up to
+//!   `window`); that is sound unless this replica lags more than `keep_ms` (see Limits).
+//! * **Inquiries** go first to the nearest replica of each of the dependency's shards (on
+//!   `gcp-tiga` a replica of every shard shares each region), then to all every tick.
+//! * **Durability** (`Effect::Persist`): a replica persists every pre-accept (with its
+//!   answer), promise, accept and commit before answering, every execution (its writes),
+//!   and a snapshot (store, graph, key table, executed slots) every `checkpoint_every`
+//!   records, which bounds the log. A restarted replica that forgot what it answered could
+//!   break quorum intersection (a later answer missing a transaction it had reported).
+//!   Executions are logged rather than re-derived from the commits on replay: by then the
+//!   other shards' transactions that closed a cycle may be forgotten everywhere, and the
+//!   replayed order differed (the swarm caught it). Coordinators persist only their
+//!   incarnation.
+//!
+//! ## Differences from the Janus framework (NYU-NEWS/janus, `src/deptran/janus`)
+//! * The framework ships the relevant part of the dependency graph in its messages; here
+//!   messages carry direct dependencies and a replica inquires about what it lacks.
+//! * Garbage collection and the slot watermarks are this implementation's.
+//! * Cross-shard value dependencies (pieces whose inputs are other shards' outputs) and
+//!   pieces that may abort by design (stored procedures, validation ops) are refused
+//!   `Unsupported`: Janus's transactions never abort, and execution here is per shard.
+//!
+//! ## Limits
+//! * A type error (`add` on a non-integer) aborts the failing shard's pieces only; the
+//!   other shards apply theirs (the client hears `Aborted`). Workloads never do this.
+//! * A replica lagging more than `keep_ms` behind its shard (e.g. partitioned that long)
+//!   may meet dependencies every other replica has forgotten; it then stays stuck on
+//!   them (there is no state transfer).
+//!
+//! ## Measured (simulator, this build)
+//! MicroBench, Zipf 0.5, open load 1,000 txns/s per coordinator (200 outstanding), 3 s +
+//! 3 s drain, seed 1 (Tiga Fig. 7's setup with `protocol = ["janus"]`, `rate = [1000]`;
+//! `meridian experiment run`): p50 per coordinator region — SC 125.6 ms (bound 122, 1.03
+//! WRTT), FI 183.6 ms (180, 1.02), BR 183.6 ms (180, 1.02), HK 543.2 ms (302, 1.80); 99 %
+//! fast path. HK has no replica: after the one-WRTT pre-accept to all three regions it
+//! still needs the commit-and-results round trip to the nearest replica (SC, 238 ms); the
+//! other regions' results come from a replica in their own region. HK's coordinators hit
+//! the 200-outstanding cap (2,388 commits against ~5,900 elsewhere).
+//!
+//! ## Options (`ProtocolConfig`)
+//! See [`Options`]; the **test-only** `unsafe_no_dep_union=true` makes the slow path accept
+//! one answer per shard instead of the union, which the conformance test shows caught.
+
+mod coordinator;
+pub mod graph;
+mod options;
+pub mod replica;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use coordinator::Coordinator;
+pub use options::{Options, OPTIONS};
+pub use replica::Replica;
+pub use wire::{Ballot, Body, Dep, Deps, Known, Msg, Record, Tag, Timer};
+
+use crate::kit::quorum::super_quorum;
+use meridian_core::node::{Ctx, Setup};
+use meridian_core::txn::ClientRequest;
+use meridian_core::{
+    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId, ShardId,
+};
+
+/// Janus. Implements [`Protocol`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Janus;
+
+/// A node of `janus`.
+#[derive(Debug)]
+pub enum JanusNode {
+    Replica(Box<Replica>),
+    Coordinator(Box<Coordinator>),
+    Inert,
+}
+
+impl Protocol for Janus {
+    type Node = JanusNode;
+    type Options = Options;
+
+    const NAME: &'static str = "janus";
+    const GUARANTEE: &'static str = "strict-serializable";
+    const OPTIONS: &'static [&'static str] = &OPTIONS;
+
+    fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
+        Options::for_cluster(raw, cluster)
+    }
+
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> JanusNode {
+        let cluster = setup.cluster.clone();
+        let opts = setup.options.clone();
+        match cluster.node(node).role {
+            NodeRole::Replica { shard, .. } => JanusNode::Replica(Box::new(Replica::restore(
+                node,
+                shard,
+                opts,
+                cluster,
+                setup.procedures.clone(),
+                recovered,
+            ))),
+            NodeRole::Coordinator { .. } => JanusNode::Coordinator(Box::new(Coordinator::restore(
+                node, opts, cluster, recovered,
+            ))),
+            _ => JanusNode::Inert,
+        }
+    }
+
+    /// One wide-area round trip to the farthest member of each shard's closest fast quorum
+    /// (the fast path; the results then come from the nearest replica).
+    fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
+        shards
+            .iter()
+            .map(|&s| {
+                let mut rtts: Vec<f64> = cluster
+                    .replicas(s)
+                    .iter()
+                    .map(|&r| cluster.rtt_ms(coordinator, r))
+                    .collect();
+                rtts.sort_by(f64::total_cmp);
+                let need = super_quorum(cluster.f(s)).min(rtts.len()).max(1);
+                rtts[need - 1]
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+impl Node for JanusNode {
+    type Msg = Msg;
+    type Timer = Timer;
+    type Record = Record;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self {
+            JanusNode::Replica(r) => r.on_start(ctx),
+            JanusNode::Coordinator(c) => c.on_start(ctx),
+            JanusNode::Inert => {}
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
+        match self {
+            JanusNode::Replica(r) => r.on_message(ctx, from, msg),
+            JanusNode::Coordinator(c) => c.on_message(ctx, from, msg),
+            JanusNode::Inert => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
+        match self {
+            JanusNode::Replica(r) => r.on_timer(ctx, timer),
+            JanusNode::Coordinator(c) => c.on_timer(ctx, timer),
+            JanusNode::Inert => {}
+        }
+    }
+
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
+        match self {
+            JanusNode::Coordinator(c) => c.on_client_request(ctx, request, req),
+            _ => ctx.refuse_not_coordinator(request),
+        }
+    }
+
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let JanusNode::Replica(r) = self {
+            r.on_batch_end(ctx);
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            JanusNode::Replica(r) => r.check_invariants(),
+            _ => Ok(()),
+        }
+    }
+}

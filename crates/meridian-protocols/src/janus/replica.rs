@@ -1,0 +1,684 @@
+//! A Janus replica (server): pre-accept, accept, commit (§4.1–4.3), execution in the order of
+//! the dependency graph's strongly connected components (§4.4), inquiries for unknown
+//! dependencies, and the recovery coordinator it becomes for a transaction it has waited
+//! on too long (§5). Every state change is persisted before it is answered.
+
+use super::graph::{Graph, GraphSnapshot, Status};
+use super::options::Options;
+use super::wire::{union_into, Ballot, Body, Cx, Deps, Known, Msg, Record, Tag, Timer};
+use meridian_core::txn::{
+    execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value,
+};
+use meridian_core::{Cluster, NodeId, ShardId, TxnId};
+use rand::Rng;
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+
+/// What a shard's pieces of one transaction produced.
+type PieceOutcome = Result<Vec<(u16, PieceResult)>, AbortReason>;
+
+/// A recovery this replica coordinates (§5).
+#[derive(Debug)]
+struct Recovery {
+    body: Arc<Body>,
+    ballot: Ballot,
+    /// Prepare replies, or accept acknowledgements once `accepting` holds the chosen deps.
+    replies: Vec<(NodeId, Known)>,
+    accepting: Option<Deps>,
+    acks: Vec<NodeId>,
+    started_ns: u64,
+}
+
+/// One replica of one shard.
+#[derive(Debug)]
+pub struct Replica {
+    me: NodeId,
+    shard: ShardId,
+    opts: Options,
+    cluster: Arc<Cluster>,
+    procedures: Arc<Procedures>,
+    graph: Graph,
+    store: FxHashMap<Key, Value>,
+    recoveries: FxHashMap<TxnId, Recovery>,
+    /// When each missing dependency was last inquired about (bounded: cleared each pass).
+    inquired: FxHashMap<TxnId, u64>,
+    records: usize,
+}
+
+/// A write buffer over the store: a shard's pieces of one transaction apply all or nothing.
+struct Overlay<'a> {
+    base: &'a FxHashMap<Key, Value>,
+    writes: FxHashMap<Key, Value>,
+}
+
+impl KvAccess for Overlay<'_> {
+    fn get(&mut self, key: &Key) -> Option<Value> {
+        self.writes.get(key).or_else(|| self.base.get(key)).cloned()
+    }
+    fn put(&mut self, key: Key, value: Value) {
+        self.writes.insert(key, value);
+    }
+}
+
+impl Replica {
+    /// A replica rebuilt from its durable records (empty: a fresh one).
+    pub fn restore(
+        me: NodeId,
+        shard: ShardId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        procedures: Arc<Procedures>,
+        recovered: &[Record],
+    ) -> Replica {
+        let mut replica = Replica {
+            me,
+            shard,
+            opts,
+            cluster,
+            procedures,
+            graph: Graph::new(shard),
+            store: FxHashMap::default(),
+            recoveries: FxHashMap::default(),
+            inquired: FxHashMap::default(),
+            records: 0,
+        };
+        for record in recovered {
+            replica.replay(record);
+        }
+        replica
+    }
+
+    /// Applies one durable record (the same state changes the handlers made).
+    fn replay(&mut self, record: &Record) {
+        match record {
+            Record::Snapshot(snap) => {
+                self.graph = Graph::new(self.shard);
+                self.graph.restore(snap, 0);
+                self.store = snap.store.iter().cloned().collect();
+            }
+            Record::PreAccepted { body, deps, ballot } => {
+                if !self.graph.vertices.contains_key(&body.tag.id) {
+                    self.graph.note_keys(body);
+                    self.graph
+                        .insert(body.clone(), Status::PreAccepted, deps.clone(), 0);
+                }
+                self.promise(body.tag.id, *ballot);
+            }
+            Record::Promised { id, ballot } => self.promise(*id, *ballot),
+            Record::Accepted { body, ballot, deps } => self.accept(body, *ballot, deps, 0),
+            Record::Committed { body, deps } => self.graph.commit(body, deps.clone(), 0),
+            Record::Executed { id, writes } => {
+                self.store.extend(writes.iter().cloned());
+                self.graph.mark_executed(*id, 0);
+            }
+            Record::Started { .. } => {}
+        }
+    }
+
+    fn promise(&mut self, id: TxnId, ballot: Ballot) {
+        if let Some(v) = self.graph.vertices.get_mut(&id) {
+            v.promised = v.promised.max(ballot);
+        }
+    }
+
+    fn accept(&mut self, body: &Arc<Body>, ballot: Ballot, deps: &Deps, now_ns: u64) {
+        if !self.graph.vertices.contains_key(&body.tag.id) {
+            self.graph.note_keys(body);
+            self.graph
+                .insert(body.clone(), Status::Accepted, deps.clone(), now_ns);
+        }
+        let v = self.graph.vertices.get_mut(&body.tag.id).expect("inserted");
+        if v.status < Status::Committed {
+            v.status = Status::Accepted;
+            v.accepted = ballot;
+            v.promised = v.promised.max(ballot);
+            v.deps = deps.clone();
+        }
+    }
+
+    /// Persists `record`, checkpointing every `checkpoint_every` records.
+    fn log(&mut self, ctx: &mut Cx<'_>, record: Record) {
+        self.records += 1;
+        if self.records >= self.opts.checkpoint_every {
+            self.records = 0;
+            let store = {
+                let mut s: Vec<_> = self
+                    .store
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                s.sort_by(|a, b| a.0.cmp(&b.0));
+                s
+            };
+            let snap: GraphSnapshot = self.graph.snapshot(store);
+            ctx.checkpoint(Record::Snapshot(Box::new(snap)));
+        } else {
+            ctx.persist(record);
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Cx<'_>) {
+        let now = ctx.now_ns();
+        for v in self.graph.vertices.values_mut() {
+            v.touched_ns = now;
+        }
+        self.graph.dirty = true;
+        self.tick(ctx);
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
+        if timer == Timer::Tick {
+            self.tick(ctx);
+        }
+    }
+
+    pub fn on_batch_end(&mut self, ctx: &mut Cx<'_>) {
+        if self.graph.dirty {
+            self.graph.dirty = false;
+            self.execute_ready(ctx);
+        }
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::PreAccept { body } => self.on_pre_accept(ctx, from, body),
+            Msg::Accept { body, ballot, deps } => self.on_accept(ctx, from, body, ballot, deps),
+            Msg::Commit { body, deps } => self.on_commit(ctx, body, deps),
+            Msg::Prepare { body, ballot } => self.on_prepare(ctx, from, body, ballot),
+            Msg::PrepareReply {
+                id,
+                ballot,
+                ok,
+                known,
+            } => self.on_prepare_reply(ctx, from, id, ballot, ok, known),
+            Msg::AcceptReply { id, ballot, ok } => self.on_accept_reply(ctx, from, id, ballot, ok),
+            Msg::Inquire { tag } => self.on_inquire(ctx, from, tag),
+            Msg::Executed { id } => {
+                let capacity = self.opts.window;
+                self.graph.note_foreign_done(id, capacity);
+            }
+            Msg::PreAcceptReply { .. } | Msg::Result { .. } => {}
+        }
+    }
+
+    fn touch(&mut self, id: TxnId, now_ns: u64) {
+        if let Some(v) = self.graph.vertices.get_mut(&id) {
+            v.touched_ns = now_ns;
+        }
+    }
+
+    fn on_pre_accept(&mut self, ctx: &mut Cx<'_>, from: NodeId, body: Arc<Body>) {
+        let id = body.tag.id;
+        if self.graph.forgotten(&body.tag) {
+            return;
+        }
+        self.touch(id, ctx.now_ns());
+        let reply = match self.graph.vertices.get(&id) {
+            Some(v) if v.status == Status::PreAccepted && v.promised == Ballot::ZERO => {
+                Msg::PreAcceptReply {
+                    id,
+                    ok: true,
+                    deps: v.deps.clone(),
+                }
+            }
+            Some(_) => Msg::PreAcceptReply {
+                id,
+                ok: false,
+                deps: Vec::new(),
+            },
+            None => {
+                let deps = self.graph.conflicts(&body);
+                let now = ctx.now_ns();
+                self.graph
+                    .insert(body.clone(), Status::PreAccepted, deps.clone(), now);
+                self.log(
+                    ctx,
+                    Record::PreAccepted {
+                        body,
+                        deps: deps.clone(),
+                        ballot: Ballot::ZERO,
+                    },
+                );
+                Msg::PreAcceptReply { id, ok: true, deps }
+            }
+        };
+        ctx.send(from, reply);
+    }
+
+    fn on_accept(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        body: Arc<Body>,
+        ballot: Ballot,
+        deps: Deps,
+    ) {
+        let id = body.tag.id;
+        if self.graph.forgotten(&body.tag) {
+            ctx.send(
+                from,
+                Msg::AcceptReply {
+                    id,
+                    ballot,
+                    ok: true,
+                },
+            );
+            return;
+        }
+        self.touch(id, ctx.now_ns());
+        let promised = self
+            .graph
+            .vertices
+            .get(&id)
+            .map_or(Ballot::ZERO, |v| v.promised);
+        let ok = ballot >= promised;
+        if ok {
+            self.accept(&body, ballot, &deps, ctx.now_ns());
+            self.log(ctx, Record::Accepted { body, ballot, deps });
+        }
+        ctx.send(from, Msg::AcceptReply { id, ballot, ok });
+    }
+
+    fn on_commit(&mut self, ctx: &mut Cx<'_>, body: Arc<Body>, deps: Deps) {
+        let id = body.tag.id;
+        if self.graph.is_done(&body.tag)
+            || self
+                .graph
+                .vertices
+                .get(&id)
+                .is_some_and(|v| v.status >= Status::Committed)
+        {
+            return;
+        }
+        self.graph.commit(&body, deps.clone(), ctx.now_ns());
+        self.recoveries.remove(&id);
+        self.inquired.remove(&id);
+        // Another shard's transaction learned by inquiry need not survive a crash.
+        if self.graph.is_local(&body.tag) {
+            self.log(ctx, Record::Committed { body, deps });
+        }
+    }
+
+    fn on_prepare(&mut self, ctx: &mut Cx<'_>, from: NodeId, body: Arc<Body>, ballot: Ballot) {
+        let id = body.tag.id;
+        if self.graph.forgotten(&body.tag) {
+            let known = Known::Executed;
+            ctx.send(
+                from,
+                Msg::PrepareReply {
+                    id,
+                    ballot,
+                    ok: true,
+                    known,
+                },
+            );
+            return;
+        }
+        if !self.graph.vertices.contains_key(&id) {
+            let deps = self.graph.conflicts(&body);
+            let now = ctx.now_ns();
+            self.graph
+                .insert(body.clone(), Status::PreAccepted, deps.clone(), now);
+            self.promise(id, ballot);
+            self.log(ctx, Record::PreAccepted { body, deps, ballot });
+        } else {
+            let promised = self.graph.vertices[&id].promised;
+            // The same ballot again is its recoverer's retransmission.
+            if ballot < promised {
+                let known = Known::Executed;
+                ctx.send(
+                    from,
+                    Msg::PrepareReply {
+                        id,
+                        ballot: promised,
+                        ok: false,
+                        known,
+                    },
+                );
+                return;
+            }
+            self.promise(id, ballot);
+            self.log(ctx, Record::Promised { id, ballot });
+        }
+        self.touch(id, ctx.now_ns());
+        let known = self.graph.known(id).expect("known");
+        ctx.send(
+            from,
+            Msg::PrepareReply {
+                id,
+                ballot,
+                ok: true,
+                known,
+            },
+        );
+    }
+
+    fn on_inquire(&mut self, ctx: &mut Cx<'_>, from: NodeId, tag: Tag) {
+        match self.graph.vertices.get(&tag.id) {
+            Some(v) if v.status >= Status::Committed => {
+                let msg = Msg::Commit {
+                    body: v.body.clone(),
+                    deps: v.deps.clone(),
+                };
+                ctx.send(from, msg);
+            }
+            None if self.graph.forgotten(&tag) => ctx.send(from, Msg::Executed { id: tag.id }),
+            _ => {}
+        }
+    }
+
+    // ---- execution (§4.4) ---------------------------------------------------------------
+
+    fn execute_ready(&mut self, ctx: &mut Cx<'_>) {
+        let pass = self.graph.executable();
+        let now = ctx.now_ns();
+        for id in pass.order {
+            let body = self.graph.vertices[&id].body.clone();
+            if self.graph.is_local(&body.tag) {
+                let (outcome, writes) = self.run_pieces(&body);
+                self.store.extend(writes.iter().cloned());
+                self.graph.mark_executed(id, now);
+                // The execution itself is durable: replaying commits later could meet a
+                // graph whose other-shard parts were forgotten, and order differently.
+                self.log(ctx, Record::Executed { id, writes });
+                ctx.count("janus.executed", 1);
+                ctx.send(
+                    body.coordinator,
+                    Msg::Result {
+                        id,
+                        shard: self.shard,
+                        outcome,
+                    },
+                );
+            } else {
+                self.graph.mark_executed(id, now);
+            }
+        }
+        for tag in pass.missing {
+            self.inquire(ctx, tag, false);
+        }
+    }
+
+    /// Runs this shard's pieces of `body` in piece order, all or nothing: the results and
+    /// the writes to apply.
+    fn run_pieces(&self, body: &Body) -> (PieceOutcome, Vec<(Key, Value)>) {
+        let mut overlay = Overlay {
+            base: &self.store,
+            writes: FxHashMap::default(),
+        };
+        let mut results: Vec<Option<PieceResult>> = vec![None; body.pieces.len()];
+        let mut out = Vec::new();
+        for (i, piece) in body.pieces.iter().enumerate() {
+            if piece.shard != self.shard {
+                continue;
+            }
+            let inputs: Vec<Option<&PieceResult>> = results.iter().map(Option::as_ref).collect();
+            match execute_piece(piece, &inputs, &self.procedures, &mut overlay) {
+                Ok(result) => {
+                    out.push((i as u16, result.clone()));
+                    results[i] = Some(result);
+                }
+                Err(reason) => return (Err(reason), Vec::new()),
+            }
+        }
+        let mut writes: Vec<(Key, Value)> = overlay.writes.into_iter().collect();
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        (Ok(out), writes)
+    }
+
+    /// Asks for a committed dependency's decision: first the nearest replica of each of its
+    /// shards, on repeats every replica.
+    fn inquire(&mut self, ctx: &mut Cx<'_>, tag: Tag, force: bool) {
+        let now = ctx.now_ns();
+        let last = self.inquired.get(&tag.id).copied();
+        if !force && last.is_some() {
+            return;
+        }
+        if last.is_some_and(|t| now.saturating_sub(t) < self.opts.retry_ns) {
+            return;
+        }
+        if self.inquired.len() >= self.opts.window && last.is_none() {
+            return;
+        }
+        self.inquired.insert(tag.id, now);
+        ctx.count("janus.inquiries", 1);
+        for shard in tag.shards() {
+            let replicas = self.cluster.replicas(shard);
+            let targets: Vec<NodeId> = if last.is_none() {
+                let nearest =
+                    replicas
+                        .iter()
+                        .copied()
+                        .filter(|&r| r != self.me)
+                        .min_by(|&a, &b| {
+                            let (da, db) = (
+                                self.cluster.rtt_ms(self.me, a),
+                                self.cluster.rtt_ms(self.me, b),
+                            );
+                            da.total_cmp(&db).then(a.cmp(&b))
+                        });
+                nearest.into_iter().collect()
+            } else {
+                replicas.iter().copied().filter(|&r| r != self.me).collect()
+            };
+            ctx.multicast(targets, &Msg::Inquire { tag: tag.clone() });
+        }
+    }
+
+    // ---- periodic duties ----------------------------------------------------------------
+
+    fn tick(&mut self, ctx: &mut Cx<'_>) {
+        let now = ctx.now_ns();
+        self.graph.forget(now, self.opts.keep_ns);
+        // Inquiries still unanswered are repeated to every replica.
+        let pass = self.graph.executable();
+        self.inquired
+            .retain(|id, _| pass.missing.iter().any(|t| t.id == *id));
+        for tag in pass.missing {
+            self.inquire(ctx, tag, true);
+        }
+        self.recover_stuck(ctx, now);
+        ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+    }
+
+    /// §5: a transaction not committed after `recovery_ms` of silence is recovered by this
+    /// replica with a higher ballot (a random extra delay spreads competing recoverers).
+    fn recover_stuck(&mut self, ctx: &mut Cx<'_>, now: u64) {
+        let mut stuck: Vec<TxnId> = self
+            .graph
+            .vertices
+            .iter()
+            .filter(|(_, v)| v.status < Status::Committed)
+            .filter(|(_, v)| now.saturating_sub(v.touched_ns) >= self.opts.recovery_ns)
+            .map(|(&id, _)| id)
+            .collect();
+        stuck.sort_unstable();
+        for id in stuck {
+            let running = self
+                .recoveries
+                .get(&id)
+                .is_some_and(|r| now.saturating_sub(r.started_ns) < self.opts.recovery_ns);
+            if running {
+                self.resend_recovery(ctx, id);
+                continue;
+            }
+            let jitter = ctx.rng().gen_range(0..self.opts.recovery_ns.max(1));
+            let v = self.graph.vertices.get_mut(&id).expect("stuck vertex");
+            v.touched_ns = now + jitter;
+            let round = v.promised.round.max(v.accepted.round) + 1;
+            let ballot = Ballot {
+                round,
+                node: self.me.0,
+            };
+            let body = v.body.clone();
+            ctx.count("janus.recoveries", 1);
+            self.recoveries.insert(
+                id,
+                Recovery {
+                    body,
+                    ballot,
+                    replies: Vec::new(),
+                    accepting: None,
+                    acks: Vec::new(),
+                    started_ns: now,
+                },
+            );
+            self.resend_recovery(ctx, id);
+        }
+    }
+
+    fn participants(&self, body: &Body) -> Vec<NodeId> {
+        body.tag
+            .shards()
+            .flat_map(|s| self.cluster.replicas(s).iter().copied())
+            .collect()
+    }
+
+    fn resend_recovery(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let Some(r) = self.recoveries.get(&id) else {
+            return;
+        };
+        let body = r.body.clone();
+        let msg = match &r.accepting {
+            None => Msg::Prepare {
+                body: body.clone(),
+                ballot: r.ballot,
+            },
+            Some(deps) => Msg::Accept {
+                body: body.clone(),
+                ballot: r.ballot,
+                deps: deps.clone(),
+            },
+        };
+        ctx.multicast(self.participants(&body), &msg);
+    }
+
+    /// Whether `nodes` hold a majority of every shard `body` touches.
+    fn majority_each(&self, body: &Body, nodes: &[NodeId]) -> bool {
+        body.tag.majority_each(&self.cluster, nodes)
+    }
+
+    fn on_prepare_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        ballot: Ballot,
+        ok: bool,
+        known: Known,
+    ) {
+        let Some(r) = self.recoveries.get_mut(&id) else {
+            return;
+        };
+        if r.accepting.is_some() || (ok && ballot != r.ballot) {
+            return;
+        }
+        if !ok {
+            // A higher ballot: give way; the next tick may start over above it.
+            if let Some(v) = self.graph.vertices.get_mut(&id) {
+                v.promised = v.promised.max(ballot);
+            }
+            self.recoveries.remove(&id);
+            return;
+        }
+        if !r.replies.iter().any(|(n, _)| *n == from) {
+            r.replies.push((from, known));
+        }
+        let nodes: Vec<NodeId> = r.replies.iter().map(|(n, _)| *n).collect();
+        let body = r.body.clone();
+        if !self.majority_each(&body, &nodes) {
+            return;
+        }
+        let r = self.recoveries.get_mut(&id).expect("recovery");
+        let decision = choose(&r.replies);
+        match decision {
+            Choice::Done => {
+                self.recoveries.remove(&id);
+            }
+            Choice::Commit(deps) => {
+                self.recoveries.remove(&id);
+                ctx.multicast(self.participants(&body), &Msg::Commit { body, deps });
+            }
+            Choice::Accept(deps) => {
+                r.accepting = Some(deps);
+                self.resend_recovery(ctx, id);
+            }
+        }
+    }
+
+    fn on_accept_reply(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        id: TxnId,
+        ballot: Ballot,
+        ok: bool,
+    ) {
+        let Some(r) = self.recoveries.get_mut(&id) else {
+            return;
+        };
+        if r.accepting.is_none() || ballot != r.ballot {
+            return;
+        }
+        if !ok {
+            self.recoveries.remove(&id);
+            return;
+        }
+        if !r.acks.contains(&from) {
+            r.acks.push(from);
+        }
+        let (body, acks) = (r.body.clone(), r.acks.clone());
+        if self.majority_each(&body, &acks) {
+            let deps = self
+                .recoveries
+                .remove(&id)
+                .and_then(|r| r.accepting)
+                .expect("deps");
+            ctx.multicast(self.participants(&body), &Msg::Commit { body, deps });
+        }
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What a recovery coordinator does with a majority of every shard's prepare replies (§5).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Choice {
+    /// Some replica executed and forgot it: it was committed; nothing to recover.
+    Done,
+    Commit(Deps),
+    Accept(Deps),
+}
+
+/// Committed anywhere → that decision; else the value accepted at the highest ballot; else
+/// the union of the pre-accepted answers. The union is also the fast path's value when the
+/// original coordinator may have committed on it: a fast quorum is every replica, so every
+/// replica in a majority holds the same answer.
+pub(crate) fn choose(replies: &[(NodeId, Known)]) -> Choice {
+    if let Some(deps) = replies.iter().find_map(|(_, k)| match k {
+        Known::Committed(deps) => Some(deps),
+        _ => None,
+    }) {
+        return Choice::Commit(deps.clone());
+    }
+    let mut accepted: Option<(Ballot, &Deps)> = None;
+    let mut union: Deps = Vec::new();
+    for (_, known) in replies {
+        match known {
+            Known::Executed => return Choice::Done,
+            Known::Committed(_) => {}
+            Known::Accepted(b, deps) => {
+                if accepted.is_none_or(|(best, _)| *b > best) {
+                    accepted = Some((*b, deps));
+                }
+            }
+            Known::PreAccepted(deps) => union_into(&mut union, deps),
+        }
+    }
+    match accepted {
+        Some((_, deps)) => Choice::Accept(deps.clone()),
+        None => Choice::Accept(union),
+    }
+}

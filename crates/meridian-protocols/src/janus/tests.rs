@@ -1,0 +1,207 @@
+//! Unit tests of the dependency graph and the recovery choice.
+
+use super::graph::{Graph, Status};
+use super::replica::{choose, Choice};
+use super::wire::{Ballot, Body, Dep, Deps, Known, Tag};
+use meridian_core::txn::{Key, Op, Operand, Piece};
+use meridian_core::{NodeId, ShardId, TxnId};
+use std::sync::Arc;
+
+const SHARD: ShardId = ShardId(0);
+
+fn tag(n: u64) -> Tag {
+    Tag {
+        id: TxnId::new(NodeId(9), 0, n),
+        slots: [(SHARD, n)].into_iter().collect(),
+    }
+}
+
+fn key(s: &str) -> Key {
+    Key::copy_from_slice(s.as_bytes())
+}
+
+fn body(n: u64, reads: &[&str], writes: &[&str]) -> Arc<Body> {
+    let mut ops: Vec<Op> = reads.iter().map(|k| Op::Get(key(k))).collect();
+    ops.extend(
+        writes
+            .iter()
+            .map(|k| Op::Put(key(k), Operand::Literal(key("v")))),
+    );
+    Arc::new(Body {
+        tag: tag(n),
+        pieces: vec![Piece::ops(SHARD, ops)],
+        coordinator: NodeId(9),
+    })
+}
+
+fn deps(ns: &[u64]) -> Deps {
+    ns.iter().map(|&n| Dep { tag: tag(n) }).collect()
+}
+
+fn ids(order: &[TxnId]) -> Vec<u64> {
+    order.iter().map(|id| id.seq).collect()
+}
+
+#[test]
+fn pre_accept_answers_conflicting_accesses_live_or_last_executed() {
+    let mut g = Graph::new(SHARD);
+    assert!(g.conflicts(&body(0, &[], &["x"])).is_empty());
+    let reader = g.conflicts(&body(1, &["x"], &[]));
+    assert_eq!(
+        ids(&reader.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [0]
+    );
+    let reader2 = g.conflicts(&body(2, &["x"], &[]));
+    assert_eq!(reader2.len(), 1, "readers do not conflict with each other");
+    let writer = g.conflicts(&body(3, &[], &["x"]));
+    assert_eq!(
+        ids(&writer.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [0, 1, 2]
+    );
+    // Another key: no conflict.
+    assert!(g.conflicts(&body(4, &["y"], &[])).is_empty());
+    // Once executed, only the last executed writer (and readers after it) are reported.
+    let accesses: [(&[&str], &[&str]); 4] =
+        [(&[], &["x"]), (&["x"], &[]), (&["x"], &[]), (&[], &["x"])];
+    for (n, (reads, writes)) in accesses.into_iter().enumerate() {
+        g.commit(&body(n as u64, reads, writes), deps(&[]), 0);
+        g.mark_executed(tag(n as u64).id, 0);
+    }
+    let later = g.conflicts(&body(5, &[], &["x"]));
+    assert_eq!(
+        ids(&later.iter().map(|d| d.tag.id).collect::<Vec<_>>()),
+        [3]
+    );
+}
+
+#[test]
+fn components_execute_in_topological_order_members_by_id() {
+    let mut g = Graph::new(SHARD);
+    // 2 ⇄ 1 form a cycle; 3 depends on 1; 0 is independent.
+    g.insert(body(2, &[], &["x"]), Status::Committed, deps(&[1]), 0);
+    g.insert(body(1, &[], &["x"]), Status::Committed, deps(&[2]), 0);
+    g.insert(body(3, &[], &["x"]), Status::Committed, deps(&[1]), 0);
+    g.insert(body(0, &[], &["y"]), Status::Committed, deps(&[]), 0);
+    let pass = g.executable();
+    assert!(pass.missing.is_empty());
+    let order = ids(&pass.order);
+    let pos = |n| order.iter().position(|&x| x == n).unwrap();
+    assert_eq!(order.len(), 4);
+    assert_eq!(pos(2), pos(1) + 1, "one component, ordered by id");
+    assert!(pos(3) > pos(2), "the dependent component after");
+}
+
+#[test]
+fn an_uncommitted_or_unknown_dependency_blocks_its_dependents() {
+    let mut g = Graph::new(SHARD);
+    g.insert(body(1, &[], &["x"]), Status::PreAccepted, deps(&[]), 0);
+    g.insert(body(2, &[], &["x"]), Status::Committed, deps(&[1]), 0);
+    g.insert(body(3, &[], &["x"]), Status::Committed, deps(&[2]), 0);
+    g.insert(body(4, &[], &["z"]), Status::Committed, deps(&[7]), 0);
+    let pass = g.executable();
+    assert!(pass.order.is_empty(), "{:?}", pass.order);
+    assert_eq!(
+        ids(&pass.missing.iter().map(|t| t.id).collect::<Vec<_>>()),
+        [7]
+    );
+    g.commit(&body(1, &[], &["x"]), deps(&[]), 0);
+    assert_eq!(ids(&g.executable().order), [1, 2, 3]);
+}
+
+#[test]
+fn executed_transactions_are_forgotten_but_stay_known_as_executed() {
+    let mut g = Graph::new(SHARD);
+    g.insert(body(0, &[], &["x"]), Status::Committed, deps(&[]), 0);
+    g.insert(body(1, &[], &["x"]), Status::Committed, deps(&[]), 0);
+    for id in g.executable().order {
+        g.mark_executed(id, 10);
+    }
+    g.forget(15, 10);
+    assert_eq!(g.vertices.len(), 2, "kept for keep_ns");
+    g.forget(20, 10);
+    assert!(g.vertices.is_empty());
+    assert!(g.forgotten(&tag(0)) && g.forgotten(&tag(1)));
+    assert!(!g.is_done(&tag(2)), "slot 2 was never executed");
+    // A transaction naming a forgotten one executes without waiting for it.
+    g.insert(body(2, &[], &["x"]), Status::Committed, deps(&[1]), 0);
+    assert_eq!(ids(&g.executable().order), [2]);
+}
+
+#[test]
+fn recovery_takes_the_commit_then_the_highest_accepted_then_the_union() {
+    let b = |round| Ballot { round, node: 1 };
+    let pre = |ns: &[u64]| Known::PreAccepted(deps(ns));
+    let union = choose(&[(NodeId(0), pre(&[1])), (NodeId(1), pre(&[2]))]);
+    assert_eq!(union, Choice::Accept(deps(&[1, 2])));
+    let accepted = choose(&[
+        (NodeId(0), Known::Accepted(b(1), deps(&[1]))),
+        (NodeId(1), Known::Accepted(b(2), deps(&[3]))),
+        (NodeId(2), pre(&[4])),
+    ]);
+    assert_eq!(accepted, Choice::Accept(deps(&[3])));
+    let committed = choose(&[
+        (NodeId(0), Known::Accepted(b(5), deps(&[1]))),
+        (NodeId(1), Known::Committed(deps(&[2]))),
+    ]);
+    assert_eq!(committed, Choice::Commit(deps(&[2])));
+}
+
+/// Random graphs: every executed transaction's dependencies are executed before it or in
+/// its own component (mutually reachable), none waits on an unexecuted one, and everything
+/// whose reachable set is committed executes.
+#[test]
+fn random_graphs_execute_in_a_valid_order() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..300 {
+        let n = rng.gen_range(1..14u64);
+        let mut g = Graph::new(SHARD);
+        let mut all: Vec<(u64, Vec<u64>, bool)> = Vec::new();
+        for t in 0..n {
+            let ds: Vec<u64> = (0..n).filter(|&d| d != t && rng.gen_bool(0.2)).collect();
+            let committed = rng.gen_bool(0.85);
+            let status = if committed {
+                Status::Committed
+            } else {
+                Status::PreAccepted
+            };
+            g.insert(body(t, &[], &[]), status, deps(&ds), 0);
+            all.push((t, ds, committed));
+        }
+        let order = ids(&g.executable().order);
+        let reach = |from: u64| {
+            let mut seen = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                for &d in &all[seen[i] as usize].1 {
+                    if !seen.contains(&d) {
+                        seen.push(d);
+                    }
+                }
+                i += 1;
+            }
+            seen
+        };
+        for (t, ds, committed) in &all {
+            let ready = reach(*t).iter().all(|&x| all[x as usize].2);
+            assert_eq!(
+                order.contains(t),
+                *committed && ready,
+                "txn {t} in {all:?}: {order:?}"
+            );
+            let Some(pt) = order.iter().position(|x| x == t) else {
+                continue;
+            };
+            for d in ds {
+                let pd = order
+                    .iter()
+                    .position(|x| x == d)
+                    .expect("dependency executed");
+                assert!(
+                    pd < pt || reach(*d).contains(t),
+                    "{d} after {t}: {all:?} {order:?}"
+                );
+            }
+        }
+    }
+}
