@@ -252,7 +252,7 @@ impl Server {
     /// Server `id` built from its durable `records`: none, a fresh server in view 0; a
     /// diskless one that finds its boot record starts RECOVERING, with no state, until a
     /// state transfer (Algorithm 6); a durable one starts RESTARTED with the log list and
-    /// view its records hold (see [`durable`]).
+    /// view its records hold (see `server/durable.rs`).
     pub fn new(
         id: NodeId,
         cluster: Arc<Cluster>,
