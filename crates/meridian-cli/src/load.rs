@@ -67,6 +67,14 @@ pub struct BenchArgs {
     /// Serve each in-process node's /metrics on the topology's metrics ports.
     #[arg(long)]
     metrics: bool,
+    /// In-process nodes keep durable logs under `DIR/<node>/` (the cost of durability;
+    /// without it they keep nothing). Not with `--remote` (the cluster has its own).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// With `--data-dir`: force records to disk, one fsync per batch of events (group
+    /// commit).
+    #[arg(long)]
+    fsync: bool,
     /// `table` or `json`.
     #[arg(long, default_value = "table")]
     report: String,
@@ -121,6 +129,12 @@ pub(crate) struct Plan {
 fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
     init_logging(&args.log_level)?;
     args.cluster.check()?;
+    if args.remote && (args.data_dir.is_some() || args.fsync) {
+        return Err("--data-dir and --fsync are for in-process nodes; a remote cluster has its own (`cluster up --data-dir`)".into());
+    }
+    if args.fsync && args.data_dir.is_none() {
+        return Err("--fsync needs --data-dir".into());
+    }
     let duration = if until_ctrl_c {
         Duration::from_secs(365 * 24 * 3600)
     } else {
@@ -206,6 +220,8 @@ pub fn demo(demo: DemoArgs) -> ExitCode {
         check: None,
         live: true,
         metrics: demo.metrics,
+        data_dir: None,
+        fsync: false,
         report: "table".into(),
         seed: 1,
         log_level: demo.log_level,
@@ -319,6 +335,8 @@ where
             check: None,
             live: false,
             metrics: false,
+            data_dir: None,
+            fsync: false,
             report: "table".into(),
             seed: run.options.seed,
             log_level: "warn".into(),
@@ -354,6 +372,8 @@ where
         config.seed = plan.args.seed;
         config.listen = false;
         config.serve_metrics = plan.args.metrics;
+        config.data_dir = plan.args.data_dir.clone();
+        config.fsync = plan.args.fsync;
         let all: Vec<NodeId> = setup.cluster.nodes.iter().map(|n| n.id).collect();
         Some(
             Host::<P>::start(setup.clone(), &all, config)

@@ -44,6 +44,7 @@ fn free_base(n: u16) -> u16 {
 fn topology_file(dir: &Path, name: &str) -> PathBuf {
     let (_, bundled) = meridian_core::topology::BUNDLED
         .iter()
+        .chain([&("edge-three", EDGE_THREE)])
         .find(|(n, _)| *n == name)
         .unwrap();
     let base = free_base(40);
@@ -60,6 +61,63 @@ fn topology_file(dir: &Path, name: &str) -> PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// Three DAST edge regions (a shard of three replicas in each, replicated inside its
+/// region as DAST requires, each replica machine also coordinating): `edge-regions` cut
+/// to a size whose ports fit [`topology_file`]'s layout.
+const EDGE_THREE: &str = r#"
+name = "edge-three"
+regions = ["E0", "E1", "E2"]
+intra_region_rtt_ms = 5.0
+
+[[rtt]]
+between = ["E0", "E1"]
+ms = 100.0
+
+[[rtt]]
+between = ["E0", "E2"]
+ms = 100.0
+
+[[rtt]]
+between = ["E1", "E2"]
+ms = 100.0
+
+[machines]
+E0 = 3
+E1 = 3
+E2 = 3
+
+[[shards]]
+replicas = ["E0", "E0", "E0"]
+leader = "E0"
+
+[[shards]]
+replicas = ["E1", "E1", "E1"]
+leader = "E1"
+
+[[shards]]
+replicas = ["E2", "E2", "E2"]
+leader = "E2"
+
+[[coordinators]]
+region = "E0"
+count = 3
+colocated = true
+
+[[coordinators]]
+region = "E1"
+count = 3
+colocated = true
+
+[[coordinators]]
+region = "E2"
+count = 3
+colocated = true
+
+[[services]]
+name = "manager"
+per_region = 3
+"#;
 
 /// A cluster started with `cluster up` in a temporary directory; stopped on drop, so a
 /// failing test leaves no processes behind.
@@ -1065,4 +1123,307 @@ fn a_server_raises_its_open_file_limit_for_its_connections() {
     assert!(soft >= 2000u64.min(hard), "soft {soft}, hard {hard}");
     let (soft, _) = soft_limit_with("100");
     assert_eq!(soft, 256, "no raise needed");
+}
+
+// ---- issue 22, item 1 (must show 1): a whole-cluster SIGKILL loses no acknowledged write --
+
+/// Where the test's clock started: history times are nanoseconds since then.
+fn since(start: std::time::Instant) -> u64 {
+    start.elapsed().as_nanos() as u64
+}
+
+/// The coordinators' client addresses of the topology at `path`.
+fn coordinator_addresses(path: &str) -> Vec<std::net::SocketAddr> {
+    let cluster = plain_cluster(path);
+    cluster
+        .coordinators
+        .iter()
+        .map(|c| peer_addr(path, &cluster.node(*c).name))
+        .collect()
+}
+
+/// A one-shot transaction of `ops` on `key`'s shard.
+fn txn_on(path: &str, key: &str, op: meridian_core::txn::Op) -> meridian_core::txn::Txn {
+    let shard = plain_cluster(path).partitioner.shard_of(key.as_bytes());
+    meridian_core::txn::Txn {
+        pieces: vec![meridian_core::txn::Piece::ops(shard, vec![op])],
+    }
+}
+
+/// Runs `count` jobs on `workers` concurrent tasks of one client; each job's history
+/// entries are collected (indexes assigned at the end).
+fn run_jobs<F, Fut>(
+    addresses: Vec<std::net::SocketAddr>,
+    count: usize,
+    workers: usize,
+    job: F,
+) -> Vec<meridian_check::history::Entry>
+where
+    F: Fn(std::sync::Arc<meridian_client::Client>, usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Vec<meridian_check::history::Entry>> + Send,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let options = meridian_client::ClientOptions {
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let client = std::sync::Arc::new(
+            meridian_client::Client::connect(addresses, options)
+                .await
+                .expect("a coordinator accepts"),
+        );
+        let job = std::sync::Arc::new(job);
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workers {
+            let (client, job) = (client.clone(), job.clone());
+            tasks.spawn(async move {
+                let mut out = Vec::new();
+                for i in (w..count).step_by(workers) {
+                    out.extend(job(client.clone(), i, w as u64).await);
+                }
+                out
+            });
+        }
+        let mut all = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            all.extend(done.unwrap());
+        }
+        all
+    })
+}
+
+/// A history entry of one transaction.
+fn entry(
+    process: u64,
+    kind: meridian_check::history::EntryType,
+    (invoke_ns, complete_ns): (u64, u64),
+    ops: Vec<meridian_check::history::HistOp>,
+) -> meridian_check::history::Entry {
+    meridian_check::history::Entry {
+        index: 0,
+        process,
+        kind,
+        invoke_ns,
+        complete_ns,
+        ops,
+    }
+}
+
+/// Appends a unique value to key `crash{i}` until one append is acknowledged (an append
+/// whose outcome is unknown may have committed: it stays in the history as `info` and the
+/// next try appends another value).
+async fn append_until_acknowledged(
+    client: &meridian_client::Client,
+    (path, start): (&str, std::time::Instant),
+    i: usize,
+    process: u64,
+) -> Vec<meridian_check::history::Entry> {
+    use meridian_check::history::{EntryType, HistOp};
+    use meridian_core::txn::{Op, Operand};
+    let key = format!("crash{i}");
+    let mut out = Vec::new();
+    for attempt in 0..20 {
+        let value = (i * 100 + attempt) as i64;
+        let op = Op::Append(
+            key.as_str().into(),
+            Operand::Literal(meridian_core::value::encode_int(value)),
+        );
+        let invoked = since(start);
+        let result = client.execute(txn_on(path, &key, op)).await;
+        let kind = match &result {
+            Ok(_) => EntryType::Ok,
+            Err(meridian_client::ClientError::Aborted(_)) => EntryType::Fail,
+            Err(_) => EntryType::Info,
+        };
+        let append = HistOp::Append {
+            key: key.clone(),
+            value,
+        };
+        out.push(entry(process, kind, (invoked, since(start)), vec![append]));
+        if result.is_ok() {
+            return out;
+        }
+    }
+    panic!("no append to {key} was acknowledged in 20 tries: {out:?}");
+}
+
+/// Reads key `crash{i}` until a read commits (the restarted cluster may still be
+/// recovering: wait on that condition, bounded by `deadline`).
+async fn read_until_committed(
+    client: &meridian_client::Client,
+    (path, start, deadline): (&str, std::time::Instant, std::time::Instant),
+    i: usize,
+    process: u64,
+) -> Vec<meridian_check::history::Entry> {
+    use meridian_check::history::{EntryType, HistOp, ReadValue};
+    use meridian_core::txn::Op;
+    let key = format!("crash{i}");
+    loop {
+        let invoked = since(start);
+        let result = client
+            .execute(txn_on(path, &key, Op::Get(key.as_str().into())))
+            .await;
+        if let Ok(committed) = result {
+            let bytes = committed.results[0].outputs[0].clone().unwrap_or_default();
+            let list = meridian_core::value::decode_list(&bytes).expect("a list of ints");
+            let read = HistOp::Read {
+                key,
+                value: ReadValue::List(list),
+            };
+            return vec![entry(
+                process,
+                EntryType::Ok,
+                (invoked, since(start)),
+                vec![read],
+            )];
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no read of {key} committed after the restart: {result:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `cluster up` of a three-region cluster (gcp-tiga: SC, FI, BR replicas, HK
+/// coordinators; for DAST three edge regions; WAN off) with a data dir, `keys` acknowledged appends, SIGKILL of every
+/// server process at once, `cluster up` again on the same run and data dirs, then every key
+/// read back: each acknowledged append is there, and the whole history (appends and
+/// reads) passes the protocol's checker model.
+fn whole_cluster_sigkill_keeps_acknowledged_writes(protocol: &str, model: &str, keys: usize) {
+    // DAST replicates a shard inside one region: three edge regions instead.
+    let topology = if protocol == "dast" {
+        "edge-three"
+    } else {
+        "gcp-tiga"
+    };
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_string();
+    let cluster = Cluster::up_with(topology, protocol, "0", &["--data-dir", &data_dir]);
+    let path = cluster.topology().to_string();
+    let start = std::time::Instant::now();
+    let p = path.clone();
+    let mut history = run_jobs(coordinator_addresses(&path), keys, 16, move |c, i, w| {
+        let p = p.clone();
+        async move { append_until_acknowledged(&c, (&p, start), i, w).await }
+    });
+
+    // Every server process at once (one per machine), then wait until all are gone.
+    let all = pids(&cluster.run());
+    assert!(all.len() >= 9, "{all:?}");
+    for (_, pid) in &all {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || all
+            .iter()
+            .all(|(_, pid)| dead(*pid))),
+        "not every server died"
+    );
+    let up = meridian(&[
+        "cluster",
+        "up",
+        "--topology",
+        &path,
+        "--protocol",
+        protocol,
+        "--wan-scale",
+        "0",
+        "--run-dir",
+        cluster.run_dir(),
+        "--data-dir",
+        &data_dir,
+    ]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let p = path.clone();
+    let reads = run_jobs(coordinator_addresses(&path), keys, 16, move |c, i, w| {
+        let p = p.clone();
+        async move { read_until_committed(&c, (&p, start, deadline), i, 100 + w).await }
+    });
+    let acknowledged: std::collections::HashSet<(String, i64)> = history
+        .iter()
+        .filter(|e| e.kind == meridian_check::history::EntryType::Ok)
+        .flat_map(|e| &e.ops)
+        .filter_map(|op| match op {
+            meridian_check::history::HistOp::Append { key, value } => Some((key.clone(), *value)),
+            _ => None,
+        })
+        .collect();
+    let read_back = reads
+        .iter()
+        .flat_map(|e| &e.ops)
+        .filter_map(|op| match op {
+            meridian_check::history::HistOp::Read {
+                key,
+                value: meridian_check::history::ReadValue::List(list),
+            } => Some(
+                list.iter()
+                    .filter(|v| acknowledged.contains(&(key.clone(), **v)))
+                    .count(),
+            ),
+            _ => None,
+        })
+        .sum::<usize>();
+    assert_eq!(acknowledged.len(), keys);
+    assert_eq!(
+        read_back, keys,
+        "{protocol}: {read_back} of {keys} acknowledged appends read back after a whole-cluster SIGKILL"
+    );
+    history.extend(reads);
+    for (index, e) in history.iter_mut().enumerate() {
+        e.index = index as u64;
+    }
+    let model: meridian_check::Model = model.parse().unwrap();
+    let report = meridian_check::check(&history, model);
+    assert!(report.valid, "{protocol}: {report}");
+}
+
+#[test]
+fn tiga_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("tiga", "strict-serializable", 1000);
+}
+
+#[test]
+fn two_pl_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("2pl-2pc", "strict-serializable", 1000);
+}
+
+#[test]
+fn clock_si_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("clock-si", "snapshot-isolation", 1000);
+}
+
+#[test]
+fn conventional_si_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("conventional-si", "snapshot-isolation", 1000);
+}
+
+#[test]
+fn k2_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("k2", "strict-serializable", 1000);
+}
+
+#[test]
+fn dast_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("dast", "strong-partition-serializable", 1000);
+}
+
+#[test]
+fn aurogon_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("aurogon", "serializable", 1000);
+}
+
+#[test]
+fn dst_to_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
+    whole_cluster_sigkill_keeps_acknowledged_writes("dst-to", "serializable", 1000);
 }

@@ -311,27 +311,91 @@ impl<N: Node> NodeHost<N> {
 
 /// A durable log kept in memory (the simulator's and the unit tests' disk): records in
 /// order, a checkpoint replacing everything before it.
+///
+/// With storage faults ([`MemoryLog::with_storage_faults`]) it also remembers what was
+/// written since the last [`MemoryLog::sync`], so that [`MemoryLog::crash`] can lose a
+/// suffix of it — a checkpoint among the lost writes then did not replace anything.
 #[derive(Clone, Debug)]
 pub struct MemoryLog<R> {
     records: Vec<R>,
+    faults: bool,
+    /// Writes since the last sync, in order (kept only with storage faults).
+    unsynced: Vec<(R, bool)>,
+    /// The records as of the last sync, once an unsynced checkpoint replaced them.
+    synced_base: Option<Vec<R>>,
 }
 
 impl<R> Default for MemoryLog<R> {
     fn default() -> Self {
         MemoryLog {
             records: Vec::new(),
+            faults: false,
+            unsynced: Vec::new(),
+            synced_base: None,
         }
     }
 }
 
-impl<R> MemoryLog<R> {
+impl<R: Clone> MemoryLog<R> {
+    /// A log whose unsynced writes a crash may lose.
+    pub fn with_storage_faults() -> Self {
+        MemoryLog {
+            faults: true,
+            ..MemoryLog::default()
+        }
+    }
+
     pub fn write(&mut self, record: R, checkpoint: bool) {
+        if self.faults {
+            if checkpoint && self.synced_base.is_none() {
+                let synced = self.records.len() - self.unsynced.len();
+                self.synced_base = Some(self.records[..synced].to_vec());
+            }
+            self.unsynced.push((record.clone(), checkpoint));
+        }
         if checkpoint {
             self.records.clear();
         }
         self.records.push(record);
     }
 
+    /// Every write so far is durable.
+    pub fn sync(&mut self) {
+        self.unsynced.clear();
+        self.synced_base = None;
+    }
+
+    /// The node crashed: of the writes since the last sync, only the first
+    /// `keep(count)` survive (clamped to the count). Returns how many were lost.
+    pub fn crash(&mut self, keep: impl FnOnce(usize) -> usize) -> usize {
+        let count = self.unsynced.len();
+        if count == 0 {
+            return 0;
+        }
+        let kept = keep(count).min(count);
+        let unsynced = std::mem::take(&mut self.unsynced);
+        if kept < count {
+            self.records = match self.synced_base.take() {
+                Some(base) => base,
+                None => {
+                    let synced = self.records.len() - count;
+                    self.records.truncate(synced);
+                    std::mem::take(&mut self.records)
+                }
+            };
+            for (record, checkpoint) in unsynced.into_iter().take(kept) {
+                if checkpoint {
+                    self.records.clear();
+                }
+                self.records.push(record);
+            }
+        }
+        self.synced_base = None;
+        count - kept
+    }
+}
+
+impl<R> MemoryLog<R> {
     /// What a restarted node is built from.
     pub fn records(&self) -> &[R] {
         &self.records
@@ -502,6 +566,34 @@ mod tests {
         if cfg!(debug_assertions) {
             assert_eq!(broken.unwrap_err().message, "told to break");
         }
+    }
+
+    #[test]
+    fn a_crash_loses_only_unsynced_writes_and_an_unsynced_checkpoint_replaces_nothing() {
+        let mut log = MemoryLog::with_storage_faults();
+        log.write(1, false);
+        log.write(2, false);
+        log.sync();
+        log.write(3, true);
+        log.write(4, false);
+        assert_eq!(log.records(), &[3, 4]);
+        assert_eq!(log.crash(|n| n - 1), 1);
+        assert_eq!(log.records(), &[3]);
+        log.write(5, false);
+        assert_eq!(log.crash(|_| 0), 1);
+        assert_eq!(log.records(), &[3], "the kept checkpoint became durable");
+
+        let mut log = MemoryLog::with_storage_faults();
+        log.write(1, false);
+        log.sync();
+        log.write(2, true);
+        log.write(3, false);
+        assert_eq!(log.crash(|_| 0), 2);
+        assert_eq!(log.records(), &[1], "the lost checkpoint replaced nothing");
+        log.write(4, false);
+        log.sync();
+        assert_eq!(log.crash(|_| 0), 0);
+        assert_eq!(log.records(), &[1, 4]);
     }
 
     #[test]

@@ -138,6 +138,7 @@ fn fig5(config: &str, behind_ms: f64) -> SimReport {
         drain_ns: 3 * NS_PER_S,
         faults: FaultPlan {
             faults: vec![step(cluster.shards[1][0]), step(cluster.coordinators[1])],
+            storage: false,
         },
         ..SimOptions::default()
     };

@@ -112,6 +112,7 @@ counters! {
     reconnects: "Outbound link connections (re)established",
     records_persisted: "Durable records written (checkpoints included)",
     bytes_persisted: "Bytes written to the durable log",
+    wal_syncs: "Durable log syncs (one per batch of handlers: group commit)",
     records_recovered: "Durable records read back at start",
 }
 

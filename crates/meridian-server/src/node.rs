@@ -6,9 +6,15 @@
 //! * **Clock.** `now_ns` is the system clock (ns since the Unix epoch) plus the node's
 //!   configured offset, the runtime's stand-in for the simulator's clock models.
 //! * **Timers** live in a `DelayQueue`, keyed by the protocol's `TimerId`, so a cancel is O(1).
-//! * **Write-ahead.** Persisted records are buffered and written out at each
-//!   [`Action::Sync`], which the host puts before the first send or response that follows
-//!   them: no message leaves ahead of the state it depends on.
+//! * **Write-ahead, with group commit.** Persisted records are buffered. At each
+//!   [`Action::Sync`] (which the host puts before the first send or response that follows
+//!   them) the loop does not write yet: it *holds* every later message and response of the
+//!   batch, and at the end of the batch writes the records out with one `write` (and, with
+//!   `fsync`, one `fsync`) for the whole batch, then lets the held messages go in order.
+//!   No message leaves ahead of the state it depends on, and a batch of handlers costs one
+//!   disk sync, not one each. Bounded: the loop syncs early once it holds
+//!   [`HELD_MESSAGES_MAX`] messages, [`UNSYNCED_BYTES_MAX`] bytes of records or has held
+//!   one for [`HOLD_MAX`]. Messages to self are not held (they die with the process).
 //! * **Messages to self** go through a local queue (never the inbox, which the loop itself
 //!   drains and which may be full), with no delay, as in the simulator.
 //! * **Batches.** After each wake-up's events (at most `INBOX_BATCH_MAX` from the inbox,
@@ -36,6 +42,26 @@ use tokio_util::time::{delay_queue, DelayQueue};
 /// Most inbound events one wake-up of a node handles before it looks at its timers and
 /// the stop signal again.
 const INBOX_BATCH_MAX: usize = 64;
+
+/// Group commit bounds: a batch syncs its records early once it holds this many messages
+/// and responses waiting for the sync…
+pub const HELD_MESSAGES_MAX: usize = 4096;
+/// …or this many bytes of records are written but not synced…
+pub const UNSYNCED_BYTES_MAX: u64 = 4 << 20;
+/// …or its oldest held message has waited this long.
+pub const HOLD_MAX: Duration = Duration::from_millis(2);
+
+/// A message or response waiting for its batch's records to be synced.
+enum HeldOut<M> {
+    Send {
+        to: NodeId,
+        msg: M,
+    },
+    Respond {
+        request: RequestId,
+        response: ClientResponse,
+    },
+}
 
 /// How a node reaches one other node.
 pub enum Route<M> {
@@ -70,6 +96,12 @@ pub struct NodeLoop<N: Node> {
     next_request: u64,
     /// The protocol's counts since they were last published to `metrics`.
     protocol_counts: FxHashMap<&'static str, u64>,
+    /// Group commit: messages and responses waiting for the batch's sync, and since when
+    /// (None: nothing is held, sends go out at once).
+    held: Vec<HeldOut<N::Msg>>,
+    holding_since: Option<Instant>,
+    /// Bytes of records written since the last sync.
+    unsynced_bytes: u64,
 }
 
 impl<N: Node> NodeLoop<N> {
@@ -102,6 +134,9 @@ impl<N: Node> NodeLoop<N> {
             pending: FxHashMap::default(),
             next_request: 0,
             protocol_counts: FxHashMap::default(),
+            held: Vec::new(),
+            holding_since: None,
+            unsynced_bytes: 0,
         }
     }
 
@@ -163,6 +198,7 @@ impl<N: Node> NodeLoop<N> {
                 tracing::error!(node = %self.id, error = %e, "durable log write failed at shutdown");
             }
         }
+        self.held.clear();
         self.metrics.up.store(false, Ordering::Relaxed);
     }
 
@@ -199,6 +235,8 @@ impl<N: Node> NodeLoop<N> {
             panic!("{broken}");
         }
         self.carry_out(actions);
+        // Group commit: one sync for the whole batch, then what it held goes out.
+        self.commit_group();
     }
 
     fn carry_out(&mut self, mut actions: Vec<NodeAction<N>>) {
@@ -218,6 +256,10 @@ impl<N: Node> NodeLoop<N> {
 
     fn apply(&mut self, action: NodeAction<N>) {
         match action {
+            Action::Send { to, msg } if self.must_hold(to) => {
+                self.held.push(HeldOut::Send { to, msg });
+                self.commit_if_full();
+            }
             Action::Send { to, msg } => self.send(to, msg),
             Action::ArmTimer {
                 id,
@@ -235,9 +277,13 @@ impl<N: Node> NodeLoop<N> {
                     self.timers.remove(&key);
                 }
             }
+            Action::Respond { request, response } if self.holding_since.is_some() => {
+                self.held.push(HeldOut::Respond { request, response });
+                self.commit_if_full();
+            }
             Action::Respond { request, response } => self.respond(request, response),
             Action::Persist { record, checkpoint } => self.persist(&record, checkpoint),
-            Action::Sync => self.sync_wal(),
+            Action::Sync => self.hold_until_synced(),
             Action::Count { name, by } => *self.protocol_counts.entry(name).or_default() += by,
         }
     }
@@ -305,12 +351,49 @@ impl<N: Node> NodeLoop<N> {
         }
         NodeMetrics::add(&self.metrics.records_persisted, 1);
         NodeMetrics::add(&self.metrics.bytes_persisted, wal.bytes_written - before);
+        self.unsynced_bytes += wal.bytes_written - before;
     }
 
-    fn sync_wal(&mut self) {
+    /// [`Action::Sync`]: what follows waits for the batch's sync (if records are unsynced).
+    fn hold_until_synced(&mut self) {
+        if self.holding_since.is_none() && self.wal.as_ref().is_some_and(|w| w.is_dirty()) {
+            self.holding_since = Some(Instant::now());
+        }
+    }
+
+    /// Whether a message to `to` must wait for the sync (to self it need not: it dies
+    /// with the process, as the records would).
+    fn must_hold(&self, to: NodeId) -> bool {
+        self.holding_since.is_some() && !matches!(self.routes[to.index()], Route::Own)
+    }
+
+    /// Syncs early when the group holds too much or has waited too long.
+    fn commit_if_full(&mut self) {
+        let full = self.held.len() >= HELD_MESSAGES_MAX
+            || self.unsynced_bytes >= UNSYNCED_BYTES_MAX
+            || self.holding_since.is_some_and(|t| t.elapsed() >= HOLD_MAX);
+        if full {
+            self.commit_group();
+        }
+    }
+
+    /// Writes (and with `fsync` forces) every record of the group once, then sends what
+    /// it held, in order.
+    fn commit_group(&mut self) {
         if let Some(wal) = self.wal.as_mut().filter(|w| w.is_dirty()) {
             if let Err(e) = wal.sync() {
                 panic!("{}: durable log write failed: {e}", self.id);
+            }
+            NodeMetrics::add(&self.metrics.wal_syncs, 1);
+        }
+        self.unsynced_bytes = 0;
+        if self.holding_since.take().is_none() {
+            return;
+        }
+        for out in std::mem::take(&mut self.held) {
+            match out {
+                HeldOut::Send { to, msg } => self.send(to, msg),
+                HeldOut::Respond { request, response } => self.respond(request, response),
             }
         }
     }

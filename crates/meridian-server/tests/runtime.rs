@@ -492,3 +492,48 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
     assert_eq!(last_int(&committed.results), 2);
     host.shutdown().await;
 }
+
+/// Group commit: with `fsync`, a node syncs its log once per batch of events, not once per
+/// handler that wrote records. Under 200 concurrent transactions Tiga's servers write
+/// several records per batch (fast releases, seals, log positions), so they sync far
+/// fewer times than they write — and every transaction still commits (the held messages
+/// went out after the sync).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_batch_share_one_sync() {
+    let setup = setup::<Tiga>("local");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(setup.cluster.nodes.len());
+    config.data_dir = Some(dir.path().to_path_buf());
+    config.fsync = true;
+    let coordinator = setup.cluster.coordinators[0];
+    let addr = config.addresses.peer[coordinator.index()];
+    let host = start::<Tiga>(&setup, config).await;
+    let client = std::sync::Arc::new(
+        Client::connect(vec![addr], ClientOptions::default())
+            .await
+            .unwrap(),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let (client, txn) = (client.clone(), add_txn(&setup, &[&format!("g{i}")], 1));
+        tasks.spawn(async move { client.execute(txn).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap().unwrap();
+    }
+    let sum = |f: fn(&meridian_server::metrics::NodeMetrics) -> u64| -> u64 {
+        setup
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| f(host.metrics(n.id)))
+            .sum()
+    };
+    let records = sum(|m| m.records_persisted.get());
+    let syncs = sum(|m| m.wal_syncs.get());
+    assert!(
+        syncs > 0 && 2 * syncs < records,
+        "{syncs} syncs for {records} records"
+    );
+    host.shutdown().await;
+}

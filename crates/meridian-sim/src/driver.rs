@@ -17,7 +17,7 @@ use meridian_core::{
     TimerId, Topology,
 };
 use meridian_workload::Workload;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHasher};
 use std::collections::VecDeque;
@@ -213,6 +213,9 @@ struct Sim<'w, P: Protocol> {
     resume_ns: u64,
     /// Open-loop arrival times.
     arrival_rng: ChaCha8Rng,
+    /// Storage faults: how many unsynced records survive a crash (a stream of its own, so
+    /// the other streams replay the same with or without them).
+    storage_rng: ChaCha8Rng,
     timeline: TimelineBuilder,
 }
 
@@ -267,7 +270,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     node_rng(options.seed, info.id, 0),
                     options.batch_max,
                 ),
-                durable: MemoryLog::default(),
+                durable: if options.faults.storage {
+                    MemoryLog::with_storage_faults()
+                } else {
+                    MemoryLog::default()
+                },
                 busy_until_ns: 0,
                 backlog: VecDeque::new(),
                 serve_queued: false,
@@ -304,6 +311,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 options.duration_ns + options.drain_ns,
             ),
             arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
+            storage_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x5707, 0)),
             network: Network::new(&cluster),
             net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
             setup,
@@ -418,7 +426,12 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn apply(&mut self, node: NodeId, action: NodeAction<P::Node>) {
         match action {
-            Action::Send { to, msg } => self.send(node, to, msg),
+            Action::Send { to, msg } => {
+                // A message leaves: the node's records before it are durable (the host put
+                // a sync before it; see the storage-fault model in `faults`).
+                self.slots[node.index()].durable.sync();
+                self.send(node, to, msg)
+            }
             Action::ArmTimer {
                 id,
                 incarnation,
@@ -439,12 +452,14 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 self.compact_if_mostly_dead();
             }
             Action::Respond { request, response } => {
+                self.slots[node.index()].durable.sync();
                 self.push(self.now_ns, Event::Response { request, response })
             }
-            // The simulated disk is written at once; there is nothing to sync.
             Action::Persist { record, checkpoint } => {
                 self.slots[node.index()].durable.write(record, checkpoint)
             }
+            // Syncs take effect when a message leaves (above): records no message followed
+            // are what a storage fault may lose at a crash.
             Action::Sync => {}
             Action::Count { name, by } => *self.report.counters.entry(name).or_default() += by,
         }
@@ -719,6 +734,15 @@ impl<'w, P: Protocol> Sim<'w, P> {
     fn crash_node(&mut self, node: NodeId) {
         let slot = &mut self.slots[node.index()];
         if slot.host.crash() {
+            let rng = &mut self.storage_rng;
+            let lost = slot.durable.crash(|count| rng.gen_range(0..=count));
+            if lost > 0 {
+                *self
+                    .report
+                    .faults_applied
+                    .entry("storage: unsynced records lost".to_string())
+                    .or_default() += 1;
+            }
             slot.busy_until_ns = 0;
             // What waited for the node dies with it, as its inbox would.
             slot.backlog.clear();

@@ -12,6 +12,7 @@
 //! | `loss:P@T` | from T on, each message is lost with probability P |
 //! | `dup:P@T` | from T on, each message is delivered twice with probability P |
 //! | `clock-step:NODE:MS@T` | the node's clock jumps by MS milliseconds (may be negative) |
+//! | `storage` | storage faults for the whole run (no time): see below |
 //!
 //! `NODE` is a node name (`shard0/replica1`, `coord3`, …); `T` a duration (`5s`, `750ms`).
 //! `random` draws a seeded mix of every kind over the run, overlapping, inside the
@@ -19,6 +20,18 @@
 //! whole machine down (every role it hosts).
 //! At the end of the run the simulator heals everything and restarts crashed nodes before the
 //! drain, so in-flight transactions can finish.
+//!
+//! **Storage faults** (`storage`; `random` turns them on whenever it draws crashes). The
+//! simulated disk then keeps a node's records only as the runtime promises to: a record
+//! is *synced* once a message or response of its node has left after it (the host puts an
+//! `Action::Sync` before each; the runtime syncs there or, with group commit, holds the
+//! message until its batch's sync). At a crash the records written since the node's last
+//! sync — a checkpoint among them included, which then does not replace the older
+//! records — survive as a prefix of seeded random length (from the storage stream of the
+//! run's seed): the rest are lost, and a torn last record is one of them (the runtime's
+//! log drops a torn tail by its checksum). The runtime also syncs at the end of each
+//! batch, which the simulator does not count on: the model is the weakest disk the
+//! runtime allows, so a protocol that relies on a record no message followed is caught.
 
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
 use meridian_core::{Cluster, FaultModel, MachineId, NodeId};
@@ -50,6 +63,8 @@ pub enum Fault {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FaultPlan {
     pub faults: Vec<(u64, Fault)>,
+    /// Storage faults (see the module doc): a crash may lose unsynced records.
+    pub storage: bool,
 }
 
 /// Which fault kinds `random` may draw.
@@ -80,11 +95,16 @@ impl FaultPlan {
             return Ok(FaultPlan::default());
         }
         let mut faults = Vec::new();
+        let mut storage = false;
         for item in spec.split(',').map(str::trim) {
+            if item == "storage" {
+                storage = true;
+                continue;
+            }
             faults.push(parse_item(item, cluster).map_err(|e| format!("fault `{item}`: {e}"))?);
         }
         faults.sort_by_key(|(at, _)| *at);
-        Ok(FaultPlan { faults })
+        Ok(FaultPlan { faults, storage })
     }
 
     /// A seeded random mix over `[0, duration_ns)`, drawn inside the protocol's fault
@@ -155,7 +175,10 @@ impl FaultPlan {
         }
         // Stable: at one instant, the lanes' faults keep lane order (crashes first).
         faults.sort_by_key(|(at, _)| *at);
-        FaultPlan { faults }
+        FaultPlan {
+            faults,
+            storage: kinds.crashes,
+        }
     }
 
     /// The plan `--faults random` runs for a run seeded `seed`: every kind of fault, from
@@ -285,7 +308,7 @@ fn parse_item(item: &str, cluster: &Cluster) -> Result<(u64, Fault), String> {
             }
             Fault::ClockStep { node: node(cluster, name)?, step_ms }
         }
-        other => return Err(format!("unknown fault kind `{other}` (crash, restart, partition, isolate, heal, loss, dup, clock-step)")),
+        other => return Err(format!("unknown fault kind `{other}` (crash, restart, partition, isolate, heal, loss, dup, clock-step, storage)")),
     };
     Ok((at_ns, fault))
 }

@@ -309,7 +309,33 @@
 //!   re-executes the log on it and sends both as `start-view`; the log becomes the new
 //!   release stream, numbered on from the checkpoint's position. Followers execute it as
 //!   the commit-point advances.
-//! * **Diskless servers, as in the report**: a restarted server comes back RECOVERING (it
+//! * **Durability** (`durability=durable`, the default; `server/durable.rs`). The report's
+//!   servers are diskless (below), so a crash of every replica of a shard at once loses
+//!   every acknowledged write. A durable server keeps its *log list* on disk — exactly
+//!   what its view-change report carries: the checkpoint, the synced list (a leader's
+//!   release stream, a follower's synced prefix) with timestamps and decisions, and the
+//!   other entries it holds (released fast, sealed) with their timestamps — plus its view
+//!   and last-normal-view. Records: [`Record::Held`] when a follower releases fast or a
+//!   leader seals or moves an entry, [`Record::Synced`] when a leader releases or a
+//!   follower syncs one, and [`Record::ServerSnapshot`] (a checkpoint record replacing
+//!   every earlier one) when it sends its report, when it becomes NORMAL in a view, and
+//!   at a cut at most every `durable_checkpoint_ms` (2000). Each is written in the
+//!   handler that makes the change and the driver syncs records before any later
+//!   message leaves, so no fast reply, sealed notification, log sync, slow reply or
+//!   sync-point report leaves ahead of what it vouches for: a restarted server's log list
+//!   is one it really had, at least as recent as anything it said — like a server
+//!   partitioned since — which is all Algorithm 5 needs of a report. A restarted durable
+//!   server is RESTARTED: it runs nothing, heartbeats RESTARTED (alive, but a leader
+//!   saying so makes the view manager install a new view even with the same leaders),
+//!   reports its recovered list in the next view change, and as a follower also asks its
+//!   leader for a state transfer (Algorithm 6, as RECOVERING). So after a crash of every
+//!   server at once the view manager (Raft, durable) starts a view, the new leaders
+//!   rebuild the logs from the recovered lists, and the cluster serves again with every
+//!   acknowledged write. Left open: a late retransmission of a truncated transaction
+//!   after a restart is not recognised (the truncated ids are not durable), as for a
+//!   rejoin.
+//! * **Diskless servers, as in the report** (`durability=diskless`, Fig. 11's
+//!   experiment): a restarted server comes back RECOVERING (it
 //!   persists only a boot marker), takes no part in view changes, and rejoins by a state
 //!   transfer from its leader: its latest checkpoint, the release stream after it, the
 //!   commit-point, the entries the leader holds sealed (the rejoining server may have
@@ -450,7 +476,9 @@
 //! `free`), `colocation_threshold_ms` (10), `approach` (`auto`|`preventive`|
 //! `detective`, default `auto`), `probe_ms`, `probe_window`, `probe_percentile`,
 //! `retry_ms`, `commit_timeout_ms`, `tick_ms`, `heartbeat_ms`, `failure_timeout_ms`,
-//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000), `pipeline` (`true`), and
+//! `vm_tick_ms`, `recovery_ms`, `max_sessions` (4096), `session_timeout_ms` (10 000),
+//! `pipeline` (`true`), `durability` (`durable`|`diskless`), `durable_checkpoint_ms`
+//! (2000), and
 //! the **test-only**
 //! `unsafe_skip_second_round=true`, which lets a case-2 leader release without the second
 //! round — the timestamp-inversion bug of §3.6, kept so a test shows the checker catching
@@ -574,16 +602,13 @@ impl Protocol for Tiga {
         let cluster = &setup.cluster;
         let opts = setup.options.clone();
         match &cluster.node(node).role {
-            NodeRole::Replica { .. } => {
-                let restarted = recovered.iter().any(|r| matches!(r, Record::ServerStarted));
-                TigaNode::Server(Box::new(Server::new(
-                    node,
-                    cluster.clone(),
-                    opts,
-                    setup.procedures.clone(),
-                    restarted,
-                )))
-            }
+            NodeRole::Replica { .. } => TigaNode::Server(Box::new(Server::new(
+                node,
+                cluster.clone(),
+                opts,
+                setup.procedures.clone(),
+                recovered,
+            ))),
             NodeRole::Coordinator { .. } => TigaNode::Coordinator(Box::new(Coordinator::restore(
                 node,
                 opts,

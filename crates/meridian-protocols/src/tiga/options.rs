@@ -33,6 +33,8 @@ pub const OPTIONS: &[&str] = &[
     "max_sessions",
     "session_timeout_ms",
     "pipeline",
+    "durability",
+    "durable_checkpoint_ms",
 ];
 
 /// How the coordinator sizes the headroom (§3.1, §5.6).
@@ -146,6 +148,13 @@ pub struct Options {
     /// A session idle this long between steps is dropped (its client is gone), default
     /// 10 000 ms.
     pub session_timeout_ns: u64,
+    /// Whether servers keep their log on disk (`durability=durable`, the default) or only
+    /// a boot marker, as in the report (`durability=diskless`; see the module doc).
+    pub durable: bool,
+    /// Durable servers write a snapshot of their log list (replacing every earlier record)
+    /// at a cut at most this often, default 2000 ms: bounds the durable log without
+    /// writing the store's checkpoint twice a second.
+    pub durable_checkpoint_ns: u64,
     /// TEST ONLY: leaders in case 2 of §3.5 release without the second round (§3.6).
     pub unsafe_skip_second_round: bool,
     /// Detective approach: a leader executes a transaction on top of sealed, unagreed
@@ -215,6 +224,11 @@ impl Options {
         } else {
             None
         };
+        let durable = choice(
+            config,
+            "durability",
+            &[("durable", true), ("diskless", false)],
+        )?;
         let offset_ms: f64 = config.get("headroom_offset_ms", 0.0)?;
         if !offset_ms.is_finite() {
             return Err("protocol option `headroom_offset_ms` must be a number".into());
@@ -247,6 +261,8 @@ impl Options {
             max_sessions: config.get("max_sessions", 4096usize)?,
             session_timeout_ns: ms("session_timeout_ms", 10_000.0)?.max(NS_PER_MS),
             pipeline: config.get("pipeline", true)?,
+            durable,
+            durable_checkpoint_ns: ms("durable_checkpoint_ms", 2000.0)?,
         };
         if opts.failure_timeout_ns < 2 * opts.heartbeat_ns {
             return Err(

@@ -3,6 +3,7 @@
 //! The failure half (§4; Algorithms 5–6: view change, rejoin, recovery coordinator) is in
 //! [`view_change`].
 
+mod durable;
 mod gc;
 mod truncate;
 mod view_change;
@@ -256,33 +257,46 @@ pub struct Server {
     view_change: view_change::ViewChangeState,
     gc: gc::GcState,
     trunc: truncate::TruncState,
+    // ---- durability ----
+    /// A durable server restarted: its log list from its records, which it reports in
+    /// the next view change (until a new log is installed).
+    recovered: Option<durable::Recovered>,
+    /// When the last durable snapshot was written (local clock).
+    durable_snapshot_ns: u64,
 }
 
 impl Server {
-    /// Server `id` in view 0; `restarted` (it found its own boot record) makes it start
-    /// RECOVERING, with no state, until a state transfer (Algorithm 6).
+    /// Server `id` built from its durable `records`: none, a fresh server in view 0; a
+    /// diskless one that finds its boot record starts RECOVERING, with no state, until a
+    /// state transfer (Algorithm 6); a durable one starts RESTARTED with the log list and
+    /// view its records hold (see `server/durable.rs`).
     pub fn new(
         id: NodeId,
         cluster: Arc<Cluster>,
         opts: Options,
         procedures: Arc<Procedures>,
-        restarted: bool,
+        records: &[Record],
     ) -> Server {
         let NodeRole::Replica { shard, replica } = cluster.node(id).role else {
             panic!("node {id} is not a replica");
         };
-        let view = View::initial(&cluster, &opts);
+        let restarted = durable::restarted(records);
+        let recovered = (restarted && opts.durable)
+            .then(|| durable::Recovered::from_records(records, View::initial(&cluster, &opts)));
+        let view = recovered
+            .as_ref()
+            .map_or_else(|| View::initial(&cluster, &opts), |r| r.view.clone());
         let mut server = Server {
             id,
             shard,
             replica: replica.0,
             f: cluster.f(shard),
-            status: if restarted {
-                Status::Recovering
-            } else {
-                Status::Normal
+            status: match (&recovered, restarted) {
+                (Some(_), _) => Status::Restarted,
+                (None, true) => Status::Recovering,
+                (None, false) => Status::Normal,
             },
-            last_normal_view: 0,
+            last_normal_view: recovered.as_ref().map_or(0, |r| r.last_normal_view),
             leader: id,
             is_leader: false,
             leaders: Vec::new(),
@@ -324,6 +338,8 @@ impl Server {
             view_change: Default::default(),
             gc: Default::default(),
             trunc: Default::default(),
+            recovered,
+            durable_snapshot_ns: 0,
         };
         server.adopt_view(server.view.clone());
         server
@@ -353,7 +369,7 @@ impl Server {
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         ctx.persist(Record::ServerStarted);
         ctx.set_timer(self.opts.tick_ns, Timer::Tick);
-        if self.status == Status::Recovering {
+        if matches!(self.status, Status::Recovering | Status::Restarted) {
             self.inquire(ctx);
         }
     }
@@ -521,7 +537,9 @@ impl Server {
                 self.heartbeat(ctx);
                 match self.status {
                     Status::Normal => self.tick(ctx),
-                    Status::ViewChange | Status::Recovering => self.tick_view_change(ctx),
+                    Status::ViewChange | Status::Recovering | Status::Restarted => {
+                        self.tick_view_change(ctx)
+                    }
                 }
                 ctx.set_timer(self.opts.tick_ns, Timer::Tick);
             }
@@ -689,6 +707,8 @@ impl Server {
                     self.seal(ctx, id);
                 } else {
                     self.follower_release(id);
+                    // Before its fast reply leaves (at the end of the batch).
+                    self.persist_held(ctx, id);
                 }
             }
         }
@@ -758,6 +778,8 @@ impl Server {
         ctx.count(SEALS, 1);
         ctx.count(SEAL_WAIT_US, e.sealed_ns.saturating_sub(ts.time_ns) / 1_000);
         self.pq.seal(ts, id, &e.reads, &e.writes);
+        // Before the sealed notification (and, detective, the fast reply) leaves.
+        self.persist_held(ctx, id);
         self.execute_sealed(id);
         self.reexecute_behind(ctx, ts, id);
         self.reply_if_final(id);
@@ -863,6 +885,7 @@ impl Server {
                 // Raise a queued transaction to the bound early: executing it below would
                 // only be revoked (case 3).
                 self.reposition(txn, ts);
+                self.persist_held(ctx, txn);
                 self.note_own(ctx, txn, false);
             }
             _ => {}
@@ -903,6 +926,7 @@ impl Server {
             self.store.revoke(id);
             self.txns.get_mut(&id).expect("present").result = None;
             self.reposition(id, agreed);
+            self.persist_held(ctx, id);
             self.reexecute_behind(ctx, own, id);
             self.note_own(ctx, id, false);
             return;
@@ -995,7 +1019,10 @@ impl Server {
         self.log
             .insert_hashed(id, ts, Footprint(footprint(&e.reads, &e.writes)), own)
             .expect("a leader releases a transaction once");
+        let pos = self.stream.end();
         self.stream.push((id, ts));
+        // Before the log sync (and, preventive, the fast reply) leaves.
+        self.persist_synced(ctx, pos, id, ts);
         self.advance_commit_point();
         if aborted {
             self.reexecute_behind(ctx, ts, id);
@@ -1146,8 +1173,10 @@ impl Server {
                 self.maps.record(&e.reads, &e.writes, ts);
             }
             self.sync_buffer.remove(&self.sync_point);
-            self.sync_point += 1;
             self.synced.push((id, ts));
+            // Before the slow reply or sync-point report that vouches for it leaves.
+            self.persist_synced(ctx, self.sync_point, id, ts);
+            self.sync_point += 1;
             if self.opts.slow_replies == SlowReplies::Push || self.slow_wanted.remove(&id) {
                 self.send_slow(ctx, id, ts);
             }

@@ -31,6 +31,10 @@ pub enum Status {
     ViewChange,
     /// Restarted without state; waits for a state transfer (Algorithm 6).
     Recovering,
+    /// A durable server restarted with the log list its records hold: it takes part in
+    /// the next view change with it (a leader asks the view manager for one), or a
+    /// follower rejoins by state transfer as RECOVERING does.
+    Restarted,
 }
 
 /// `<g-view, g-vec, g-mode>`.
@@ -139,6 +143,8 @@ pub fn placement(cluster: &Cluster) -> Vec<(String, RegionId)> {
 struct Heard {
     at_ns: u64,
     status: Status,
+    /// The g-view the server was in.
+    g_view: u64,
 }
 
 /// One replica of the view manager.
@@ -212,9 +218,16 @@ impl ViewManager {
                 let _ = self.raft.step(from, &m);
                 self.drain(ctx);
             }
-            Msg::Heartbeat { status, .. } => {
+            Msg::Heartbeat { status, g_view } => {
                 let at_ns = ctx.now_ns();
-                self.heard.insert(from, Heard { at_ns, status });
+                self.heard.insert(
+                    from,
+                    Heard {
+                        at_ns,
+                        status,
+                        g_view,
+                    },
+                );
             }
             Msg::ViewInquiry => ctx.send(from, Msg::NewView(self.view.clone())),
             _ => {}
@@ -266,7 +279,23 @@ impl ViewManager {
             && heard
                 .iter()
                 .flatten()
-                .any(|h| h.status == Status::Recovering)
+                .any(|h| h.status == Status::Recovering || self.restarted_here(h))
+    }
+
+    /// A durable server restarted in the installed view: alive, but it runs nothing until
+    /// a view change installs a log, so a leader saying so needs a new view (possibly with
+    /// the same leaders). An older view's heartbeat is stale.
+    fn restarted_here(&self, h: &Heard) -> bool {
+        h.status == Status::Restarted && h.g_view >= self.view.g_view
+    }
+
+    /// Some leader of the installed view said RESTARTED within the failure timeout.
+    fn leader_restarted(&self, now: u64) -> bool {
+        self.view.leaders(&self.cluster).iter().any(|l| {
+            self.heard.get(l).is_some_and(|h| {
+                self.restarted_here(h) && now.saturating_sub(h.at_ns) < self.opts.failure_timeout_ns
+            })
+        })
     }
 
     fn alive(&self, node: NodeId, now: u64) -> bool {
@@ -286,12 +315,13 @@ impl ViewManager {
             }
         }
         let leaders = self.view.leaders(&self.cluster);
-        if leaders.iter().all(|&l| self.alive(l, now)) {
+        let restarted = self.leader_restarted(now);
+        if !restarted && leaders.iter().all(|&l| self.alive(l, now)) {
             return;
         }
         let chosen = self.find_new_leaders(now);
         let next = self.next_view(&chosen);
-        if next.l_views == self.view.l_views {
+        if next.l_views == self.view.l_views && !restarted {
             return; // no alive replacement: nothing a view change could fix
         }
         if self.raft.propose(next.encode()) {

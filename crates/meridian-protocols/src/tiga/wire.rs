@@ -327,12 +327,30 @@ pub enum Record {
     /// A coordinator booted: the number of these records is its incarnation, so its
     /// transaction ids never repeat after a restart.
     CoordinatorStarted,
-    /// A server booted: a server that finds one at build time restarted, lost its state
-    /// (servers keep none on disk, as in the report's diskless design) and rejoins through
-    /// a state transfer (Algorithm 6).
+    /// A server booted. With `durability=diskless` a server that finds one at build time
+    /// restarted, lost its state (as in the report's diskless design) and rejoins through
+    /// a state transfer (Algorithm 6); durable servers rebuild their log list from the
+    /// records below.
     ServerStarted,
     /// A view manager replica's Raft state.
     Raft(RaftRecord),
+    /// Durable server, written as a checkpoint (it replaces every earlier record): its view
+    /// and its whole log list as a view-change report would carry it (the report's
+    /// `g_view` is the view's). Written when it sends its report, when it becomes NORMAL
+    /// in a view (start-view, state transfer) and at a cut.
+    ServerSnapshot {
+        view: View,
+        report: Box<ViewChangeReport>,
+    },
+    /// Durable server: it holds `body` at `body.ts` outside its synced list (a follower's
+    /// fast release, a leader's sealed entry, or its new timestamp when moved); a later
+    /// record of the same id supersedes it. Written before the fast reply or sealed
+    /// notification it vouches for leaves.
+    Held(Box<TxnBody>),
+    /// Durable server: position `pos` of its synced list (a leader's release stream, a
+    /// follower's synced prefix), with its timestamp and decision. Written before the log
+    /// sync, slow reply or sync-point report that depends on it.
+    Synced { pos: u64, body: Box<TxnBody> },
 }
 
 /// Most transactions in one [`Msg::Submits`], notifications in one [`Msg::Notes`] and

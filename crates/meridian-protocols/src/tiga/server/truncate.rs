@@ -194,11 +194,13 @@ impl Server {
             self.announce_floor(ctx);
             if let Some((pos, ts)) = self.choose_cut() {
                 self.cut(ctx, pos, ts);
+                self.snapshot_at_cut(ctx);
             }
         } else {
             let (pos, ts) = self.trunc.announced;
             if pos > self.trunc.pos && self.executed_upto >= pos {
                 self.cut(ctx, pos, ts);
+                self.snapshot_at_cut(ctx);
             }
         }
     }

@@ -73,7 +73,7 @@ impl Server {
         }
         self.view_change.sent_ns = now;
         match self.status {
-            Status::Recovering => {
+            Status::Recovering | Status::Restarted => {
                 self.inquire(ctx);
                 self.request_transfer(ctx);
             }
@@ -115,9 +115,11 @@ impl Server {
             return;
         }
         // Algorithm 5 lines 6–15: stop processing, put the queue into the log list (the
-        // report lists it), send the log list to the new leader.
+        // report lists it), send the log list to the new leader. A durable server restarted
+        // from its records (RESTARTED) takes part with the log list they hold.
         let report = self.make_report(view.g_view);
         self.adopt_view(view);
+        self.persist_report(ctx, &report);
         self.status = Status::ViewChange;
         self.pq.clear();
         self.wake.reset();
@@ -136,7 +138,10 @@ impl Server {
     /// This server's log list: entries consistent with its leader (a leader's whole release
     /// stream; a follower's synced prefix), then its other entries — released fast, queued,
     /// sealed — at the timestamps it holds. Held (late, never accepted) ones are not in it.
-    fn make_report(&self, g_view: u64) -> ViewChangeReport {
+    pub(super) fn make_report(&self, g_view: u64) -> ViewChangeReport {
+        if let Some(recovered) = &self.recovered {
+            return recovered.report(self, g_view);
+        }
         // The state belongs to the role this server had when it was installed.
         let prefix = if self.stream.is_empty() {
             &self.synced
@@ -175,7 +180,7 @@ impl Server {
         }
     }
 
-    fn body_at(&self, id: TxnId, ts: Timestamp) -> TxnBody {
+    pub(super) fn body_at(&self, id: TxnId, ts: Timestamp) -> TxnBody {
         let mut body = self.txns[&id].body.clone();
         body.ts = ts;
         body
@@ -225,7 +230,7 @@ impl Server {
                     self.advance_verification(ctx);
                 }
             }
-            Status::Recovering => {}
+            Status::Recovering | Status::Restarted => {}
         }
     }
 
@@ -513,6 +518,7 @@ impl Server {
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change.report = None;
+        self.persist_snapshot(ctx);
         let msg = Msg::StartView {
             g_view,
             checkpoint: Box::new(base),
@@ -610,6 +616,7 @@ impl Server {
     /// Empties this server's state down to `base`: the store restored from it, every
     /// position below it truncated, the GC floor at its timestamp.
     fn reset_state(&mut self, base: &Checkpoint) {
+        self.recovered = None;
         self.txns.clear();
         self.pq.clear();
         self.maps = KeyMaps::default();
@@ -664,12 +671,14 @@ impl Server {
         self.status = Status::Normal;
         self.last_normal_view = g_view;
         self.view_change = ViewChangeState::default();
+        self.persist_snapshot(ctx);
     }
 
     // ---- rejoin (Algorithm 6) ---------------------------------------------------------------
 
     fn request_transfer(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        if self.status == Status::Recovering && !self.is_leader {
+        let recovering = matches!(self.status, Status::Recovering | Status::Restarted);
+        if recovering && !self.is_leader {
             let g_view = self.view.g_view;
             ctx.send(self.leader, Msg::StateTransferReq { g_view });
             self.view_change.sent_ns = ctx.now_ns();
@@ -726,7 +735,8 @@ impl Server {
         commit_point: u64,
     ) {
         let current = g_view == self.view.g_view && from == self.leader && !self.is_leader;
-        if self.status != Status::Recovering || !current {
+        let recovering = matches!(self.status, Status::Recovering | Status::Restarted);
+        if !recovering || !current {
             return;
         }
         self.install_log(ctx, (&base, Some(hashes)), log, false);
@@ -749,6 +759,7 @@ impl Server {
         self.last_normal_view = g_view;
         self.view_change = ViewChangeState::default();
         self.execute_committed();
+        self.persist_snapshot(ctx);
     }
 
     // ---- coordinator failure (§4, Appendix B) ---------------------------------------------

@@ -1,0 +1,162 @@
+//! Durable servers (`durability=durable`, the default; see the module doc of
+//! [`crate::tiga`], "Durability"): what a server writes to its log so that, after a crash of
+//! every replica at once, it can still send the view-change report (Algorithm 5) its
+//! messages vouched for, and how it rebuilds that report at restart.
+//!
+//! The durable state is a server's *log list* — the report's checkpoint, synced list and
+//! other entries — and its view. A [`Record::ServerSnapshot`] holds all of it and replaces
+//! every earlier record; [`Record::Held`] and [`Record::Synced`] add to it. Each is written
+//! in the handler that changes the state, so (the driver syncs records before a message
+//! leaves) a fast reply, sealed notification, log sync, slow reply or sync-point report
+//! never leaves ahead of the state it vouches for: a restarted server reports at least
+//! what it said, exactly as a server that was partitioned since would.
+
+use super::{Server, State};
+use crate::tiga::view::{Status, View};
+use crate::tiga::wire::{Checkpoint, Record, TxnBody, ViewChangeReport};
+use crate::tiga::TigaNode;
+use meridian_core::node::Ctx;
+use meridian_core::{Timestamp, TxnId};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// A durable server's log list and view as its records left them.
+#[derive(Clone, Debug)]
+pub(crate) struct Recovered {
+    pub(crate) view: View,
+    pub(crate) last_normal_view: u64,
+    checkpoint: Checkpoint,
+    synced: Vec<TxnBody>,
+    others: FxHashMap<TxnId, TxnBody>,
+}
+
+impl Recovered {
+    /// Folds a durable server's records (oldest first) into its log list; `initial` is
+    /// the view before any snapshot.
+    pub(crate) fn from_records(records: &[Record], initial: View) -> Recovered {
+        let mut state = Recovered {
+            view: initial,
+            last_normal_view: 0,
+            checkpoint: Checkpoint::empty(),
+            synced: Vec::new(),
+            others: FxHashMap::default(),
+        };
+        for record in records {
+            match record {
+                Record::ServerSnapshot { view, report } => {
+                    state.view = view.clone();
+                    state.last_normal_view = report.last_normal_view;
+                    state.checkpoint = report.checkpoint.clone();
+                    state.synced = report.synced.clone();
+                    state.others = report.others.iter().map(|b| (b.id, b.clone())).collect();
+                }
+                Record::Held(body) => {
+                    state.others.insert(body.id, (**body).clone());
+                }
+                Record::Synced { pos, body } => {
+                    // Positions follow each other within one snapshot's list; one below
+                    // the list's end was written again (a resend), one beyond it cannot be.
+                    let end = state.checkpoint.pos + state.synced.len() as u64;
+                    if *pos == end {
+                        state.others.remove(&body.id);
+                        state.synced.push((**body).clone());
+                    }
+                }
+                Record::ServerStarted | Record::CoordinatorStarted | Record::Raft(_) => {}
+            }
+        }
+        state
+    }
+
+    /// The report this log list makes in view `g_view` (Algorithm 5 `send-view-change`).
+    pub(crate) fn report(&self, server: &Server, g_view: u64) -> ViewChangeReport {
+        let in_synced: FxHashSet<TxnId> = self.synced.iter().map(|b| b.id).collect();
+        let mut others: Vec<TxnBody> = self
+            .others
+            .values()
+            .filter(|b| !in_synced.contains(&b.id))
+            .cloned()
+            .collect();
+        others.sort_unstable_by_key(|b| (b.ts, b.id));
+        ViewChangeReport {
+            g_view,
+            shard: server.shard,
+            replica: server.replica,
+            last_normal_view: self.last_normal_view,
+            checkpoint: self.checkpoint.clone(),
+            synced: self.synced.clone(),
+            others,
+        }
+    }
+}
+
+/// Whether a server built from `records` restarted (any record: a boot marker or, once a
+/// durable snapshot replaced it, its log).
+pub(crate) fn restarted(records: &[Record]) -> bool {
+    records
+        .iter()
+        .any(|r| !matches!(r, Record::CoordinatorStarted | Record::Raft(_)))
+}
+
+impl Server {
+    /// Makes `id`'s current body and timestamp durable as held outside the synced list.
+    pub(super) fn persist_held(&self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+        if !self.opts.durable {
+            return;
+        }
+        let e = &self.txns[&id];
+        debug_assert!(matches!(
+            e.state,
+            State::Released | State::Sealed | State::Queued
+        ));
+        ctx.persist(Record::Held(Box::new(e.body.clone())));
+    }
+
+    /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable.
+    pub(super) fn persist_synced(
+        &self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        pos: u64,
+        id: TxnId,
+        ts: Timestamp,
+    ) {
+        if !self.opts.durable {
+            return;
+        }
+        let body = self.body_at(id, ts);
+        ctx.persist(Record::Synced {
+            pos,
+            body: Box::new(body),
+        });
+    }
+
+    /// Replaces the durable log with `report` (this server's log list) and the view.
+    pub(super) fn persist_report(&self, ctx: &mut Ctx<'_, TigaNode>, report: &ViewChangeReport) {
+        if !self.opts.durable {
+            return;
+        }
+        ctx.checkpoint(Record::ServerSnapshot {
+            view: self.view.clone(),
+            report: Box::new(report.clone()),
+        });
+    }
+
+    /// Replaces the durable log with the current log list (NORMAL status).
+    pub(super) fn persist_snapshot(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        if !self.opts.durable {
+            return;
+        }
+        debug_assert_eq!(self.status, Status::Normal);
+        let report = self.make_report(self.view.g_view);
+        self.persist_report(ctx, &report);
+        self.durable_snapshot_ns = ctx.now_ns();
+    }
+
+    /// At a cut: a new snapshot if the last one is `durable_checkpoint_ms` old, which
+    /// bounds the durable log (the snapshot starts at the cut's checkpoint).
+    pub(super) fn snapshot_at_cut(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
+        let due = self.durable_snapshot_ns + self.opts.durable_checkpoint_ns;
+        if self.opts.durable && ctx.now_ns() >= due {
+            self.persist_snapshot(ctx);
+        }
+    }
+}
