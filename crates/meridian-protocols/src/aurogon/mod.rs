@@ -6,13 +6,16 @@
 //! replica of its write shards acknowledged the commit). Check the latter with
 //! `--check strong-partition-serializable`.
 //!
-//! **Known open bug:** the strong-partition mode passes its conformance swarm but fails
-//! random-fault seeds 40 and 46 of a 50-seed swarm with a real-time anomaly (`meridian sim
-//! --protocol aurogon --topology rdma-cluster --workload list-append --faults random
-//! --seed 40 --duration 10s --drain 10s --clients 2 --client-timeout 5s --protocol-opts
-//! isolation=strong-partition --service-time 20us --check strong-partition-serializable`);
-//! not yet diagnosed. The serializable mode has failed no seed run so far.
-//!
+//! **Beyond the paper's rules:** §4.4's stale-read and immortal-write rules order a
+//! transaction after every finished one that *wrote* a record it touches, but nothing
+//! orders two *readers* of one record. After a clock step a reader with a smaller
+//! timestamp, started after another reader of the same record finished, was serialized
+//! before it and closed a real-time cycle through other records (the checker found it on
+//! random-fault seeds 40 and 46). Strong-partition mode therefore adds a *late-read* rule
+//! (`mvcc.rs`, `Rules::late_read`): a read may not return a version already returned to a
+//! read with a larger timestamp, and, since which reads were answered dies with a
+//! primary's memory, a restarted or promoted primary refuses reads below its floor.
+
 //! ## Map from the paper to the files
 //! | paper | file |
 //! |---|---|
@@ -20,7 +23,7 @@
 //! | Algorithm 1 `Coordinate`: timestamp, reads with pre-attached writes, commit | `coordinator.rs` |
 //! | §4.2 adaptive request deferral (per-record late-arrival statistics, bounded windows) | `deferral.rs`, used by `server.rs` |
 //! | §4.3 pre-attaching dependent requests (`pre_attach=false`: Fig. 5's extra round) | `coordinator.rs` (`plan`) |
-//! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`), `coordinator.rs` (acknowledgement after commit acks) |
+//! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`: stale read, immortal write, and the late-read rule the paper lacks), `server.rs` `run_exec` (reads below the floor), `coordinator.rs` (acknowledgement after commit acks) |
 //! | §4.5 primary-backup replication, coordinator and participant failures | `server.rs` (holds, recovery, leases, promotion), `coordinator.rs` (replication, grants) |
 //! | §6.1's DST-TO baseline (`dst-to`: chasing clocks, §2.2; techniques off) | [`DstTo`] here, `coordinator.rs` (`chase_ns`) |
 //! | §5 2LClock | not modelled: the simulator's clock model (`[clocks]` of the topology) stands in |
