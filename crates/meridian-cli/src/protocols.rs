@@ -16,6 +16,7 @@ use meridian_protocols::dast::Dast;
 use meridian_protocols::k2::K2;
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
+use meridian_protocols::two_pl_raft::TwoPlRaft;
 use meridian_server::LoadReport;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Dast>(),
     entry::<Aurogon>(),
     entry::<DstTo>(),
+    entry::<TwoPlRaft>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -97,7 +97,7 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use locks::LockMode;
+pub use locks::{LockMode, Policy};
 pub use options::{Options, OPTIONS};
 pub use server::Server;
 pub use wire::{

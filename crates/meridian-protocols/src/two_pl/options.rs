@@ -1,5 +1,6 @@
 //! Protocol options of `2pl-2pc` (`--protocol-options key=value,...`).
 
+use super::locks::Policy;
 use crate::kit::options::{ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
@@ -46,6 +47,15 @@ pub struct Options {
     pub max_waiters_per_key: usize,
     /// A node writes a checkpoint record after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
+    /// Not an option: the protocol's deadlock prevention (`2pl-2pc` WAIT-DIE, `2pl-raft`
+    /// WOUND-WAIT).
+    pub deadlock: Policy,
+    /// Not an option: each shard is a Raft group and coordinators route to its leader
+    /// (`2pl-raft`), or its initial leader is its only copy (`2pl-2pc`).
+    pub replicated: bool,
+    /// Not an option: coordinators run interactive transactions (`2pl-raft`; `2pl-2pc`
+    /// answers them `Unsupported`).
+    pub interactive: bool,
 }
 
 impl Options {
@@ -92,6 +102,9 @@ impl Options {
             max_inflight,
             max_waiters_per_key: config.get("max_waiters_per_key", 64usize)?,
             checkpoint_every,
+            deadlock: Policy::WaitDie,
+            replicated: false,
+            interactive: false,
         })
     }
 

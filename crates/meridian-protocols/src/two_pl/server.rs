@@ -272,7 +272,7 @@ impl Server {
         let mut server = Server {
             id,
             incarnation: 0,
-            locks: LockTable::new(opts.max_waiters_per_key),
+            locks: LockTable::new(opts.max_waiters_per_key, opts.deadlock),
             opts,
             procedures,
             store: FxHashMap::default(),
@@ -610,13 +610,24 @@ impl Server {
                     let held = t.held.get_or_insert_with(key, || mode);
                     *held = (*held).max(mode);
                 }
-                Acquire::Waiting => return,
+                Acquire::Waiting => return self.wound(ctx),
                 Acquire::Die | Acquire::QueueFull => {
                     return self.abort_txn(ctx, txn, AbortReason::Conflict, true);
                 }
             }
         }
         self.execute_batch(ctx, txn);
+    }
+
+    /// WOUND-WAIT: aborts the transactions the last request wounded, except prepared ones
+    /// (a yes vote cannot be taken back; the requester waits for their decision). Their
+    /// locks go to the waiters, resumed when the handler settles.
+    fn wound(&mut self, ctx: &mut Cx<'_>) {
+        for txn in self.locks.take_wounded() {
+            if self.txns.get(&txn).is_some_and(|t| !t.prepared) {
+                self.abort_txn(ctx, txn, AbortReason::Conflict, true);
+            }
+        }
     }
 
     /// A lock `txn` waited for was granted: record it and keep going.
