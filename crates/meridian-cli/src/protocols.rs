@@ -14,9 +14,9 @@ use meridian_protocols::aurogon::{Aurogon, DstTo};
 use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::dast::Dast;
 use meridian_protocols::k2::K2;
+use meridian_protocols::raft_2pc::{OccRaft, TwoPlRaft};
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
-use meridian_protocols::two_pl_raft::TwoPlRaft;
 use meridian_server::LoadReport;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -33,6 +33,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Aurogon>(),
     entry::<DstTo>(),
     entry::<TwoPlRaft>(),
+    entry::<OccRaft>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -373,6 +373,8 @@ impl Coordinator {
             return ctx.respond(request, aborted(AbortReason::Invalid(why)));
         };
         let read = matches!(op, Op::Get(_));
+        // Each step has `exec_timeout_ms` to finish: the client's think time is its own.
+        t.deadline_ns = ctx.now_ns().saturating_add(self.opts.exec_timeout_ns);
         t.txn.pieces.push(Piece::ops(shard, vec![op]));
         t.results.push(None);
         t.sent.push(false);
@@ -393,6 +395,7 @@ impl Coordinator {
             return;
         }
         let t = self.txns.get_mut(&id).expect("live");
+        t.deadline_ns = ctx.now_ns().saturating_add(self.opts.exec_timeout_ns);
         t.request = Some(request);
         t.session.as_mut().expect("interactive").committing = true;
         if t.txn.pieces.is_empty() {

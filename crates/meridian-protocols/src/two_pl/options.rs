@@ -1,12 +1,14 @@
 //! Protocol options of `2pl-2pc` (`--protocol-options key=value,...`).
 
 use super::locks::Policy;
+use super::occ::Concurrency;
 use crate::kit::options::{ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 9] = [
+pub const OPTIONS: [&str; 10] = [
     "unsafe_early_release",
+    "unsafe_skip_validation",
     "retry_ms",
     "exec_timeout_ms",
     "idle_timeout_ms",
@@ -56,6 +58,12 @@ pub struct Options {
     /// Not an option: coordinators run interactive transactions (`2pl-raft`; `2pl-2pc`
     /// answers them `Unsupported`).
     pub interactive: bool,
+    /// Not an option: strict 2PL, or OCC (`occ-raft`).
+    pub concurrency: Concurrency,
+    /// TEST-ONLY, deliberately broken, OCC only (`unsafe_skip_validation`): PREPARE takes
+    /// the locks but does not check the versions read, so a transaction commits on a stale
+    /// read (lost updates). Kept so the swarm test shows the checker catching it.
+    pub unsafe_skip_validation: bool,
 }
 
 impl Options {
@@ -105,6 +113,8 @@ impl Options {
             deadlock: Policy::WaitDie,
             replicated: false,
             interactive: false,
+            concurrency: Concurrency::Locking,
+            unsafe_skip_validation: config.get("unsafe_skip_validation", false)?,
         })
     }
 

@@ -742,6 +742,9 @@ fn options_are_checked() {
         |text: &str| TwoPlTwoPc::parse_options(&ProtocolConfig::parse(text).unwrap(), &cluster);
     assert!(check("").is_ok());
     assert!(check("unsafe_early_release=true,retry_ms=5,max_waiters_per_key=0").is_ok());
+    assert!(check("unsafe_skip_validation=true")
+        .unwrap_err()
+        .contains("occ-raft"));
     assert!(check("retry_ms=5,exec_timeout_ms=50,idle_timeout_ms=100,query_ms=20").is_ok());
     assert!(check("unsafe_early_relase=true")
         .unwrap_err()

@@ -221,6 +221,9 @@ pub struct ServerSnapshot {
     pub horizons: Vec<TxnId>,
     /// The server's incarnation when the snapshot was taken.
     pub incarnation: u32,
+    /// OCC: every key's version (absent under locking, so 2PL's records are unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<(Key, u64)>,
 }
 
 /// A durable record. Servers write `Prepared`, `Committed`, `Aborted`, `ServerCheckpoint` and
