@@ -4,6 +4,8 @@
 //! * [`two_pl`] — `2pl-2pc`, the reference: strict two-phase locking with two-phase commit,
 //!   single copy, strict serializability. It exercises the harness; the papers' protocols
 //!   are judged by the same simulator and checker.
+//! * [`raft_2pc`] — `2pl-raft` (strict 2PL, wound-wait) and `occ-raft` (OCC validated at
+//!   prepare): 2PC with each shard a Raft group, Tiga §5.1's fault-tolerant baselines.
 //! * [`clock_si`] — Clock-SI (SRDS '13) and its oracle baseline `conventional-si`.
 //! * [`tiga`] — Tiga, the flagship: one-WRTT commits ordered by synchronized clocks.
 //! * [`k2`] — K2 (TTC oracle, K2-TB timestamp batches, K2-MVTO at the primaries).
@@ -22,6 +24,7 @@ pub mod janus;
 pub mod k2;
 pub mod kit;
 pub mod tapir;
+pub mod raft_2pc;
 pub mod tiga;
 pub mod two_pl;
 
@@ -30,4 +33,5 @@ mod testkit;
 
 /// The Raft group lives in the kit; this path is kept for the protocols that name it.
 pub use kit::raft_group;
+pub use raft_2pc::{OccRaft, TwoPlRaft};
 pub use two_pl::TwoPlTwoPc;

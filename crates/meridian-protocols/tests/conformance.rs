@@ -19,6 +19,39 @@ mod two_pl_2pc {
     meridian_sim::conformance_tests!(meridian_protocols::two_pl::TwoPlTwoPc, SPEC);
 }
 
+mod two_pl_raft {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        seconds: 20,
+        min_committed: 10,
+        golden: &[(5, "5055c08c335cb630"), (6, "5b4f93c6c633aea9")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_early_release=true",
+            workload: "bank",
+            workload_opts: "",
+        },
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::raft_2pc::TwoPlRaft, SPEC);
+}
+
+mod occ_raft {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "interactive=true",
+        seconds: 20,
+        min_committed: 10,
+        golden: &[(5, "63377fe015c9394c"), (6, "7b6354c4b48b5c67")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_validation=true",
+            workload: "bank",
+            workload_opts: "",
+        },
+        ..Conformance::new("gcp-tiga", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::raft_2pc::OccRaft, SPEC);
+}
+
 // Tiga's line lives in `tiga_inversion.rs`, beside the Fig. 5 scenario its broken variant
 // replays (random runs almost never reach that inversion).
 

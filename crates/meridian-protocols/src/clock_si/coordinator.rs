@@ -11,6 +11,7 @@ use super::options::Options;
 use super::wire::{Cx, Msg, Record, Timer, TsPurpose};
 use crate::kit::owd::OwdEstimator;
 use crate::kit::quorum::Votes;
+use crate::kit::replicated::{self, Leaders};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
@@ -140,7 +141,7 @@ pub struct Coordinator {
     commits: Decisions<Timestamp>,
     since_checkpoint: usize,
     /// Per shard, the replica believed to lead it (replicated mode; else the only one).
-    leaders: Vec<NodeId>,
+    leaders: Leaders,
 }
 
 /// `delta_ms=measured`: the samples, and when each outstanding read (txn, op) was sent.
@@ -222,9 +223,7 @@ impl Coordinator {
             sessions: FxHashMap::default(),
             commits,
             since_checkpoint: tail.len(),
-            leaders: (0..cluster.shard_count())
-                .map(|s| cluster.initial_leader(ShardId(s)))
-                .collect(),
+            leaders: Leaders::new(&cluster),
             cluster,
         }
     }
@@ -920,16 +919,12 @@ impl Coordinator {
 
     /// The node that serves `partition` now.
     fn route(&self, partition: NodeId) -> NodeId {
-        self.cluster
-            .shard_of_node(partition)
-            .map_or(partition, |s| self.leaders[s.index()])
+        self.leaders.route(&self.cluster, partition)
     }
 
     /// The partition id (its shard's initial leader) of a replica; other nodes are themselves.
     fn partition_of(&self, node: NodeId) -> NodeId {
-        self.cluster
-            .shard_of_node(node)
-            .map_or(node, |s| self.cluster.initial_leader(s))
+        replicated::partition_of(&self.cluster, node)
     }
 
     /// The partitions whose answer the session's current step waits for.
@@ -944,19 +939,9 @@ impl Coordinator {
 
     /// Replicated mode: believe the next replica of `partition`'s shard leads it.
     fn rotate(&mut self, partition: NodeId) {
-        let Some(shard) = self.cluster.shard_of_node(partition) else {
-            return;
-        };
-        if !self.opts.replicated {
-            return;
+        if self.opts.replicated {
+            self.leaders.rotate(&self.cluster, partition);
         }
-        let replicas = self.cluster.replicas(shard);
-        let current = self.leaders[shard.index()];
-        let next = replicas
-            .iter()
-            .position(|&r| r == current)
-            .map_or(0, |i| i + 1);
-        self.leaders[shard.index()] = replicas[next % replicas.len()];
     }
 
     /// A replica that does not lead `partition` got our request for `txn`: follow its hint
@@ -968,16 +953,9 @@ impl Coordinator {
         txn: TxnId,
         leader: Option<NodeId>,
     ) {
-        let Some(shard) = self.cluster.shard_of_node(partition) else {
-            return;
-        };
-        let Some(leader) = leader.filter(|l| self.cluster.replicas(shard).contains(l)) else {
-            return;
-        };
-        if self.leaders[shard.index()] == leader {
+        if !self.leaders.follow(&self.cluster, partition, leader) {
             return;
         }
-        self.leaders[shard.index()] = leader;
         if let Some(s) = self.sessions.get_mut(&txn) {
             if matches!(s.state, State::Idle) {
                 return;

@@ -24,20 +24,10 @@ pub const READS_DELAYED_BY_PENDING_COMMIT: &str = "reads_delayed_by_pending_comm
 pub const UPDATES_DELAYED_BY_CLOCK: &str = "updates_delayed_by_clock";
 /// Partition: prepares and local commits refused by first-committer-wins certification.
 pub const CERTIFICATION_ABORTS: &str = "certification_aborts";
-/// Replicated mode: a member became its partition's leader and rebuilt the server.
-pub const PARTITION_TAKEOVERS: &str = "partition_takeovers";
-/// Replicated mode: member incarnations started (the peaks below are summed over them).
-pub const RAFT_MEMBERS: &str = "raft_members";
-/// Replicated mode: the longest Raft log (entries) each member incarnation held, summed.
-/// With compaction each term is at most `raft_log_limit` plus what arrives between two
-/// drains, so the sum stays flat as a run lengthens; without it, it grows with the run.
-pub const RAFT_LOG_PEAK_ENTRIES: &str = "raft_log_peak_entries";
-/// Replicated mode: as [`RAFT_LOG_PEAK_ENTRIES`], in bytes of the entries' commands.
-pub const RAFT_LOG_PEAK_BYTES: &str = "raft_log_peak_bytes";
-/// Replicated mode: a member compacted its Raft log behind a snapshot.
-pub const RAFT_COMPACTIONS: &str = "raft_compactions";
-/// Replicated mode: a leader sent a snapshot to a follower whose next entry it compacted.
-pub const RAFT_SNAPSHOTS_SENT: &str = "raft_snapshots_sent";
-/// Replicated mode: a member restored the committed records from a snapshot (a leader's,
-/// or its own at restart).
-pub const RAFT_SNAPSHOTS_RESTORED: &str = "raft_snapshots_restored";
+/// Replicated mode: what the kit's Raft members count (`partition_takeovers`,
+/// `raft_members`, `raft_log_peak_entries`, `raft_log_peak_bytes`, `raft_compactions`,
+/// `raft_snapshots_sent`, `raft_snapshots_restored`; see [`crate::kit::replicated`]).
+pub use crate::kit::replicated::{
+    PARTITION_TAKEOVERS, RAFT_COMPACTIONS, RAFT_LOG_PEAK_BYTES, RAFT_LOG_PEAK_ENTRIES,
+    RAFT_MEMBERS, RAFT_SNAPSHOTS_RESTORED, RAFT_SNAPSHOTS_SENT,
+};

@@ -236,9 +236,13 @@ fn build<P: Protocol<Options = Options>>(
     let cluster = &setup.cluster;
     let opts = setup.options.clone();
     match &cluster.node(node).role {
-        NodeRole::Replica { shard, .. } if opts.replicated => SiNode::Member(Box::new(
-            Member::restore(node, *shard, cluster, opts, !conventional, recovered),
-        )),
+        NodeRole::Replica { shard, .. } if opts.replicated => {
+            let limit = opts.raft_log_limit;
+            let setup = (opts, !conventional);
+            SiNode::Member(Box::new(Member::restore(
+                node, *shard, cluster, setup, limit, recovered,
+            )))
+        }
         NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
             SiNode::Server(Box::new(Server::restore(
                 node,

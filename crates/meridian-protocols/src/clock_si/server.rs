@@ -742,6 +742,11 @@ impl Server {
 }
 
 impl Server {
+    /// Clock-SI (true) or conventional SI (false).
+    pub(crate) fn clock_si(&self) -> bool {
+        self.clock_si
+    }
+
     /// No timestamp at or below this is issued here any more.
     pub(crate) fn floor_ns(&self) -> u64 {
         self.floor_ns

@@ -1,12 +1,23 @@
 //! The coordinator: drives a one-shot transaction through the execution phase (pieces sent
-//! as their value dependencies resolve) and two-phase commit, and answers its client.
+//! as their value dependencies resolve) and two-phase commit, and answers its client. An
+//! interactive transaction (`2pl-raft`) is the same transaction growing one piece per step:
+//! a `Get` is a piece answered when its result arrives, a `Put` a piece sent at once and
+//! answered `Written` at once (its lock and result arrive before the commit starts), and
+//! `Commit` starts 2PC once every piece has a result.
+//!
+//! Partitions are named by their shard's initial leader (the partition id); in replicated
+//! mode ([`Options::replicated`]) messages go to the replica believed to lead
+//! ([`Leaders`]), and `NotLeader` hints and silence move that belief.
 
 use super::options::Options;
 use super::vecmap::VecMap;
 use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToServer};
 use crate::kit::quorum::Votes;
+use crate::kit::replicated::{self, Leaders};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
-use meridian_core::txn::{AbortReason, ClientRequest, ClientResponse, CommitPath, Outcome};
+use meridian_core::txn::{
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step,
+};
 use meridian_core::txn::{Op, Operand, Piece, PieceBody, PieceResult, Txn};
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, TxnId};
 use rustc_hash::FxHashMap;
@@ -51,10 +62,22 @@ fn all_dependencies(piece: &Piece, mut pred: impl FnMut(u16) -> bool) -> bool {
     all
 }
 
+/// What an interactive transaction's client is waiting for.
+#[derive(Debug, Default)]
+struct Session {
+    /// A `Get`, answered by piece `.1`'s result.
+    reading: Option<(RequestId, u16)>,
+    /// The client asked to commit (the request is [`CoordTxn::request`]).
+    committing: bool,
+}
+
 /// An undecided transaction.
 #[derive(Debug)]
 struct CoordTxn {
-    request: RequestId,
+    /// Who hears the outcome: the one-shot request, or an interactive `Commit`.
+    request: Option<RequestId>,
+    /// `Some` for an interactive transaction.
+    session: Option<Session>,
     txn: Txn,
     age_ns: u64,
     /// Single shard: the server executes and commits in one round (`CommitPath::Local`).
@@ -102,6 +125,12 @@ pub struct Coordinator {
     commits: Decisions<()>,
     since_checkpoint: usize,
     checkpoint_due: bool,
+    /// Replicated mode: which replica of each shard is believed to lead.
+    leaders: Leaders,
+    /// Interactive transactions that ended between two steps of their client, and why: the
+    /// next step hears it. Bounded by `max_inflight` (oldest forgotten first; a step of a
+    /// forgotten one hears `Failure`).
+    ended: VecDeque<(TxnId, AbortReason)>,
 }
 
 impl Coordinator {
@@ -138,7 +167,6 @@ impl Coordinator {
         Coordinator {
             id,
             opts,
-            cluster,
             incarnation,
             next_counter: 0,
             txns: FxHashMap::default(),
@@ -147,6 +175,9 @@ impl Coordinator {
             commits,
             since_checkpoint: tail.len(),
             checkpoint_due: false,
+            leaders: Leaders::new(&cluster),
+            ended: VecDeque::new(),
+            cluster,
         }
     }
 
@@ -168,19 +199,22 @@ impl Coordinator {
     ) {
         match req {
             ClientRequest::OneShot(txn) => self.submit(ctx, request, txn),
-            ClientRequest::Interactive(_) => {
+            ClientRequest::Interactive(_) if !self.opts.interactive => {
                 let reason = AbortReason::Unsupported(
-                    "2pl-2pc runs one-shot transactions only; interactive sessions are not \
-                     implemented"
+                    "2pl-2pc runs one-shot transactions only; interactive sessions are \
+                     2pl-raft's"
                         .to_string(),
                 );
                 ctx.respond(request, aborted(reason));
             }
+            ClientRequest::Interactive(step) => self.step(ctx, request, step),
         }
         self.settle(ctx);
     }
 
-    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
+    pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, sender: NodeId, msg: Msg) {
+        // Partitions are known by their partition id, whichever replica leads them now.
+        let from = replicated::partition_of(&self.cluster, sender);
         let Msg::ToCoord(body) = msg else {
             panic!(
                 "coordinator {} received a server's message {msg:?}",
@@ -197,7 +231,8 @@ impl Coordinator {
             ToCoord::Done { txn, outcome } => self.on_done(ctx, txn, outcome),
             ToCoord::Vote { txn, yes } => self.on_vote(ctx, from, txn, yes),
             ToCoord::CommitAck { txn } => self.on_commit_ack(ctx, from, txn),
-            ToCoord::Query { txn } => self.on_query(ctx, from, txn),
+            ToCoord::Query { txn } => self.on_query(ctx, sender, txn),
+            ToCoord::NotLeader { txn, leader } => self.on_not_leader(ctx, from, txn, leader),
         }
         self.settle(ctx);
     }
@@ -206,7 +241,7 @@ impl Coordinator {
         match timer {
             Timer::Txn(txn) => self.tick(ctx, txn),
             Timer::Commit(txn) => self.commit_tick(ctx, txn),
-            Timer::Server(_) => panic!("coordinator {} fired a server timer", self.id),
+            other => panic!("coordinator {} fired a server timer {other:?}", self.id),
         }
         self.settle(ctx);
     }
@@ -221,13 +256,27 @@ impl Coordinator {
             let why = format!("{} pieces (at most {})", txn.pieces.len(), u16::MAX);
             return ctx.respond(request, aborted(AbortReason::Invalid(why)));
         }
+        if let Some(id) = self.open(ctx, request, txn, None) {
+            self.dispatch(ctx, id);
+        }
+    }
+
+    /// Starts a transaction (refusing it if `max_inflight` are undecided already).
+    fn open(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        request: RequestId,
+        txn: Txn,
+        session: Option<Session>,
+    ) -> Option<TxnId> {
         if self.txns.len() >= self.opts.max_inflight {
             let why = format!(
                 "overloaded: {} transactions already in flight at this coordinator \
                  (max_inflight)",
                 self.txns.len()
             );
-            return ctx.respond(request, aborted(AbortReason::Unsupported(why)));
+            ctx.respond(request, aborted(AbortReason::Unsupported(why)));
+            return None;
         }
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
@@ -241,9 +290,10 @@ impl Coordinator {
         let n = txn.pieces.len();
         let now = ctx.now_ns();
         let t = CoordTxn {
-            request,
+            request: session.is_none().then_some(request),
             age_ns: now,
-            one_round: participants.len() == 1,
+            one_round: session.is_none() && participants.len() == 1,
+            session,
             participants,
             incarnations: VecMap::new(),
             txn,
@@ -256,7 +306,147 @@ impl Coordinator {
         };
         self.txns.insert(id, t);
         self.undecided.push_back(true);
+        Some(id)
+    }
+
+    // ---- interactive transactions ------------------------------------------------------
+
+    fn step(&mut self, ctx: &mut Cx<'_>, request: RequestId, step: Step) {
+        match step {
+            Step::Begin { .. } => {
+                let txn = Txn { pieces: Vec::new() };
+                if let Some(id) = self.open(ctx, request, txn, Some(Session::default())) {
+                    ctx.respond(request, ClientResponse::Began(id));
+                }
+            }
+            Step::Get { txn, key } => self.add_op(ctx, request, txn, key.clone(), Op::Get(key)),
+            Step::Put { txn, key, value } => {
+                let op = Op::Put(key.clone(), Operand::Literal(value));
+                self.add_op(ctx, request, txn, key, op);
+            }
+            Step::Commit { txn } => self.commit_step(ctx, request, txn),
+            Step::Abort { txn } => {
+                if self.ready_for_step(ctx, request, txn) {
+                    self.txns.get_mut(&txn).expect("live").request = Some(request);
+                    self.abort(ctx, txn, AbortReason::User);
+                }
+            }
+        }
+    }
+
+    /// Whether `txn` is a live interactive transaction idle between steps; if not, the
+    /// request is answered (with how the transaction ended, if it did).
+    fn ready_for_step(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: TxnId) -> bool {
+        let busy = match self.txns.get(&txn) {
+            Some(t) => match &t.session {
+                Some(s) => s.reading.is_some() || s.committing,
+                None => true,
+            },
+            None => {
+                let reason = match self.ended.iter().position(|(id, _)| *id == txn) {
+                    Some(i) => self.ended.remove(i).expect("present").1,
+                    None => AbortReason::Failure,
+                };
+                ctx.respond(request, aborted(reason));
+                return false;
+            }
+        };
+        if busy {
+            let why = format!("{txn} is not an interactive transaction awaiting a step");
+            ctx.respond(request, aborted(AbortReason::Invalid(why)));
+        }
+        !busy
+    }
+
+    /// A `Get` or `Put`: one more piece, sent as soon as the shard's earlier pieces have
+    /// results. A `Get` is answered with its result, a `Put` at once.
+    fn add_op(&mut self, ctx: &mut Cx<'_>, request: RequestId, id: TxnId, key: Key, op: Op) {
+        if !self.ready_for_step(ctx, request, id) {
+            return;
+        }
+        let shard = self.cluster.partitioner.shard_of(&key);
+        let partition = self.cluster.initial_leader(shard);
+        let t = self.txns.get_mut(&id).expect("live");
+        let Ok(index) = u16::try_from(t.txn.pieces.len()) else {
+            let why = format!("more than {} operations", u16::MAX);
+            self.abort(ctx, id, AbortReason::Invalid(why.clone()));
+            return ctx.respond(request, aborted(AbortReason::Invalid(why)));
+        };
+        let read = matches!(op, Op::Get(_));
+        // Each step has `exec_timeout_ms` to finish: the client's think time is its own.
+        t.deadline_ns = ctx.now_ns().saturating_add(self.opts.exec_timeout_ns);
+        t.txn.pieces.push(Piece::ops(shard, vec![op]));
+        t.results.push(None);
+        t.sent.push(false);
+        t.participants
+            .get_or_insert_with(partition, Vec::new)
+            .push(index);
+        let session = t.session.as_mut().expect("interactive");
+        if read {
+            session.reading = Some((request, index));
+        } else {
+            ctx.respond(request, ClientResponse::Written);
+        }
         self.dispatch(ctx, id);
+    }
+
+    fn commit_step(&mut self, ctx: &mut Cx<'_>, request: RequestId, id: TxnId) {
+        if !self.ready_for_step(ctx, request, id) {
+            return;
+        }
+        let t = self.txns.get_mut(&id).expect("live");
+        t.deadline_ns = ctx.now_ns().saturating_add(self.opts.exec_timeout_ns);
+        t.request = Some(request);
+        t.session.as_mut().expect("interactive").committing = true;
+        if t.txn.pieces.is_empty() {
+            // Nothing read or written: nothing to commit anywhere.
+            let t = self.remove_txn(id);
+            ctx.cancel_timer(t.timer);
+            let outcome = Outcome::Committed {
+                results: Vec::new(),
+                commit_ts: None,
+                path: CommitPath::ReadOnly,
+            };
+            return ctx.respond(request, ClientResponse::Outcome(outcome));
+        }
+        if t.results.iter().all(Option::is_some) {
+            self.start_prepare(ctx, id);
+        }
+    }
+
+    /// New results of an interactive transaction: answers a waiting `Get`; starts the
+    /// commit if the client asked for it and every piece has a result.
+    fn session_progress(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let t = self.txns.get_mut(&id).expect("live");
+        let session = t.session.as_mut().expect("interactive");
+        if let Some((request, index)) = session.reading {
+            if let Some(result) = &t.results[usize::from(index)] {
+                session.reading = None;
+                let value = result.outputs.first().cloned().flatten();
+                ctx.respond(request, ClientResponse::Read(value));
+            }
+        }
+        let session = t.session.as_ref().expect("interactive");
+        if session.committing && t.results.iter().all(Option::is_some) {
+            self.start_prepare(ctx, id);
+        }
+    }
+
+    /// How an ended transaction's client hears it: the waiting request (a `Get`, the
+    /// commit, a one-shot), or, between two steps of an interactive client, its next step.
+    fn tell_abort(&mut self, ctx: &mut Cx<'_>, id: TxnId, t: &CoordTxn, reason: AbortReason) {
+        let waiting = t
+            .request
+            .or_else(|| t.session.as_ref()?.reading.map(|(r, _)| r));
+        match waiting {
+            Some(request) => ctx.respond(request, aborted(reason)),
+            None => {
+                if self.ended.len() >= self.opts.max_inflight {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back((id, reason));
+            }
+        }
     }
 
     /// Removes a transaction once decided (or given up).
@@ -282,8 +472,10 @@ impl Coordinator {
         TxnId::new(self.id, self.incarnation, counter)
     }
 
-    fn send_server(&self, ctx: &mut Cx<'_>, to: NodeId, body: ToServer) {
+    /// Sends to the replica believed to lead `partition` (in single-copy mode, itself).
+    fn send_server(&self, ctx: &mut Cx<'_>, partition: NodeId, body: ToServer) {
         let horizon = self.horizon();
+        let to = self.leaders.route(&self.cluster, partition);
         ctx.send(to, Msg::ToServer { horizon, body });
     }
 
@@ -351,7 +543,8 @@ impl Coordinator {
                 one_round: t.one_round,
                 pieces,
             };
-            self.send_server(ctx, self.cluster.initial_leader(shard), body);
+            let partition = self.cluster.initial_leader(shard);
+            self.send_server(ctx, partition, body);
         }
     }
 
@@ -379,7 +572,10 @@ impl Coordinator {
                 t.results[i] = Some(result);
             }
         }
-        if t.results.iter().all(Option::is_some) {
+        if t.session.is_some() {
+            self.dispatch(ctx, id);
+            self.session_progress(ctx, id);
+        } else if t.results.iter().all(Option::is_some) {
             self.start_prepare(ctx, id);
         } else {
             self.dispatch(ctx, id);
@@ -402,6 +598,7 @@ impl Coordinator {
         }
         let t = self.remove_txn(id);
         ctx.cancel_timer(t.timer);
+        let request = t.request.expect("a one-shot transaction has its request");
         let response = match outcome {
             LocalOutcome::Committed(results) => {
                 assert_eq!(results.len(), t.txn.pieces.len(), "{id}: results per piece");
@@ -413,7 +610,7 @@ impl Coordinator {
             }
             LocalOutcome::Aborted(reason) => aborted(reason),
         };
-        ctx.respond(t.request, response);
+        ctx.respond(request, response);
     }
 
     // ---- two-phase commit --------------------------------------------------------------
@@ -488,17 +685,22 @@ impl Coordinator {
         );
         self.commits.decide(id, (), participants);
         self.send_commits(ctx, id, self.opts.retry_ns);
-        let results = t
-            .results
-            .into_iter()
-            .map(|r| r.expect("every piece has a result at commit"))
-            .collect();
+        // An interactive client had its reads one by one; a one-shot one gets them all.
+        let results = match t.session {
+            Some(_) => Vec::new(),
+            None => t
+                .results
+                .into_iter()
+                .map(|r| r.expect("every piece has a result at commit"))
+                .collect(),
+        };
         let outcome = Outcome::Committed {
             results,
             commit_ts: None,
             path: CommitPath::TwoPhase,
         };
-        ctx.respond(t.request, ClientResponse::Outcome(outcome));
+        let request = t.request.expect("a committing transaction has its request");
+        ctx.respond(request, ClientResponse::Outcome(outcome));
     }
 
     /// Sends COMMIT to the participants that have not acknowledged and arms the retry.
@@ -506,7 +708,8 @@ impl Coordinator {
         let horizon = self.horizon();
         for &node in self.commits.waiting(id) {
             let body = ToServer::Commit { txn: id };
-            ctx.send(node, Msg::ToServer { horizon, body });
+            let to = self.leaders.route(&self.cluster, node);
+            ctx.send(to, Msg::ToServer { horizon, body });
         }
         let timer = ctx.set_timer(retry_after_ns, Timer::Commit(id));
         self.commits.armed(id, timer);
@@ -544,7 +747,7 @@ impl Coordinator {
                 self.send_server(ctx, *node, ToServer::Abort { txn: id });
             }
         }
-        ctx.respond(t.request, aborted(reason));
+        self.tell_abort(ctx, id, &t, reason);
     }
 
     // ---- timers ------------------------------------------------------------------------
@@ -563,6 +766,12 @@ impl Coordinator {
             Phase::Resolving if exhausted => TickStep::GiveUp,
             Phase::Resolving => TickStep::Resolve,
         };
+        if self.opts.replicated && !matches!(step, TickStep::Abort | TickStep::GiveUp) {
+            // A partition that does not answer may have lost its leader: try another replica.
+            for partition in self.awaited(id) {
+                self.leaders.rotate(&self.cluster, partition);
+            }
+        }
         match step {
             TickStep::Abort => return self.abort(ctx, id, AbortReason::Timeout),
             TickStep::GiveUp => return self.give_up(ctx, id),
@@ -602,7 +811,8 @@ impl Coordinator {
         let outcome = Outcome::Unknown {
             reason: reason.to_string(),
         };
-        ctx.respond(t.request, ClientResponse::Outcome(outcome));
+        let request = t.request.expect("a one-round transaction has its request");
+        ctx.respond(request, ClientResponse::Outcome(outcome));
     }
 
     /// Retransmits COMMIT until every participant acknowledges: `max_retries` times every
@@ -619,7 +829,58 @@ impl Coordinator {
             slow_ns: self.opts.idle_timeout_ns,
         };
         let after = self.commits.resend_after(id, resend);
+        if self.opts.replicated {
+            for partition in self.commits.waiting(id).to_vec() {
+                self.leaders.rotate(&self.cluster, partition);
+            }
+        }
         self.send_commits(ctx, id, after);
+    }
+
+    // ---- routing (replicated mode) -----------------------------------------------------
+
+    /// The partitions whose answer the transaction's current phase waits for.
+    fn awaited(&self, id: TxnId) -> Vec<NodeId> {
+        let t = &self.txns[&id];
+        let waiting = |pieces: &Vec<u16>| {
+            pieces.iter().any(|&i| {
+                let i = usize::from(i);
+                t.sent[i] && t.results[i].is_none()
+            })
+        };
+        t.participants
+            .iter()
+            .filter(|(node, pieces)| match &t.phase {
+                Phase::Executing => waiting(pieces),
+                Phase::Preparing { yes } => !yes.replied(**node),
+                Phase::Resolving => true,
+            })
+            .map(|(node, _)| *node)
+            .collect()
+    }
+
+    /// A replica that does not lead `partition` got our request for `id`: follow its hint
+    /// and, if it names a new leader, resend at once what the transaction waits for.
+    fn on_not_leader(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        partition: NodeId,
+        id: TxnId,
+        leader: Option<NodeId>,
+    ) {
+        if !self.leaders.follow(&self.cluster, partition, leader) {
+            return;
+        }
+        if let Some(t) = self.txns.get(&id) {
+            match t.phase {
+                Phase::Executing => self.retransmit(ctx, id),
+                Phase::Preparing { .. } => self.send_prepares(ctx, id),
+                Phase::Resolving => self.send_resolve(ctx, id),
+            }
+        } else if let Some(timer) = self.commits.disarm(id) {
+            ctx.cancel_timer(timer);
+            self.send_commits(ctx, id, self.opts.retry_ns);
+        }
     }
 
     // ---- log ---------------------------------------------------------------------------

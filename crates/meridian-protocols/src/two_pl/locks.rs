@@ -1,10 +1,16 @@
 //! The lock table of one server: shared/exclusive locks per key, a FIFO queue of waiters per
-//! key, and WAIT-DIE deadlock prevention.
+//! key, and deadlock prevention by age, the table's [`Policy`]:
 //!
-//! WAIT-DIE: a requester that conflicts waits only if it is *older* than every transaction it
-//! would wait for (conflicting holders, and conflicting waiters ahead of it in the queue);
-//! otherwise it dies. Every wait edge therefore points from an older to a younger
-//! transaction, so the waits-for graph has no cycle and no deadlock can form.
+//! * WAIT-DIE (`2pl-2pc`): a requester that conflicts waits only if it is *older* than every
+//!   transaction it would wait for (conflicting holders, and conflicting waiters ahead of it
+//!   in the queue); otherwise it dies. Every wait edge points from an older to a younger
+//!   transaction, so the waits-for graph has no cycle and no deadlock can form.
+//! * WOUND-WAIT (`2pl-raft`, as the Tiga authors ran 2PL, Tiga §5.1): a requester that
+//!   conflicts always queues, and *wounds* every younger transaction it would wait for; the
+//!   server aborts the wounded ones unless they are prepared (2PC forbids a participant to
+//!   take back its yes vote; they finish soon, holding every lock they need). Every wait
+//!   edge then points from a younger transaction to an older one, or to a prepared one,
+//!   which waits for nothing: no cycle. An old transaction is never aborted by a young one.
 //!
 //! Fairness: a request that is compatible with the holders still queues behind earlier
 //! waiters (no barging), so a stream of readers cannot starve a writer. The one exception is
@@ -30,11 +36,19 @@ impl LockMode {
     }
 }
 
+/// How conflicts are kept from deadlocking (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Policy {
+    WaitDie,
+    WoundWait,
+}
+
 /// The answer to a lock request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Acquire {
     Granted,
-    /// Queued; [`LockTable::release`] reports the grant later.
+    /// Queued; [`LockTable::release`] reports the grant later. Under WOUND-WAIT, the
+    /// younger transactions it waits for are in [`LockTable::take_wounded`].
     Waiting,
     /// WAIT-DIE says the requester is too young to wait: abort it.
     Die,
@@ -74,7 +88,14 @@ impl KeyLock {
             .any(|h| h.age.txn != txn && !h.mode.compatible(mode))
     }
 
-    fn acquire(&mut self, age: Age, mode: LockMode, max_waiters: usize) -> Acquire {
+    fn acquire(
+        &mut self,
+        age: Age,
+        mode: LockMode,
+        max_waiters: usize,
+        policy: Policy,
+        wounded: &mut Vec<TxnId>,
+    ) -> Acquire {
         let txn = age.txn;
         assert!(
             self.waiters.iter().all(|w| w.age.txn != txn),
@@ -93,30 +114,21 @@ impl KeyLock {
             self.check();
             return Acquire::Granted;
         }
-        // WAIT-DIE against everyone this request would wait for. An upgrade jumps the queue,
-        // so it waits for the holders only.
-        let older_than_holders = self
-            .holders
-            .iter()
-            .filter(|h| h.age.txn != txn && !h.mode.compatible(mode))
-            .all(|h| age < h.age);
-        let older_than_waiters = upgrade
-            || self
-                .waiters
-                .iter()
-                .filter(|w| !w.mode.compatible(mode))
-                .all(|w| age < w.age);
-        if !(older_than_holders && older_than_waiters) {
+        if policy == Policy::WaitDie && !self.older_than_blockers(age, mode, upgrade) {
             return Acquire::Die;
         }
         if self.waiters.len() >= max_waiters {
             return Acquire::QueueFull;
         }
+        if policy == Policy::WoundWait {
+            self.wound_younger_blockers(age, mode, upgrade, wounded);
+        }
         let waiter = Waiter { age, mode, upgrade };
         if upgrade {
-            // Two upgraders both hold the key shared; WAIT-DIE lets only the older one wait.
+            // Two upgraders both hold the key shared; WAIT-DIE lets only the older one wait,
+            // WOUND-WAIT has just wounded the younger one (a waiter is never prepared).
             assert!(
-                !matches!(self.waiters.front(), Some(w) if w.upgrade),
+                !matches!(self.waiters.front(), Some(w) if w.upgrade && w.age < age),
                 "two upgrade waiters on one key"
             );
             self.waiters.push_front(waiter);
@@ -124,6 +136,56 @@ impl KeyLock {
             self.waiters.push_back(waiter);
         }
         Acquire::Waiting
+    }
+
+    /// Whether the requester is older than everyone it would wait for: the conflicting
+    /// holders and, unless it upgrades (an upgrade jumps the queue), the conflicting waiters.
+    fn older_than_blockers(&self, age: Age, mode: LockMode, upgrade: bool) -> bool {
+        let older_than_holders = self
+            .holders
+            .iter()
+            .filter(|h| h.age.txn != age.txn && !h.mode.compatible(mode))
+            .all(|h| age < h.age);
+        let older_than_waiters = upgrade
+            || self
+                .waiters
+                .iter()
+                .filter(|w| !w.mode.compatible(mode))
+                .all(|w| age < w.age);
+        older_than_holders && older_than_waiters
+    }
+
+    /// WOUND-WAIT: adds to `wounded` every younger transaction the requester would wait for
+    /// (conflicting holders; conflicting waiters, or, for an upgrade, the upgrade waiter it
+    /// goes in front of).
+    fn wound_younger_blockers(
+        &self,
+        age: Age,
+        mode: LockMode,
+        upgrade: bool,
+        wounded: &mut Vec<TxnId>,
+    ) {
+        let holders = self
+            .holders
+            .iter()
+            .filter(|h| h.age.txn != age.txn && !h.mode.compatible(mode))
+            .map(|h| h.age);
+        let waiters = self
+            .waiters
+            .iter()
+            .filter(|w| {
+                if upgrade {
+                    w.upgrade
+                } else {
+                    !w.mode.compatible(mode)
+                }
+            })
+            .map(|w| w.age);
+        for blocker in holders.chain(waiters) {
+            if age < blocker && !wounded.contains(&blocker.txn) {
+                wounded.push(blocker.txn);
+            }
+        }
     }
 
     /// Grants queued requests in FIFO order while they fit; appends the new holders to
@@ -168,6 +230,9 @@ impl KeyLock {
 pub(crate) struct LockTable {
     keys: FxHashMap<Key, KeyLock>,
     max_waiters: usize,
+    policy: Policy,
+    /// WOUND-WAIT: transactions wounded by requests since the last `take_wounded`.
+    wounded: Vec<TxnId>,
     /// Idle entries kept for reuse, so that locking a fresh key does not allocate.
     spare: Vec<KeyLock>,
 }
@@ -176,19 +241,22 @@ pub(crate) struct LockTable {
 const SPARE_LOCKS: usize = 64;
 
 impl LockTable {
-    pub(crate) fn new(max_waiters: usize) -> LockTable {
+    pub(crate) fn new(max_waiters: usize, policy: Policy) -> LockTable {
         LockTable {
             keys: FxHashMap::default(),
             max_waiters,
+            policy,
+            wounded: Vec::new(),
             spare: Vec::new(),
         }
     }
 
     /// Requests `key` in `mode` for the transaction `age.txn`.
     pub(crate) fn acquire(&mut self, key: &Key, age: Age, mode: LockMode) -> Acquire {
-        let max_waiters = self.max_waiters;
+        let (max_waiters, policy) = (self.max_waiters, self.policy);
+        let wounded = &mut self.wounded;
         if let Some(lock) = self.keys.get_mut(key) {
-            let outcome = lock.acquire(age, mode, max_waiters);
+            let outcome = lock.acquire(age, mode, max_waiters, policy, wounded);
             if lock.is_idle() {
                 let lock = self.keys.remove(key).expect("present");
                 self.recycle(lock);
@@ -196,13 +264,19 @@ impl LockTable {
             return outcome;
         }
         let mut lock = self.spare.pop().unwrap_or_default();
-        let outcome = lock.acquire(age, mode, max_waiters);
+        let outcome = lock.acquire(age, mode, max_waiters, policy, wounded);
         if lock.is_idle() {
             self.recycle(lock);
         } else {
             self.keys.insert(key.clone(), lock);
         }
         outcome
+    }
+
+    /// WOUND-WAIT: the transactions wounded since the last call, to be aborted by the
+    /// server unless they are prepared.
+    pub(crate) fn take_wounded(&mut self) -> Vec<TxnId> {
+        std::mem::take(&mut self.wounded)
     }
 
     fn recycle(&mut self, lock: KeyLock) {
@@ -294,7 +368,7 @@ mod tests {
 
     #[test]
     fn older_requester_waits_and_younger_dies() {
-        let mut t = LockTable::new(8);
+        let mut t = LockTable::new(8, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Granted);
         // Older than the holder: waits.
         assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
@@ -306,7 +380,7 @@ mod tests {
 
     #[test]
     fn compatible_requests_queue_behind_waiters_in_fifo_order() {
-        let mut t = LockTable::new(8);
+        let mut t = LockTable::new(8, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(5), Shared), Acquire::Granted);
         assert_eq!(t.acquire(&key(), age(4), Exclusive), Acquire::Waiting);
         // Compatible with the shared holder, but must not overtake the queued writer; it is
@@ -322,7 +396,7 @@ mod tests {
 
     #[test]
     fn shared_waiters_are_granted_together() {
-        let mut t = LockTable::new(8);
+        let mut t = LockTable::new(8, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(9), Exclusive), Acquire::Granted);
         assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
         assert_eq!(t.acquire(&key(), age(2), Shared), Acquire::Waiting);
@@ -332,7 +406,7 @@ mod tests {
 
     #[test]
     fn upgrades_wait_for_younger_readers_only() {
-        let mut t = LockTable::new(8);
+        let mut t = LockTable::new(8, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(1), Shared), Acquire::Granted);
         assert_eq!(t.acquire(&key(), age(2), Shared), Acquire::Granted);
         // Sole-holder upgrade is immediate; here 1 must wait for the younger reader 2.
@@ -346,7 +420,7 @@ mod tests {
 
     #[test]
     fn queues_are_bounded() {
-        let mut t = LockTable::new(1);
+        let mut t = LockTable::new(1, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(9), Exclusive), Acquire::Granted);
         assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Waiting);
         assert_eq!(t.acquire(&key(), age(1), Exclusive), Acquire::QueueFull);
@@ -355,12 +429,46 @@ mod tests {
 
     #[test]
     fn releasing_a_waiter_unblocks_compatible_requests_behind_it() {
-        let mut t = LockTable::new(8);
+        let mut t = LockTable::new(8, Policy::WaitDie);
         assert_eq!(t.acquire(&key(), age(9), Shared), Acquire::Granted);
         assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Waiting);
         assert_eq!(t.acquire(&key(), age(3), Shared), Acquire::Waiting);
         // The queued writer gives up (its transaction aborted elsewhere): the reader behind
         // it is compatible with the shared holder and goes ahead.
         assert_eq!(t.release(&key(), age(5).txn), vec![age(3).txn]);
+    }
+
+    #[test]
+    fn wound_wait_older_requester_wounds_younger_holder_and_waits() {
+        let mut t = LockTable::new(8, Policy::WoundWait);
+        assert_eq!(t.acquire(&key(), age(5), Exclusive), Acquire::Granted);
+        // Older than the holder: it wounds it and queues.
+        assert_eq!(t.acquire(&key(), age(3), Exclusive), Acquire::Waiting);
+        assert_eq!(t.take_wounded(), vec![age(5).txn]);
+        // Younger than every blocker: it waits and wounds no one.
+        assert_eq!(t.acquire(&key(), age(7), Shared), Acquire::Waiting);
+        assert_eq!(t.take_wounded(), vec![]);
+        // The server aborts the wounded holder: the older waiter gets the lock.
+        assert_eq!(t.release(&key(), age(5).txn), vec![age(3).txn]);
+        assert_eq!(t.mode(&key(), age(3).txn), Some(Exclusive));
+    }
+
+    #[test]
+    fn wound_wait_wounds_younger_waiters_ahead_and_younger_upgraders() {
+        let mut t = LockTable::new(8, Policy::WoundWait);
+        assert_eq!(t.acquire(&key(), age(1), Shared), Acquire::Granted);
+        assert_eq!(t.acquire(&key(), age(6), Shared), Acquire::Granted);
+        // 6 upgrades first and waits for the older reader 1.
+        assert_eq!(t.acquire(&key(), age(6), Exclusive), Acquire::Waiting);
+        assert_eq!(t.take_wounded(), vec![]);
+        // 1 upgrades: it wounds 6 (holder and upgrade waiter) instead of deadlocking.
+        assert_eq!(t.acquire(&key(), age(1), Exclusive), Acquire::Waiting);
+        assert_eq!(t.take_wounded(), vec![age(6).txn]);
+        assert_eq!(t.release(&key(), age(6).txn), vec![age(1).txn]);
+        assert_eq!(t.mode(&key(), age(1).txn), Some(Exclusive));
+        // A younger writer queued behind an exclusive holder is wounded by an older writer.
+        assert_eq!(t.acquire(&key(), age(8), Exclusive), Acquire::Waiting);
+        assert_eq!(t.acquire(&key(), age(4), Exclusive), Acquire::Waiting);
+        assert_eq!(t.take_wounded(), vec![age(8).txn]);
     }
 }

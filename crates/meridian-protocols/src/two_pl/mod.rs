@@ -81,13 +81,15 @@
 //!
 //! ## Options (`ProtocolConfig`)
 //! `retry_ms`, `exec_timeout_ms`, `idle_timeout_ms`, `query_ms`, `max_retries`,
-//! `max_inflight`, `max_waiters_per_key`, `checkpoint_every` (see [`Options`]), and the
+//! `max_inflight`, `max_waiters_per_key`, `checkpoint_every` (see [`Options`]; the same
+//! server and coordinator also run `2pl-raft` and `occ-raft`, see `crate::raft_2pc`), and the
 //! **test-only** `unsafe_early_release=true`, which makes servers release locks when they
 //! vote yes instead of when the decision arrives — a deliberately broken variant that loses
 //! updates, kept so the swarm test can show the checker catching it. Never use it otherwise.
 
 mod coordinator;
 mod locks;
+mod occ;
 mod options;
 mod server;
 mod vecmap;
@@ -97,7 +99,8 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use locks::LockMode;
+pub use locks::{LockMode, Policy};
+pub use occ::Concurrency;
 pub use options::{Options, OPTIONS};
 pub use server::Server;
 pub use wire::{
@@ -141,7 +144,15 @@ impl Protocol for TwoPlTwoPc {
     ];
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        Options::for_cluster(raw, cluster)
+        let opts = Options::for_cluster(raw, cluster)?;
+        if opts.unsafe_skip_validation {
+            return Err(
+                "protocol option `unsafe_skip_validation` is occ-raft's: 2pl-2pc \
+                        validates nothing"
+                    .to_string(),
+            );
+        }
+        Ok(opts)
     }
 
     fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> TwoPlNode {

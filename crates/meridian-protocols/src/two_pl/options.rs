@@ -1,11 +1,14 @@
 //! Protocol options of `2pl-2pc` (`--protocol-options key=value,...`).
 
+use super::locks::Policy;
+use super::occ::Concurrency;
 use crate::kit::options::{ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 9] = [
+pub const OPTIONS: [&str; 10] = [
     "unsafe_early_release",
+    "unsafe_skip_validation",
     "retry_ms",
     "exec_timeout_ms",
     "idle_timeout_ms",
@@ -46,6 +49,21 @@ pub struct Options {
     pub max_waiters_per_key: usize,
     /// A node writes a checkpoint record after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
+    /// Not an option: the protocol's deadlock prevention (`2pl-2pc` WAIT-DIE, `2pl-raft`
+    /// WOUND-WAIT).
+    pub deadlock: Policy,
+    /// Not an option: each shard is a Raft group and coordinators route to its leader
+    /// (`2pl-raft`), or its initial leader is its only copy (`2pl-2pc`).
+    pub replicated: bool,
+    /// Not an option: coordinators run interactive transactions (`2pl-raft`; `2pl-2pc`
+    /// answers them `Unsupported`).
+    pub interactive: bool,
+    /// Not an option: strict 2PL, or OCC (`occ-raft`).
+    pub concurrency: Concurrency,
+    /// TEST-ONLY, deliberately broken, OCC only (`unsafe_skip_validation`): PREPARE takes
+    /// the locks but does not check the versions read, so a transaction commits on a stale
+    /// read (lost updates). Kept so the swarm test shows the checker catching it.
+    pub unsafe_skip_validation: bool,
 }
 
 impl Options {
@@ -92,6 +110,11 @@ impl Options {
             max_inflight,
             max_waiters_per_key: config.get("max_waiters_per_key", 64usize)?,
             checkpoint_every,
+            deadlock: Policy::WaitDie,
+            replicated: false,
+            interactive: false,
+            concurrency: Concurrency::Locking,
+            unsafe_skip_validation: config.get("unsafe_skip_validation", false)?,
         })
     }
 

@@ -1,7 +1,9 @@
 //! The data server of one shard: the only copy of the shard's store, its lock table
-//! (strict 2PL, WAIT-DIE), buffered execution of pieces, and the participant side of 2PC.
+//! (strict 2PL, WAIT-DIE or WOUND-WAIT; or OCC, `occ.rs`), buffered execution of pieces,
+//! and the participant side of 2PC.
 
 use super::locks::{Acquire, LockMode, LockTable};
+use super::occ::{Concurrency, Versions};
 use super::options::Options;
 use super::vecmap::VecMap;
 use super::wire::{
@@ -30,6 +32,8 @@ struct ServerTxn {
     writes: VecMap<Key, Value>,
     /// Results of the pieces executed here, in piece order.
     results: VecMap<u16, PieceResult>,
+    /// OCC: the version of each key when the transaction first touched it.
+    seen: VecMap<Key, u64>,
     /// Pieces being executed: locks are taken one by one, then the pieces run.
     batch: Option<Batch>,
     /// Local clock when the coordinator last spoke about this transaction.
@@ -83,6 +87,8 @@ pub struct Server {
     opts: Options,
     procedures: Arc<Procedures>,
     store: FxHashMap<Key, Value>,
+    /// OCC: every key's version (empty under locking).
+    versions: Versions,
     locks: LockTable,
     txns: FxHashMap<TxnId, ServerTxn>,
     /// Recently finished transactions, for idempotent answers to duplicates. Entries below
@@ -272,7 +278,12 @@ impl Server {
         let mut server = Server {
             id,
             incarnation: 0,
-            locks: LockTable::new(opts.max_waiters_per_key),
+            // OCC never waits for a lock: a conflict at PREPARE is a no.
+            locks: match opts.concurrency {
+                Concurrency::Locking => LockTable::new(opts.max_waiters_per_key, opts.deadlock),
+                Concurrency::Optimistic => LockTable::new(0, opts.deadlock),
+            },
+            versions: Versions::new(opts.concurrency),
             opts,
             procedures,
             store: FxHashMap::default(),
@@ -310,6 +321,7 @@ impl Server {
 
     fn load(&mut self, snapshot: &ServerSnapshot, prepared: &mut BTreeMap<TxnId, PreparedTxn>) {
         self.store = snapshot.store.iter().cloned().collect();
+        self.versions.load(&snapshot.versions);
         for (txn, f) in &snapshot.finished {
             self.insert_finished(*txn, f.clone());
         }
@@ -335,6 +347,7 @@ impl Server {
                 local: Some(local),
             } => {
                 self.store.extend(local.writes.iter().cloned());
+                self.versions.bump(&local.writes);
                 let results = Some(local.results.clone());
                 self.insert_finished(*txn, Finished::Committed { results });
             }
@@ -342,6 +355,7 @@ impl Server {
                 let p = prepared
                     .remove(txn)
                     .unwrap_or_else(|| panic!("log of {}: {txn} committed unprepared", self.id));
+                self.versions.bump(&p.writes);
                 self.store.extend(p.writes);
                 self.insert_finished(*txn, Finished::Committed { results: None });
             }
@@ -372,6 +386,7 @@ impl Server {
             held,
             writes: p.writes.into_iter().collect(),
             results: VecMap::new(),
+            seen: VecMap::new(),
             batch: None,
             last_heard_ns: 0,
             timer: None,
@@ -555,6 +570,7 @@ impl Server {
                     held: spare.held,
                     writes: spare.writes,
                     results: spare.results,
+                    seen: VecMap::new(),
                     batch: None,
                     last_heard_ns: ctx.now_ns(),
                     timer: Some(timer),
@@ -601,6 +617,16 @@ impl Server {
             .get_mut(&txn)
             .expect("advancing a live transaction");
         let batch = t.batch.as_mut().expect("advancing needs a batch");
+        if self.opts.concurrency == Concurrency::Optimistic && !t.one_round {
+            // OCC: no lock now; note what the pieces may touch and its version.
+            self.versions
+                .note(batch.needs.iter().map(|(k, _)| k), &mut t.seen);
+            for (key, mode) in batch.needs.drain(..) {
+                let held = t.held.get_or_insert_with(key, || mode);
+                *held = (*held).max(mode);
+            }
+            return self.execute_batch(ctx, txn);
+        }
         while let Some((key, mode)) = batch.needs.get(batch.next) {
             let mode = *mode;
             match self.locks.acquire(key, t.age, mode) {
@@ -610,7 +636,7 @@ impl Server {
                     let held = t.held.get_or_insert_with(key, || mode);
                     *held = (*held).max(mode);
                 }
-                Acquire::Waiting => return,
+                Acquire::Waiting => return self.wound(ctx),
                 Acquire::Die | Acquire::QueueFull => {
                     return self.abort_txn(ctx, txn, AbortReason::Conflict, true);
                 }
@@ -619,9 +645,23 @@ impl Server {
         self.execute_batch(ctx, txn);
     }
 
+    /// WOUND-WAIT: aborts the transactions the last request wounded, except prepared ones
+    /// (a yes vote cannot be taken back; the requester waits for their decision). Their
+    /// locks go to the waiters, resumed when the handler settles.
+    fn wound(&mut self, ctx: &mut Cx<'_>) {
+        for txn in self.locks.take_wounded() {
+            if self.txns.get(&txn).is_some_and(|t| !t.prepared) {
+                self.abort_txn(ctx, txn, AbortReason::Conflict, true);
+            }
+        }
+    }
+
     /// A lock `txn` waited for was granted: record it and keep going.
     fn on_granted(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
-        let t = self.txns.get_mut(&txn).expect("a granted waiter is live");
+        // WOUND-WAIT may abort a waiter after a release granted it, in the same handler.
+        let Some(t) = self.txns.get_mut(&txn) else {
+            return;
+        };
         let batch = t.batch.as_mut().expect("a granted waiter has a batch");
         let (key, mode) = &mut batch.needs[batch.next];
         let mode = *mode;
@@ -668,6 +708,7 @@ impl Server {
         let results: Vec<PieceResult> = t.results.drain().map(|(_, r)| r).collect();
         let writes: Vec<(Key, Value)> = t.writes.drain().collect();
         self.store.extend(writes.iter().cloned());
+        self.versions.bump(&writes);
         let local = LocalCommit {
             writes,
             results: results.clone(),
@@ -708,16 +749,39 @@ impl Server {
                     && !t.one_round
                     && t.batch.is_none()
                     && t.results.keys().copied().eq(pieces.iter().copied());
-                if complete {
-                    self.prepare(ctx, txn);
-                } else {
+                if !complete {
                     self.abort_txn(ctx, txn, AbortReason::Failure, false);
+                    false
+                } else if let Err(reason) = self.validate(txn) {
+                    // OCC: the coordinator hears why (FAILED), not just a no.
+                    return self.abort_txn(ctx, txn, reason, true);
+                } else {
+                    self.prepare(ctx, txn);
+                    true
                 }
-                complete
             }
             None => matches!(self.finished.get(&txn), Some(Finished::Committed { .. })),
         };
         self.reply(ctx, txn, ToCoord::Vote { txn, yes });
+    }
+
+    /// OCC's validation (`occ.rs`): every lock without waiting, then every noted version
+    /// still current. Under locking there is nothing to check: the locks are held.
+    fn validate(&mut self, txn: TxnId) -> Result<(), AbortReason> {
+        if self.opts.concurrency == Concurrency::Locking {
+            return Ok(());
+        }
+        let t = self.txns.get(&txn).expect("validating a live transaction");
+        for (key, mode) in t.held.iter() {
+            if self.locks.acquire(key, t.age, *mode) != Acquire::Granted {
+                return Err(AbortReason::Conflict);
+            }
+        }
+        if self.opts.unsafe_skip_validation || self.versions.unchanged(&t.seen) {
+            Ok(())
+        } else {
+            Err(AbortReason::Validation)
+        }
     }
 
     fn prepare(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
@@ -775,6 +839,7 @@ impl Server {
             .txns
             .remove(&txn)
             .expect("committing a live transaction");
+        self.versions.bump(t.writes.as_slice());
         self.store.extend(t.writes.drain());
         self.persist(ctx, Record::Committed { txn, local: None });
         self.release_all(txn, t.held.keys());
@@ -972,6 +1037,7 @@ impl Server {
             finished,
             horizons: self.coords.iter().filter_map(|c| c.horizon).collect(),
             incarnation: self.incarnation,
+            versions: self.versions.snapshot(),
         }
     }
 }

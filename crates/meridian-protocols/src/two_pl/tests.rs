@@ -222,7 +222,7 @@ fn wait_die_kills_a_younger_requester() {
     let old = d.txn_id(0, 0, 0);
     let s1 = d.server_node(1);
     // The old transaction locks x on shard 0 but cannot finish (shard 1 does not hear it).
-    d.hold(move |_, to, m| m.txn() == old && to == s1);
+    d.hold(move |_, to, m| m.txn() == Some(old) && to == s1);
     let r_old = d.submit(0, txn(vec![add(0, "x", 1), add(1, "y", 1)]));
     d.run_for(10 * MS);
     assert_eq!(d.server(0).lock_mode(b"x", old), Some(LockMode::Exclusive));
@@ -242,7 +242,7 @@ fn wait_die_makes_an_older_requester_wait_then_serializes_it() {
     let young = d.txn_id(1, 0, 0);
     let s1 = d.server_node(1);
     d.hold(move |_, to, m| {
-        (m.txn() == old && m.kind() == "execute") || (m.txn() == young && to == s1)
+        (m.txn() == Some(old) && m.kind() == "execute") || (m.txn() == Some(young) && to == s1)
     });
     let r_old = d.submit(0, txn(vec![append(0, "x", 1)]));
     d.run_for(MS);
@@ -253,8 +253,8 @@ fn wait_die_makes_an_older_requester_wait_then_serializes_it() {
         Some(LockMode::Exclusive)
     );
     // Now the older transaction reaches shard 0: it queues behind the younger holder.
-    d.hold(move |_, to, m| m.txn() == young && to == s1);
-    d.release(move |_, _, m| m.txn() == old);
+    d.hold(move |_, to, m| m.txn() == Some(young) && to == s1);
+    d.release(move |_, _, m| m.txn() == Some(old));
     d.run_for(10 * MS);
     assert_eq!(d.server(0).waiters(b"x"), 1);
     assert!(d.outcome(r_old).is_none());
@@ -742,6 +742,9 @@ fn options_are_checked() {
         |text: &str| TwoPlTwoPc::parse_options(&ProtocolConfig::parse(text).unwrap(), &cluster);
     assert!(check("").is_ok());
     assert!(check("unsafe_early_release=true,retry_ms=5,max_waiters_per_key=0").is_ok());
+    assert!(check("unsafe_skip_validation=true")
+        .unwrap_err()
+        .contains("occ-raft"));
     assert!(check("retry_ms=5,exec_timeout_ms=50,idle_timeout_ms=100,query_ms=20").is_ok());
     assert!(check("unsafe_early_relase=true")
         .unwrap_err()

@@ -2,6 +2,7 @@
 //! durable log (records).
 
 use super::locks::LockMode;
+use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
 use meridian_core::{NodeId, TxnId};
@@ -37,6 +38,8 @@ pub enum Msg {
     ToServer { horizon: TxnId, body: ToServer },
     /// Server → coordinator (the coordinator is `txn.coordinator`).
     ToCoord(ToCoord),
+    /// `2pl-raft`: between the members of a shard's Raft group.
+    Raft(RaftMsg),
 }
 
 /// What a coordinator asks of a server.
@@ -105,12 +108,18 @@ pub enum ToCoord {
     Query {
         txn: TxnId,
     },
+    /// `2pl-raft`: a member that does not lead got a request for `txn`; `leader` is the
+    /// member it believes leads, if any.
+    NotLeader {
+        txn: TxnId,
+        leader: Option<NodeId>,
+    },
 }
 
 impl Msg {
-    /// The transaction the message is about.
-    pub fn txn(&self) -> TxnId {
-        match self {
+    /// The transaction the message is about (none for a Raft message).
+    pub fn txn(&self) -> Option<TxnId> {
+        let txn = match self {
             Msg::ToServer { body, .. } => match body {
                 ToServer::Execute { txn, .. }
                 | ToServer::Prepare { txn, .. }
@@ -124,9 +133,12 @@ impl Msg {
                 | ToCoord::Done { txn, .. }
                 | ToCoord::Vote { txn, .. }
                 | ToCoord::CommitAck { txn }
-                | ToCoord::Query { txn } => *txn,
+                | ToCoord::Query { txn }
+                | ToCoord::NotLeader { txn, .. } => *txn,
             },
-        }
+            Msg::Raft(_) => return None,
+        };
+        Some(txn)
     }
 
     /// A short name of the message kind, for traces and tests.
@@ -146,7 +158,9 @@ impl Msg {
                 ToCoord::Vote { .. } => "vote",
                 ToCoord::CommitAck { .. } => "commit-ack",
                 ToCoord::Query { .. } => "query",
+                ToCoord::NotLeader { .. } => "not-leader",
             },
+            Msg::Raft(_) => "raft",
         }
     }
 }
@@ -160,6 +174,10 @@ pub enum Timer {
     Commit(TxnId),
     /// Server: abort a silent unprepared transaction, or ask for a prepared one's decision.
     Server(TxnId),
+    /// `2pl-raft`: the Raft group's clock.
+    RaftTick,
+    /// `2pl-raft`: a timer the server set during leadership `epoch` of its member.
+    Led { epoch: u64, timer: Box<Timer> },
 }
 
 /// A transaction a server has prepared: everything it needs to commit after a crash.
@@ -203,6 +221,9 @@ pub struct ServerSnapshot {
     pub horizons: Vec<TxnId>,
     /// The server's incarnation when the snapshot was taken.
     pub incarnation: u32,
+    /// OCC: every key's version (absent under locking, so 2PL's records are unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<(Key, u64)>,
 }
 
 /// A durable record. Servers write `Prepared`, `Committed`, `Aborted`, `ServerCheckpoint` and
@@ -238,4 +259,7 @@ pub enum Record {
         incarnation: u32,
         pending: Vec<(TxnId, Vec<NodeId>)>,
     },
+    /// `2pl-raft`: a replica's Raft log and hard state (the server's records travel inside
+    /// its entries).
+    Raft(RaftRecord),
 }

@@ -1,0 +1,136 @@
+//! `2pl-raft` and `occ-raft` against the test driver: Raft-replicated 2PC with interactive
+//! transactions, a leader's crash, wound-wait, and OCC's validation.
+
+use super::*;
+use crate::kit::replicated::PARTITION_TAKEOVERS;
+use crate::testkit::{Driver, MS};
+use meridian_core::txn::{AbortReason, ClientResponse, CommitPath, Outcome};
+
+/// Three regions (10 ms apart); two shards replicated in all three, placed leaders in A;
+/// two coordinators in A.
+fn driver<P: Protocol<Node = RaftNode>>(options: &str) -> Driver<RaftNode> {
+    let topology = crate::testkit::three_regions("raft-2pc-test", 10.0, 10.0, 10.0);
+    let mut d = Driver::on_topology::<P>(&topology, options, Default::default(), 0, 0);
+    d.run_for(500 * MS);
+    d
+}
+
+fn member(d: &Driver<RaftNode>, node: NodeId) -> &Member {
+    match d.node(node) {
+        Some(RaftNode::Member(m)) => m,
+        other => panic!("{node} is {other:?}"),
+    }
+}
+
+fn read_value(r: &ClientResponse) -> Option<String> {
+    match r {
+        ClientResponse::Read(v) => v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
+        other => panic!("not a read: {other:?}"),
+    }
+}
+
+fn committed(o: &Outcome) -> CommitPath {
+    match o {
+        Outcome::Committed { path, .. } => *path,
+        other => panic!("not committed: {other:?}"),
+    }
+}
+
+fn aborted(o: &Outcome) -> &AbortReason {
+    match o {
+        Outcome::Aborted { reason } => reason,
+        other => panic!("not aborted: {other:?}"),
+    }
+}
+
+/// An interactive transaction commits through 2PC over Raft; the shard's leader crashes
+/// for good, a follower takes over with the committed write, and the coordinator finds it.
+fn survives_a_leader_crash<P: Protocol<Node = RaftNode>>() {
+    let mut d = driver::<P>("");
+    assert_eq!(d.counters[PARTITION_TAKEOVERS], 2);
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    assert_eq!(committed(&d.commit(0, t)), CommitPath::TwoPhase);
+    d.run_for(100 * MS);
+    let old = d.server_node(0);
+    d.crash(old);
+    d.run_for(2_000 * MS);
+    assert_eq!(d.counters[PARTITION_TAKEOVERS], 3, "a new leader");
+    assert!(d.cluster.replicas(ShardId(0))[1..]
+        .iter()
+        .any(|&r| member(&d, r).leads()));
+    let t2 = d.begin(1, None);
+    assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
+    d.put(1, t2, &x, "x2");
+    assert_eq!(committed(&d.commit(1, t2)), CommitPath::TwoPhase);
+    let t3 = d.begin(0, None);
+    assert_eq!(read_value(&d.get(0, t3, &x)).as_deref(), Some("x2"));
+    assert_eq!(read_value(&d.get(0, t3, &y)).as_deref(), Some("y1"));
+}
+
+#[test]
+fn two_pl_raft_survives_a_leader_crash() {
+    survives_a_leader_crash::<TwoPlRaft>();
+}
+
+#[test]
+fn occ_raft_survives_a_leader_crash() {
+    survives_a_leader_crash::<OccRaft>();
+}
+
+/// An older transaction that needs a younger one's lock wounds it (WAIT-DIE would make
+/// the older one wait and let the younger commit).
+#[test]
+fn wound_wait_aborts_the_younger_holder() {
+    let mut d = driver::<TwoPlRaft>("");
+    let x = d.key_on(0, "x");
+    let old = d.begin(0, None);
+    d.run_for(MS);
+    let young = d.begin(1, None);
+    d.put(1, young, &x, "young");
+    d.run_for(50 * MS);
+    d.put(0, old, &x, "old");
+    d.run_for(50 * MS);
+    assert_eq!(aborted(&d.commit(1, young)), &AbortReason::Conflict);
+    assert_eq!(committed(&d.commit(0, old)), CommitPath::TwoPhase);
+    let t = d.begin(0, None);
+    assert_eq!(read_value(&d.get(0, t, &x)).as_deref(), Some("old"));
+}
+
+/// OCC reads take no lock: a writer commits under an open reader, whose validation then
+/// fails. 2PL would have made the writer wait; skipping validation commits a stale read.
+fn stale_read_outcome(options: &str) -> Outcome {
+    let mut d = driver::<OccRaft>(options);
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let reader = d.begin(0, None);
+    assert_eq!(read_value(&d.get(0, reader, &x)), None);
+    let writer = d.begin(1, None);
+    d.put(1, writer, &x, "w");
+    assert_eq!(committed(&d.commit(1, writer)), CommitPath::TwoPhase);
+    d.put(0, reader, &y, "from a stale read");
+    d.commit(0, reader)
+}
+
+#[test]
+fn occ_validation_aborts_a_stale_read() {
+    assert_eq!(aborted(&stale_read_outcome("")), &AbortReason::Validation);
+    assert_eq!(
+        committed(&stale_read_outcome("unsafe_skip_validation=true")),
+        CommitPath::TwoPhase
+    );
+}
+
+#[test]
+fn each_protocol_refuses_the_other_ones_broken_variant() {
+    let topology = crate::testkit::three_regions("raft-2pc-test", 10.0, 10.0, 10.0);
+    let topology = meridian_core::Topology::parse("test", &topology).expect("topology");
+    let cluster = Cluster::new(topology, &[]).expect("cluster");
+    let raw = ProtocolConfig::parse("unsafe_skip_validation=true").expect("parses");
+    let err = TwoPlRaft::parse_options(&raw, &cluster).unwrap_err();
+    assert!(err.contains("unsafe_skip_validation"), "{err}");
+    let raw = ProtocolConfig::parse("unsafe_early_release=true").expect("parses");
+    let err = OccRaft::parse_options(&raw, &cluster).unwrap_err();
+    assert!(err.contains("unsafe_early_release"), "{err}");
+}
