@@ -23,8 +23,8 @@ pub mod dast;
 pub mod janus;
 pub mod k2;
 pub mod kit;
-pub mod tapir;
 pub mod raft_2pc;
+pub mod tapir;
 pub mod tiga;
 pub mod two_pl;
 
