@@ -94,8 +94,11 @@
 //! `hot_threshold`, `defer_us_max`, `defer_us_step`, `fail_rate_high`, `retry_ms`,
 //! `exec_timeout_ms`, `recovery_ms`, `heartbeat_ms`, `failover_ms`, `lease_ms`,
 //! `max_inflight`, `versions_kept`, `checkpoint_every` (see [`Options`]), and the
-//! **test-only** `unsafe_no_stale_read_rule=true` (strong-partition mode without the
-//! stale-read rule; the conformance test shows the checker catching it).
+//! **test-only** `unsafe_no_stale_read_rule=true` (strong-partition mode without its
+//! read-side rules, stale read and late read; the conformance test shows the checker
+//! catching it. With the late-read rule still on, seeds 1–10 without the stale-read
+//! rule alone was not caught: the unit test `strong_partition_refuses_stale_reads_and_immortal_writes`
+//! holds that rule).
 
 mod coordinator;
 mod deferral;

@@ -86,8 +86,9 @@ pub struct Options {
     pub versions_kept: usize,
     /// A replica checkpoints after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
-    /// TEST-ONLY, deliberately broken: in strong-partition mode, reads skip the stale-read
-    /// rule (§4.4), so a transaction starting after another finished may read around it.
+    /// TEST-ONLY, deliberately broken: in strong-partition mode, reads skip the read-side
+    /// rules — §4.4's stale-read rule and the late-read rule — so a transaction starting
+    /// after another finished may read around it.
     pub unsafe_no_stale_read_rule: bool,
 }
 

@@ -224,7 +224,7 @@ impl Replica {
         Rules {
             stale_read: sps && !self.opts.unsafe_no_stale_read_rule,
             immortal_write: sps,
-            late_read: sps,
+            late_read: sps && !self.opts.unsafe_no_stale_read_rule,
         }
     }
 
