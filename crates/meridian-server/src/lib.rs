@@ -19,9 +19,11 @@ pub mod host;
 pub mod load;
 pub mod metrics;
 pub mod node;
+pub mod pki;
 pub mod storage;
 pub mod transport;
 
 pub use host::{Addresses, Host, HostConfig, HostError, LocalClient};
 pub use load::{Load, LoadOptions, LoadReport, Target};
+pub use meridian_client::Security;
 pub use transport::Limits;
