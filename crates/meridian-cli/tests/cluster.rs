@@ -127,8 +127,20 @@ impl Cluster {
         self.run.to_str().unwrap()
     }
 
+    /// The arguments a client of this cluster needs for TLS: the client certificate
+    /// `cluster up` wrote into the run-dir (or plaintext, if the cluster runs without TLS).
+    fn tls(&self) -> Vec<String> {
+        let tls = self.run.join("tls");
+        if tls.exists() {
+            vec!["--certs".into(), tls.to_str().unwrap().into()]
+        } else {
+            vec!["--insecure-plaintext".into()]
+        }
+    }
+
     /// `meridian client` against this cluster, each request given `timeout`.
     fn client(&self, timeout: &str, args: &[&str]) -> Output {
+        let tls = self.tls();
         let mut all = vec![
             "client",
             "--topology",
@@ -136,6 +148,7 @@ impl Cluster {
             "--timeout",
             timeout,
         ];
+        all.extend(tls.iter().map(String::as_str));
         all.extend_from_slice(args);
         meridian(&all)
     }
@@ -222,9 +235,12 @@ fn cluster_up_client_status_kill_and_down() {
 
     // `bench --remote` with the in-process defaults (tiga, WAN scale 1) drives and labels
     // what the cluster runs: clock-si at WAN scale 0.
+    let tls = cluster.tls();
     let bench = meridian(&[
         "bench",
         "--remote",
+        "--certs",
+        &tls[1],
         "--topology",
         topology,
         "--duration",
@@ -323,6 +339,7 @@ fn leader_kill(protocol: &str, model: &str, restart: bool) {
             "--history",
         ])
         .arg(&history)
+        .args(cluster.tls())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -421,26 +438,10 @@ fn cluster_up_runs_one_process_per_machine() {
     let pids = std::fs::read_dir(run.join("pids")).unwrap().count();
     assert_eq!(pids, 5, "one pid file per machine");
 
-    let put = meridian(&[
-        "client",
-        "--topology",
-        topology,
-        "--coordinator",
-        "coord2",
-        "put",
-        "m",
-        "7",
-    ]);
+    let _ = topology;
+    let put = cluster.client("5s", &["--coordinator", "coord2", "put", "m", "7"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
-    let get = meridian(&[
-        "client",
-        "--topology",
-        topology,
-        "--coordinator",
-        "coord4",
-        "get",
-        "m",
-    ]);
+    let get = cluster.client("5s", &["--coordinator", "coord4", "get", "m"]);
     assert!(text(&get).contains("m = \"7\""), "{}", text(&get));
 
     // shard0's primary, shard2's backup and coord0 share machine 0.
@@ -854,9 +855,11 @@ fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
 #[test]
 fn forty_sixteen_mib_length_prefixes_do_not_grow_a_coordinator() {
     use meridian_client::wire::Hello;
-    let cluster = Cluster::up("local", "clock-si", "0");
+    // Raw frames need a plaintext listener; the limits apply after a TLS handshake the
+    // same way (meridian-server's tests/tls.rs stalls a frame through TLS).
+    let cluster = Cluster::up_with("local", "clock-si", "0", &["--insecure-plaintext"]);
     let (topology, run) = (cluster.topology(), cluster.run());
-    let put = meridian(&["client", "--topology", topology, "put", "warm", "up"]);
+    let put = cluster.client("5s", &["put", "warm", "up"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
     let pid = pid_of(&run, "coord0");
     let addr = peer_addr(topology, "coord0");
@@ -914,7 +917,7 @@ fn forty_sixteen_mib_length_prefixes_do_not_grow_a_coordinator() {
         "memory given back after close: {before:.1} before, {held:.1} held, {released:.1} after"
     );
     eprintln!("peer hellos: RSS {before:.1} MiB before, {held:.1} held, {released:.1} after close");
-    let get = meridian(&["client", "--topology", topology, "get", "warm"]);
+    let get = cluster.client("5s", &["get", "warm"]);
     assert!(text(&get).contains("warm = \"up\""), "{}", text(&get));
 }
 
@@ -924,7 +927,13 @@ fn forty_sixteen_mib_length_prefixes_do_not_grow_a_coordinator() {
 #[test]
 fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
     use meridian_client::wire::Hello;
-    let cluster = Cluster::up_with("local", "clock-si", "0", &["--max-connections", "64"]);
+    // Raw hellos need a plaintext listener (under TLS the handshake would refuse them).
+    let cluster = Cluster::up_with(
+        "local",
+        "clock-si",
+        "0",
+        &["--max-connections", "64", "--insecure-plaintext"],
+    );
     let topology = cluster.topology();
     let counter = |name: &str| -> u64 {
         let page = http_get(topology, "coord0", "/metrics");
@@ -946,6 +955,7 @@ fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
             "200",
         ])
         .args(["--max-outstanding", "4", "--report", "json"])
+        .args(cluster.tls())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -976,16 +986,7 @@ fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
         ) > committed + 10),
         "coord0 keeps committing under the flood"
     );
-    let fresh = meridian(&[
-        "client",
-        "--topology",
-        topology,
-        "--coordinator",
-        "coord1",
-        "put",
-        "f",
-        "1",
-    ]);
+    let fresh = cluster.client("5s", &["--coordinator", "coord1", "put", "f", "1"]);
     assert_eq!(
         fresh.status.code(),
         Some(0),
@@ -1006,16 +1007,7 @@ fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
         ) < 64),
         "slots free"
     );
-    let after = meridian(&[
-        "client",
-        "--topology",
-        topology,
-        "--coordinator",
-        "coord0",
-        "put",
-        "f",
-        "2",
-    ]);
+    let after = cluster.client("5s", &["--coordinator", "coord0", "put", "f", "2"]);
     assert_eq!(after.status.code(), Some(0), "{}", text(&after));
 }
 
@@ -1027,7 +1019,7 @@ fn soft_limit_with(max_connections: &str) -> (u64, u64) {
     let path = topology.to_str().unwrap();
     let script = format!(
         "ulimit -Sn 256 && exec {} server --topology {path} --protocol 2pl-2pc --wan-scale 0 \
-         --node coord0 --max-connections {max_connections}",
+         --node coord0 --max-connections {max_connections} --insecure-plaintext",
         env!("CARGO_BIN_EXE_meridian"),
     );
     let mut server = Command::new("sh")

@@ -338,6 +338,10 @@ impl Client {
                 return Ok((connection, rx));
             }
             connection.pending.lock().expect("pending lock").remove(&id);
+            let refused = connection.refused.lock().expect("refused lock").clone();
+            if let Some(reason) = refused {
+                return Err(ClientError::Refused { reason });
+            }
         }
         Err(ClientError::Unreachable {
             tried: self.coordinators.len().to_string() + " coordinator(s)",

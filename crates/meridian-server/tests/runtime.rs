@@ -120,6 +120,7 @@ async fn a_dead_cluster_and_a_lost_coordinator_are_distinct_errors() {
     let options = ClientOptions {
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_millis(500),
+        security: Security::InsecurePlaintext,
     };
     let dead = Client::connect(vec![plain(addr)], options.clone()).await;
     assert!(
