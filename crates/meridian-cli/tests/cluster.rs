@@ -144,6 +144,22 @@ impl Cluster {
         self.run.to_str().unwrap()
     }
 
+    /// `cluster up` once more on this run-dir and topology (WAN scale 0).
+    fn up_again(&self, protocol: &str) -> Output {
+        meridian(&[
+            "cluster",
+            "up",
+            "--topology",
+            self.topology(),
+            "--protocol",
+            protocol,
+            "--wan-scale",
+            "0",
+            "--run-dir",
+            self.run_dir(),
+        ])
+    }
+
     /// The arguments a client of this cluster needs for TLS: the client certificate
     /// `cluster up` wrote into the run-dir (or plaintext, if the cluster runs without TLS).
     fn tls(&self) -> Vec<String> {
@@ -591,18 +607,7 @@ fn a_second_up_on_a_running_run_dir_is_refused_and_down_stops_the_first() {
     let log = run.join("logs").join("shard0-replica0.log");
     let log_before = std::fs::metadata(&log).unwrap().len();
     assert!(log_before > 0);
-    let again = meridian(&[
-        "cluster",
-        "up",
-        "--topology",
-        topology,
-        "--protocol",
-        "2pl-2pc",
-        "--wan-scale",
-        "0",
-        "--run-dir",
-        run_dir,
-    ]);
+    let again = cluster.up_again("2pl-2pc");
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(
         text(&again).contains("a cluster is running there"),
@@ -1161,20 +1166,7 @@ fn regions_on_four_addresses_survive_a_whole_cluster_sigkill() {
         .all(|p| dead(*p))));
     // The kernel lets go of a killed server's sockets as their connections wind down, so
     // a port may stay busy for a moment: `up` refuses it and is asked again.
-    let up_again = || {
-        meridian(&[
-            "cluster",
-            "up",
-            "--topology",
-            topology,
-            "--protocol",
-            "2pl-2pc",
-            "--wan-scale",
-            "0",
-            "--run-dir",
-            run_dir,
-        ])
-    };
+    let up_again = || cluster.up_again("2pl-2pc");
     let mut up = up_again();
     assert!(
         eventually(Duration::from_secs(20), || {

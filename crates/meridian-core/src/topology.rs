@@ -1522,6 +1522,27 @@ region = "A"
 count = 2
 "#;
 
+    /// `[runtime.hosts]` gives a region its address; an unknown region and a wildcard
+    /// address (which peers cannot dial) are refused with the field named.
+    #[test]
+    fn runtime_hosts_override_per_region_and_are_validated() {
+        let with = |runtime: &str| Topology::parse("t", &format!("{MINIMAL}\n{runtime}"));
+        let t =
+            with("[runtime]\nhost = \"127.0.0.1\"\n[runtime.hosts]\nB = \"127.0.0.3\"\n").unwrap();
+        assert_eq!(t.runtime.host_of("A"), "127.0.0.1");
+        assert_eq!(t.runtime.host_of("B"), "127.0.0.3");
+        assert_eq!(t.runtime.listen_of("B"), "127.0.0.3");
+        let t = with("[runtime]\nlisten = \"0.0.0.0\"\n").unwrap();
+        assert_eq!(t.runtime.listen_of("A"), "0.0.0.0");
+        let unknown = with("[runtime.hosts]\nC = \"127.0.0.3\"\n").unwrap_err();
+        assert_eq!(unknown.field, "runtime.hosts.C");
+        assert!(unknown.message.contains("unknown region `C`"), "{unknown}");
+        let wildcard = with("[runtime.hosts]\nA = \"0.0.0.0\"\n").unwrap_err();
+        assert!(wildcard.message.contains("listen"), "{wildcard}");
+        let empty = with("[runtime]\nhost = \"\"\n").unwrap_err();
+        assert_eq!(empty.field, "runtime.host");
+    }
+
     #[test]
     fn bundled_topologies_parse_and_lay_out() {
         for (name, text) in BUNDLED {
