@@ -467,11 +467,10 @@ fn clock_si_recovers_a_sigkilled_server_from_its_log() {
 #[test]
 fn cluster_up_runs_one_process_per_machine() {
     let cluster = Cluster::up("rdma-cluster", "2pl-2pc", "0");
-    let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    let (run, run_dir) = (cluster.run(), cluster.run_dir());
     let pids = std::fs::read_dir(run.join("pids")).unwrap().count();
     assert_eq!(pids, 5, "one pid file per machine");
 
-    let _ = topology;
     let put = cluster.client("5s", &["--coordinator", "coord2", "put", "m", "7"]);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put));
     let get = cluster.client("5s", &["--coordinator", "coord4", "get", "m"]);
@@ -1091,7 +1090,7 @@ fn regions_on_four_addresses_survive_a_whole_cluster_sigkill() {
     let hosts = "\n[runtime.hosts]\nSC = \"127.0.0.2\"\nFI = \"127.0.0.3\"\n\
                  BR = \"127.0.0.4\"\nHK = \"127.0.0.5\"\n";
     let cluster = Cluster::up_on("gcp-tiga", hosts, "2pl-2pc", "0", &[]);
-    let (topology, run, run_dir) = (cluster.topology(), cluster.run(), cluster.run_dir());
+    let (topology, run) = (cluster.topology(), cluster.run());
     let plain = plain_cluster(topology);
     let addresses = meridian_server::Addresses::from_topology(&plain).unwrap();
     for info in &plain.nodes {

@@ -3,8 +3,8 @@
 //!
 //! * [`host`] — a [`Host`] runs some or all nodes of a cluster in this process: each node
 //!   an event loop ([`node`]), wired to in-process nodes by channels and to the others by
-//!   TCP ([`transport`]), with WAN emulation per link, durable logs ([`storage`]) and
-//!   metrics ([`metrics`]).
+//!   TCP under mutual TLS ([`transport`]; certificates from [`pki`]), with WAN emulation
+//!   per link, durable logs ([`storage`]) and metrics ([`metrics`]).
 //! * [`load`] — the load driver of `meridian demo` and `meridian bench` (open loop with a
 //!   cap on outstanding transactions per coordinator), over the sans-IO core and the
 //!   results model of `meridian-bench` that the simulator uses too.
