@@ -1,19 +1,19 @@
 //! `meridian client get|put|txn`: one transaction against a running cluster.
 //!
 //! Exit codes: 0 committed, 1 aborted, 2 bad input, 3 outcome unknown (timeout or lost
-//! coordinator: it may have committed), 4 cluster unreachable (nothing was sent).
+//! coordinator: it may have committed), 4 cluster unreachable or this client's certificate
+//! refused (nothing ran).
 
 use crate::bad_input;
-use crate::runtime::tokio_runtime;
+use crate::runtime::{tokio_runtime, TlsArgs};
 use clap::{Args, Subcommand};
-use meridian_client::{Client, ClientError, ClientOptions, Committed};
+use meridian_client::{Client, ClientError, ClientOptions, Committed, Endpoint};
 use meridian_core::time::parse_duration_ns;
 use meridian_core::txn::{Op, Operand, Piece, PieceBody, Txn};
 use meridian_core::value::{decode_int, encode_int};
 use meridian_core::SmallBytes;
 use meridian_core::{Cluster, Topology};
 use meridian_server::Addresses;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ pub struct ClientArgs {
     /// How long to wait for the answer.
     #[arg(long, default_value = "5s")]
     timeout: String,
+    #[command(flatten)]
+    tls: TlsArgs,
     #[command(subcommand)]
     command: ClientCommand,
 }
@@ -48,9 +50,13 @@ pub fn main(args: ClientArgs) -> ExitCode {
         Err(e) => return bad_input(e),
     };
     let (txn, ops, coordinators, timeout) = plan;
+    let security = match args.tls.security(meridian_server::pki::DEFAULT_CLIENT) {
+        Ok(s) => s,
+        Err(e) => return bad_input(e),
+    };
     let options = ClientOptions {
         timeout,
-        ..ClientOptions::default()
+        ..ClientOptions::new(security)
     };
     let result = tokio_runtime().block_on(async move {
         let client = Client::connect(coordinators, options).await?;
@@ -66,7 +72,7 @@ pub fn main(args: ClientArgs) -> ExitCode {
             ExitCode::from(match e {
                 ClientError::Aborted(_) => 1,
                 ClientError::Timeout { .. } | ClientError::Unknown { .. } => 3,
-                ClientError::Unreachable { .. } => 4,
+                ClientError::Unreachable { .. } | ClientError::Refused { .. } => 4,
                 ClientError::Protocol(_) => 3,
             })
         }
@@ -81,7 +87,7 @@ struct Labeled {
     position: usize,
 }
 
-type Plan = (Txn, Vec<Labeled>, Vec<SocketAddr>, Duration);
+type Plan = (Txn, Vec<Labeled>, Vec<Endpoint>, Duration);
 
 fn plan(args: &ClientArgs) -> Result<Plan, String> {
     let topology = Topology::load(&args.topology).map_err(|e| e.to_string())?;
@@ -101,13 +107,16 @@ fn plan(args: &ClientArgs) -> Result<Plan, String> {
                 cluster.coordinators.len().saturating_sub(1)
             )
         })?;
-    let mut coordinators = vec![addresses.peer[first.index()]];
+    let endpoint = |c: meridian_core::NodeId| {
+        Endpoint::new(addresses.peer[c.index()], cluster.node(c).name.clone())
+    };
+    let mut coordinators = vec![endpoint(first)];
     coordinators.extend(
         cluster
             .coordinators
             .iter()
             .filter(|c| **c != first)
-            .map(|c| addresses.peer[c.index()]),
+            .map(|c| endpoint(*c)),
     );
     let timeout_ns = parse_duration_ns(&args.timeout).map_err(|e| format!("--timeout: {e}"))?;
     let ops = match &args.command {

@@ -3,12 +3,12 @@
 
 use crate::bad_input;
 use crate::protocols;
-use crate::runtime::{init_logging, tokio_runtime, ClusterArgs};
+use crate::runtime::{init_logging, tokio_runtime, ClusterArgs, TlsArgs};
 use clap::Args;
 use meridian_bench::report::{all_json, regions_json, RegionJson};
 use meridian_bench::Results;
 use meridian_check::Model;
-use meridian_client::{Client, ClientOptions, Submit};
+use meridian_client::{Client, ClientOptions, Endpoint, Security, Submit};
 use meridian_core::node::{parse_key_values, Setup};
 use meridian_core::time::parse_duration_ns;
 use meridian_core::{Cluster, NodeId, Protocol};
@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// instead of hosting every node in this process.
     #[arg(long)]
     remote: bool,
+    /// With --remote: how to reach the cluster (its clients' certificates).
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Workload: list-append, bank, microbench, ycsb-t, tpcc, tpca, retwis, smallbank
     /// (stored procedures and interactive transactions run as in the simulator).
     #[arg(long, default_value = "microbench")]
@@ -124,6 +127,8 @@ pub(crate) struct Plan {
     timeout: Duration,
     model: Option<Model>,
     json: bool,
+    /// How a remote run reaches the cluster (unused in-process).
+    security: Security,
 }
 
 fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
@@ -177,6 +182,17 @@ fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
         "table" => false,
         other => return Err(format!("--report: `{other}` is not `table` or `json`")),
     };
+    let security = match (args.remote, args.tls.given()) {
+        (true, _) => args.tls.security(meridian_server::pki::DEFAULT_CLIENT)?,
+        (false, false) => Security::InsecurePlaintext,
+        (false, true) => {
+            return Err(
+                "--certs, --ca/--cert/--key and --insecure-plaintext are for \
+                        --remote: in-process nodes talk through memory"
+                    .into(),
+            )
+        }
+    };
     let options = LoadOptions {
         duration,
         warmup,
@@ -192,6 +208,7 @@ fn parse(args: BenchArgs, until_ctrl_c: bool) -> Result<Plan, String> {
         timeout,
         model,
         json,
+        security,
     })
 }
 
@@ -209,6 +226,7 @@ pub fn demo(demo: DemoArgs) -> ExitCode {
             wan_scale: demo.wan_scale,
         },
         remote: false,
+        tls: TlsArgs::default(),
         workload: "microbench".into(),
         workload_opts: demo.workload_opts,
         duration: demo.duration.unwrap_or_default(),
@@ -324,6 +342,7 @@ where
         args: BenchArgs {
             cluster: run.cluster,
             remote: false,
+            tls: TlsArgs::default(),
             workload: run.workload,
             workload_opts: String::new(),
             duration: String::new(),
@@ -346,6 +365,7 @@ where
         timeout: run.timeout,
         model: None,
         json: false,
+        security: Security::InsecurePlaintext,
     };
     let (report, _) = tokio_runtime().block_on(drive::<P>(&plan, run.tick, on_tick))?;
     Ok(report)
@@ -367,7 +387,8 @@ where
     let host = if plan.args.remote {
         None
     } else {
-        let mut config = HostConfig::new(addresses.clone());
+        // Every node in this process: no link or listener carries data over a socket.
+        let mut config = HostConfig::new(addresses.clone(), Security::InsecurePlaintext);
         config.wan_scale = plan.args.cluster.wan_scale;
         config.seed = plan.args.seed;
         config.listen = false;
@@ -392,11 +413,14 @@ where
             None => {
                 let options = ClientOptions {
                     timeout: plan.timeout,
-                    ..ClientOptions::default()
+                    ..ClientOptions::new(plan.security.clone())
                 };
-                let addr = addresses.peer[coordinator.index()];
+                let endpoint = Endpoint::new(
+                    addresses.peer[coordinator.index()],
+                    setup.cluster.node(coordinator).name.clone(),
+                );
                 Arc::new(
-                    Client::connect(vec![addr], options)
+                    Client::connect(vec![endpoint], options)
                         .await
                         .map_err(|e| e.to_string())?,
                 )

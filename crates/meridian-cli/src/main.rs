@@ -11,7 +11,9 @@
 //!   `meridian experiment plot FILE` draws the plots again from that run's JSON.
 //!
 //! * `meridian server --topology T --node N` — run one node as a process.
-//! * `meridian cluster up|down|status` — every node of a topology as a process on loopback.
+//! * `meridian cluster up|down|status` — every node of a topology as a process, with TLS
+//!   certificates from a development CA it writes into the run-dir.
+//! * `meridian certs` — a CA and certificates for a deployment across machines.
 //! * `meridian client get|put|txn` — one transaction against a running cluster.
 //! * `meridian bench` — open-loop load against the runtime (in-process or `--remote`).
 //! * `meridian demo` — an in-process geo-distributed Tiga cluster under load, live.
@@ -71,6 +73,8 @@ enum Command {
     Server(runtime::ServerArgs),
     /// Start, stop or inspect a cluster of server processes on this machine.
     Cluster(runtime::ClusterCommandArgs),
+    /// Write a new CA and TLS certificates for every machine of a topology and for clients.
+    Certs(runtime::CertsArgs),
     /// Run one transaction against a running cluster.
     Client(client::ClientArgs),
     /// Open-loop load against the runtime (in-process, or a running cluster with --remote).
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => load::demo(args),
         Command::Server(args) => runtime::server(args),
         Command::Cluster(args) => runtime::cluster(args),
+        Command::Certs(args) => runtime::certs(args),
         Command::Client(args) => client::main(args),
         Command::Bench(args) => load::bench(*args),
         Command::Experiment(args) => experiment::main(args),

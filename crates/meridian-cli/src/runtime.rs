@@ -6,7 +6,7 @@ use crate::protocols;
 use clap::{Args, Subcommand};
 use meridian_core::node::Setup;
 use meridian_core::{Cluster, NodeRole, Protocol, ProtocolConfig, Topology};
-use meridian_server::{Addresses, Host, HostConfig};
+use meridian_server::{pki, Addresses, Host, HostConfig, Security};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -87,10 +87,67 @@ pub fn refuse_test_only_options(protocol_opts: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// How a runtime command secures its connections: TLS with the cluster's certificates
+/// (`--certs DIR`, or `--ca`, `--cert`, `--key`), or, only when asked by name, plaintext.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// Directory of the cluster's certificates, as `cluster up` (RUN_DIR/tls) or
+    /// `meridian certs` writes it: `ca.pem`, and this process's `NAME.pem` and
+    /// `NAME-key.pem` (a server: its machine's first node, e.g. `shard0-replica0`; a
+    /// client: `client`).
+    #[arg(long)]
+    pub certs: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM); with --cert and --key, instead of --certs.
+    #[arg(long, requires_all = ["cert", "key"], conflicts_with = "certs")]
+    pub ca: Option<PathBuf>,
+    /// This process's certificate chain (PEM), signed by the CA.
+    #[arg(long, requires_all = ["ca", "key"], conflicts_with = "certs")]
+    pub cert: Option<PathBuf>,
+    /// This process's private key (PEM).
+    #[arg(long, requires_all = ["ca", "cert"], conflicts_with = "certs")]
+    pub key: Option<PathBuf>,
+    /// No TLS: nothing encrypted, and anyone who reaches a port may speak as any node or
+    /// client. Only for a machine whose every user and process is trusted.
+    #[arg(long, conflicts_with_all = ["certs", "ca", "cert", "key"])]
+    pub insecure_plaintext: bool,
+}
+
+impl TlsArgs {
+    pub fn given(&self) -> bool {
+        self.certs.is_some() || self.ca.is_some() || self.insecure_plaintext
+    }
+
+    /// The security these arguments ask for; `stem` picks the certificate in `--certs`.
+    pub fn security(&self, stem: &str) -> Result<Security, String> {
+        if self.insecure_plaintext {
+            return Ok(Security::InsecurePlaintext);
+        }
+        let credentials = match (&self.certs, &self.ca, &self.cert, &self.key) {
+            (Some(dir), ..) => pki::load(dir, stem),
+            (None, Some(ca), Some(cert), Some(key)) => {
+                meridian_client::tls::Credentials::from_files(ca, cert, key)
+            }
+            _ => {
+                return Err(
+                    "TLS: give --certs DIR (`cluster up` writes RUN_DIR/tls) or \
+                            --ca, --cert and --key; or --insecure-plaintext to run without \
+                            encryption and authentication"
+                        .into(),
+                )
+            }
+        };
+        credentials
+            .map(|c| Security::Tls(Arc::new(c)))
+            .map_err(|e| format!("TLS: {e}"))
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ServerArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// The node to run, by name (`shard0/replica1`, `coord3`, or a service like `vm0`), with
     /// every other role of its machine (topology `[machines]`).
     #[arg(long)]
@@ -198,7 +255,18 @@ where
             .collect();
         format!("--node: no node `{wanted}` (nodes: {})", names.join(", "))
     })?;
-    let mut config = HostConfig::new(Addresses::from_topology(&setup.cluster)?);
+    let addresses = Addresses::from_topology(&setup.cluster)?;
+    let security = args
+        .tls
+        .security(&pki::machine_file_name(&setup.cluster, node))?;
+    if matches!(security, Security::InsecurePlaintext) {
+        let addr = addresses.peer_listen[node.index()];
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "--insecure-plaintext on an address other hosts can reach: \
+                anyone there may read the data and speak as any node or client");
+        }
+    }
+    let mut config = HostConfig::new(addresses, security);
     config.wan_scale = args.cluster.wan_scale;
     config.data_dir = args.data_dir.clone();
     config.fsync = args.fsync;
@@ -302,6 +370,11 @@ struct UpArgs {
     /// Inbound connections each server's node holds at once (see `server --help`).
     #[arg(long, default_value_t = meridian_server::Limits::default().max_connections)]
     max_connections: usize,
+    /// No TLS between the servers and for clients (see `server --help`). Without it, `up`
+    /// writes a new development CA and certificates into RUN_DIR/tls (clients use
+    /// `--certs RUN_DIR/tls`).
+    #[arg(long)]
+    insecure_plaintext: bool,
 }
 
 #[derive(Args, Debug)]
@@ -346,6 +419,9 @@ struct Saved {
     fsync: bool,
     log_level: String,
     max_connections: usize,
+    /// Servers run without TLS; otherwise their certificates are in RUN_DIR/tls.
+    #[serde(default)]
+    insecure_plaintext: bool,
 }
 
 impl Saved {
@@ -368,6 +444,11 @@ impl Saved {
             wan_scale: self.wan_scale,
         }
     }
+}
+
+/// Where `cluster up` keeps the cluster's certificates.
+pub fn tls_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("tls")
 }
 
 fn file_name(node: &str) -> String {
@@ -446,7 +527,11 @@ fn cluster_up(up: &UpArgs) -> Result<ExitCode, String> {
         fsync: up.fsync,
         log_level: up.log_level.clone(),
         max_connections: up.max_connections,
+        insecure_plaintext: up.insecure_plaintext,
     };
+    if !up.insecure_plaintext {
+        pki::write_set(&tls_dir(run_dir), &cluster, &[pki::DEFAULT_CLIENT])?;
+    }
     let json = serde_json::to_string_pretty(&saved).expect("serializable");
     std::fs::write(Saved::path(run_dir), json).map_err(|e| e.to_string())?;
     // Pid files of servers that are gone (a crash, a reboot) are stale, not a cluster.
@@ -524,7 +609,13 @@ fn spawn_machine(
         .arg("--data-dir")
         .arg(&saved.data_dir)
         .args(saved.fsync.then_some("--fsync"))
-        .args(["--max-connections", &saved.max_connections.to_string()])
+        .args(["--max-connections", &saved.max_connections.to_string()]);
+    if saved.insecure_plaintext {
+        command.arg("--insecure-plaintext");
+    } else {
+        command.arg("--certs").arg(tls_dir(run_dir));
+    }
+    command
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
@@ -555,8 +646,8 @@ fn ports_free(
 ) -> Result<(), String> {
     for &id in nodes {
         for (what, addr) in [
-            ("port", addresses.peer[id.index()]),
-            ("metrics port", addresses.metrics[id.index()]),
+            ("port", addresses.peer_listen[id.index()]),
+            ("metrics port", addresses.metrics_listen[id.index()]),
         ] {
             if let Err(e) = std::net::TcpListener::bind(addr) {
                 return Err(format!(
@@ -877,4 +968,69 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// A bundled topology name or a TOML path: each of its machines gets a certificate.
+    #[arg(long, default_value = "gcp-tiga")]
+    topology: String,
+    /// The protocol the cluster will run (its services run on machines of their own).
+    #[arg(long, default_value = "tiga")]
+    protocol: String,
+    /// Protocol options, `key=value[,key=value…]` (as the servers will get them).
+    #[arg(long, default_value = "")]
+    protocol_opts: String,
+    /// Where to write the set (created if missing; an earlier set there is replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// A client certificate to issue, by name (letters, digits, `-`); repeatable.
+    #[arg(long = "client", default_values_t = [pki::DEFAULT_CLIENT.to_string()])]
+    clients: Vec<String>,
+}
+
+/// `meridian certs`: a new CA and certificates for every machine of a topology and for
+/// the named clients (`meridian_server::pki`), for a deployment across machines.
+pub fn certs(args: CertsArgs) -> ExitCode {
+    let cluster = ClusterArgs {
+        topology: args.topology.clone(),
+        protocol: args.protocol.clone(),
+        protocol_opts: args.protocol_opts.clone(),
+        wan_scale: 0.0,
+    }
+    .cluster();
+    let cluster = match cluster {
+        Ok(c) => c,
+        Err(e) => return bad_input(e),
+    };
+    let valid = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 63
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if let Some(bad) = args.clients.iter().find(|c| !valid(c)) {
+        return bad_input(format!(
+            "--client: `{bad}` is not a name of letters, digits and `-` (at most 63)"
+        ));
+    }
+    let clients: Vec<&str> = args.clients.iter().map(String::as_str).collect();
+    if let Err(e) = pki::write_set(&args.out, &cluster, &clients) {
+        return bad_input(e);
+    }
+    outln!(
+        "wrote a new CA ({}), {} machine certificates and {} client certificates to {}",
+        args.out.join("ca.pem").display(),
+        cluster.machines.len(),
+        clients.len(),
+        args.out.display()
+    );
+    for machine in &cluster.machines {
+        let stem = pki::machine_file_name(&cluster, machine.nodes[0]);
+        outln!(
+            "  {stem}.pem, {stem}-key.pem: {} ({})",
+            cluster.topology.region_name(machine.region),
+            machine_names(&cluster, machine.nodes[0])
+        );
+    }
+    ExitCode::SUCCESS
 }

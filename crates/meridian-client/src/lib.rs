@@ -13,8 +13,14 @@
 //!   may not commit.
 //! * [`ClientError::Unknown`] — the connection broke after sending, or the coordinator
 //!   itself reported the outcome unknown: it may or may not have committed.
+//! * [`ClientError::Refused`] — the coordinator refused this client's certificate in the
+//!   TLS handshake: it read nothing, the transaction certainly did not run.
 //! * [`ClientError::Aborted`] — the transaction certainly did not commit, for the reason given.
+//!
+//! Connections are mutual TLS with a certificate of the cluster's CA ([`tls`]), unless the
+//! options say [`Security::InsecurePlaintext`]; a refused handshake is `Unreachable`.
 
+pub mod tls;
 pub mod wire;
 
 use futures_util::{SinkExt, StreamExt};
@@ -30,6 +36,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+pub use tls::Security;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -44,6 +51,8 @@ pub enum ClientError {
     Timeout { after: Duration },
     #[error("outcome unknown: {reason}; the transaction may or may not have committed")]
     Unknown { reason: String },
+    #[error("refused: {reason}; nothing was run")]
+    Refused { reason: String },
     #[error("aborted: {0}")]
     Aborted(AbortReason),
     #[error("protocol error: {0}")]
@@ -90,16 +99,42 @@ pub trait Submit: Send + Sync {
 pub struct ClientOptions {
     /// How long to wait for each answer.
     pub timeout: Duration,
-    /// How long to wait for a TCP connection to one coordinator.
+    /// How long to wait for a connection to one coordinator (TCP, TLS handshake, hello).
     pub connect_timeout: Duration,
+    /// TLS credentials, or plaintext: a choice the caller makes, never a default.
+    pub security: Security,
 }
 
-impl Default for ClientOptions {
-    fn default() -> Self {
+impl ClientOptions {
+    /// 5 s per answer, 2 s per connection, secured as `security` says.
+    pub fn new(security: Security) -> ClientOptions {
         ClientOptions {
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
+            security,
         }
+    }
+}
+
+/// A coordinator: where it listens and its node name (which its certificate must carry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub node: String,
+}
+
+impl Endpoint {
+    pub fn new(addr: SocketAddr, node: impl Into<String>) -> Endpoint {
+        Endpoint {
+            addr,
+            node: node.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.addr, self.node)
     }
 }
 
@@ -112,25 +147,40 @@ struct Connection {
     pending: Pending,
     /// Set by the reader when the connection ends, before it clears `pending`.
     closed: Arc<AtomicBool>,
+    /// Set by the reader, before `closed`, when the coordinator refused the TLS handshake
+    /// (under TLS 1.3 the client learns it only at its first read): what it said.
+    refused: Arc<Mutex<Option<String>>>,
 }
 
 /// An async client of a Meridian cluster.
 pub struct Client {
-    coordinators: Vec<SocketAddr>,
+    coordinators: Vec<Endpoint>,
     options: ClientOptions,
+    /// Built once from the options' credentials; None for plaintext.
+    connector: Option<tls::Connector>,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     next_id: AtomicU64,
 }
 
 impl Client {
-    /// Connects to the first of `coordinators` that accepts; `Unreachable` if none does.
+    /// Connects to the first of `coordinators` that accepts; `Unreachable` if none does
+    /// (a refused TLS handshake included), `Protocol` if the credentials are unusable.
     pub async fn connect(
-        coordinators: Vec<SocketAddr>,
+        coordinators: Vec<Endpoint>,
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
+        let connector = match &options.security {
+            Security::Tls(credentials) => Some(
+                credentials
+                    .connector()
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?,
+            ),
+            Security::InsecurePlaintext => None,
+        };
         let client = Client {
             coordinators,
             options,
+            connector,
             connection: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(0),
         };
@@ -145,14 +195,22 @@ impl Client {
             return Ok(c.clone());
         }
         let mut last_error = "no coordinator address given".to_string();
-        for addr in &self.coordinators {
-            match self.open(*addr).await {
+        for endpoint in &self.coordinators {
+            let opened = tokio::time::timeout(self.options.connect_timeout, self.open(endpoint))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    ))
+                });
+            match opened {
                 Ok(c) => {
                     let c = Arc::new(c);
                     *slot = Some(c.clone());
                     return Ok(c);
                 }
-                Err(e) => last_error = format!("{addr}: {e}"),
+                Err(e) => last_error = format!("{endpoint}: {e}"),
             }
         }
         let tried = self
@@ -164,14 +222,12 @@ impl Client {
         Err(ClientError::Unreachable { tried, last_error })
     }
 
-    async fn open(&self, addr: SocketAddr) -> std::io::Result<Connection> {
-        let stream = tokio::time::timeout(self.options.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
+    /// A connection to `endpoint`: TCP, the TLS handshake, the hello.
+    async fn open(&self, endpoint: &Endpoint) -> std::io::Result<Connection> {
+        let stream = TcpStream::connect(endpoint.addr).await?;
         stream.set_nodelay(true)?;
-        let (read, write) = stream.into_split();
+        let stream = tls::connect(&self.connector, &endpoint.node, stream).await?;
+        let (read, write) = tokio::io::split(stream);
         let mut writer = FramedWrite::new(write, wire::codec());
         writer.send(wire::encode(&Hello::Client)).await?;
         let (requests, mut outgoing) = mpsc::channel::<RequestFrame>(1024);
@@ -194,9 +250,18 @@ impl Client {
         let reader_pending = pending.clone();
         let closed = Arc::new(AtomicBool::new(false));
         let reader_closed = closed.clone();
+        let refused: Arc<Mutex<Option<String>>> = Arc::default();
+        let reader_refused = refused.clone();
         let mut reader = FramedRead::new(read, wire::codec());
         tokio::spawn(async move {
-            while let Some(Ok(frame)) = reader.next().await {
+            while let Some(frame) = reader.next().await {
+                let frame = match frame {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        *reader_refused.lock().expect("refused lock") = tls::refusal(&e);
+                        break;
+                    }
+                };
                 let Ok(response) = wire::decode::<ResponseFrame>(&frame) else {
                     break;
                 };
@@ -216,6 +281,7 @@ impl Client {
             requests,
             pending,
             closed,
+            refused,
         })
     }
 
@@ -236,9 +302,15 @@ impl Client {
         }
         match tokio::time::timeout(self.options.timeout, rx).await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(ClientError::Unknown {
-                reason: "connection to the coordinator lost before its answer".into(),
-            }),
+            Ok(Err(_)) => Err(
+                match connection.refused.lock().expect("refused lock").take() {
+                    // A refused handshake: the coordinator read nothing this client sent.
+                    Some(reason) => ClientError::Refused { reason },
+                    None => ClientError::Unknown {
+                        reason: "connection to the coordinator lost before its answer".into(),
+                    },
+                },
+            ),
             Err(_) => {
                 connection.pending.lock().expect("pending lock").remove(&id);
                 Err(ClientError::Timeout {
@@ -266,6 +338,10 @@ impl Client {
                 return Ok((connection, rx));
             }
             connection.pending.lock().expect("pending lock").remove(&id);
+            let refused = connection.refused.lock().expect("refused lock").clone();
+            if let Some(reason) = refused {
+                return Err(ClientError::Refused { reason });
+            }
         }
         Err(ClientError::Unreachable {
             tried: self.coordinators.len().to_string() + " coordinator(s)",

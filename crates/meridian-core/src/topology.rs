@@ -41,9 +41,13 @@
 //! # per_shard = 1                    # …or this many beside each shard's leader
 //!
 //! [runtime]
-//! host = "127.0.0.1"
+//! host = "127.0.0.1"                 # every node's address, unless its region's is below
 //! base_port = 7100                   # node i listens on base_port + i
 //! metrics_base_port = 9100
+//! # listen = "0.0.0.0"               # optional: bind here instead of the address
+//!
+//! [runtime.hosts]                    # optional: a region's address (one machine each)
+//! SC = "10.0.0.2"
 //! ```
 //!
 //! Node names (used by clock overrides, steps and fault schedules): `shard{S}/replica{R}`,
@@ -210,16 +214,79 @@ pub struct ServicePlacement {
     pub regions: Vec<RegionId>,
 }
 
-/// Runtime addresses.
+/// Runtime addresses. Node i listens on `base_port + i` (peers and clients) and
+/// `metrics_base_port + i` (`/metrics`, `/status`), whatever its address, so one file
+/// serves every machine of a deployment and no two nodes share a port.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSpec {
+    /// The address of every node whose region `hosts` does not name: where it listens and
+    /// where peers and clients reach it.
     #[serde(default = "default_host")]
     pub host: String,
     #[serde(default = "default_base_port")]
     pub base_port: u16,
     #[serde(default = "default_metrics_base_port")]
     pub metrics_base_port: u16,
+    /// Per region, the address of its nodes (its machine's), overriding `host`.
+    #[serde(default)]
+    pub hosts: std::collections::BTreeMap<String, String>,
+    /// Where every node binds, if not its own address (e.g. `0.0.0.0` on a cloud machine
+    /// reached through an address it cannot bind); peers and clients still use the address.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+impl RuntimeSpec {
+    /// The address of region `region`'s nodes (a name or an IP, without port).
+    pub fn host_of(&self, region: &str) -> &str {
+        self.hosts.get(region).unwrap_or(&self.host)
+    }
+
+    /// Where a node of `region` binds (without port).
+    pub fn listen_of(&self, region: &str) -> &str {
+        self.listen
+            .as_deref()
+            .unwrap_or_else(|| self.host_of(region))
+    }
+
+    /// A region named in `hosts` must exist, and an address must be one others can reach
+    /// (an unspecified address like `0.0.0.0` belongs in `listen`).
+    fn validate(&self, regions: &[String]) -> Result<(), (String, String)> {
+        for (region, host) in &self.hosts {
+            if !regions.contains(region) {
+                return Err((
+                    format!("runtime.hosts.{region}"),
+                    format!(
+                        "unknown region `{region}` (regions: {})",
+                        regions.join(", ")
+                    ),
+                ));
+            }
+            check_reachable(host).map_err(|m| (format!("runtime.hosts.{region}"), m))?;
+        }
+        check_reachable(&self.host).map_err(|m| ("runtime.host".to_string(), m))?;
+        if let Some(listen) = &self.listen {
+            if listen.trim().is_empty() {
+                return Err(("runtime.listen".into(), "an empty address".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_reachable(host: &str) -> Result<(), String> {
+    if host.trim().is_empty() {
+        return Err("an empty address".into());
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => Err(format!(
+            "`{host}` is a wildcard, not an address peers and clients can reach; give the \
+             machine's address here and put `listen = \"{host}\"` in [runtime] to bind all \
+             interfaces"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn default_host() -> String {
@@ -238,6 +305,8 @@ impl Default for RuntimeSpec {
             host: default_host(),
             base_port: default_base_port(),
             metrics_base_port: default_metrics_base_port(),
+            hosts: Default::default(),
+            listen: None,
         }
     }
 }
@@ -583,6 +652,9 @@ impl Topology {
             ));
         }
         let runtime = raw.runtime.unwrap_or_default();
+        runtime
+            .validate(&regions)
+            .map_err(|(field, message)| p.error(None, &field, message))?;
         let mut topology = Topology {
             name: raw.name,
             description: raw.description,
@@ -1449,6 +1521,27 @@ leader = "B"
 region = "A"
 count = 2
 "#;
+
+    /// `[runtime.hosts]` gives a region its address; an unknown region and a wildcard
+    /// address (which peers cannot dial) are refused with the field named.
+    #[test]
+    fn runtime_hosts_override_per_region_and_are_validated() {
+        let with = |runtime: &str| Topology::parse("t", &format!("{MINIMAL}\n{runtime}"));
+        let t =
+            with("[runtime]\nhost = \"127.0.0.1\"\n[runtime.hosts]\nB = \"127.0.0.3\"\n").unwrap();
+        assert_eq!(t.runtime.host_of("A"), "127.0.0.1");
+        assert_eq!(t.runtime.host_of("B"), "127.0.0.3");
+        assert_eq!(t.runtime.listen_of("B"), "127.0.0.3");
+        let t = with("[runtime]\nlisten = \"0.0.0.0\"\n").unwrap();
+        assert_eq!(t.runtime.listen_of("A"), "0.0.0.0");
+        let unknown = with("[runtime.hosts]\nC = \"127.0.0.3\"\n").unwrap_err();
+        assert_eq!(unknown.field, "runtime.hosts.C");
+        assert!(unknown.message.contains("unknown region `C`"), "{unknown}");
+        let wildcard = with("[runtime.hosts]\nA = \"0.0.0.0\"\n").unwrap_err();
+        assert!(wildcard.message.contains("listen"), "{wildcard}");
+        let empty = with("[runtime]\nhost = \"\"\n").unwrap_err();
+        assert_eq!(empty.field, "runtime.host");
+    }
 
     #[test]
     fn bundled_topologies_parse_and_lay_out() {

@@ -4,8 +4,8 @@
 use crate::metrics::{self, NodeMetrics};
 use crate::node::{NodeLoop, Route};
 use crate::storage::Wal;
-use crate::transport::{self, Inbound, Remote, Reply};
-use meridian_client::{ClientError, Submit};
+use crate::transport::{self, Inbound, LinkSecurity, Remote, Reply};
+use meridian_client::{ClientError, Security, Submit};
 use meridian_core::node::Setup;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::txn::{ClientRequest, ClientResponse};
@@ -24,32 +24,37 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Every node's listening addresses.
+/// Every node's addresses: where it is reached and where it binds.
 #[derive(Clone, Debug)]
 pub struct Addresses {
-    /// Where node i accepts peers and clients.
+    /// Where peers and clients reach node i.
     pub peer: Vec<SocketAddr>,
     /// Where node i serves `/metrics` and `/status`.
     pub metrics: Vec<SocketAddr>,
+    /// Where node i binds its peer port (its `peer` address unless `[runtime] listen`).
+    pub peer_listen: Vec<SocketAddr>,
+    /// Where node i binds its metrics port.
+    pub metrics_listen: Vec<SocketAddr>,
 }
 
 impl Addresses {
+    /// Listening where it is reached: the layout of tests and in-process runs.
+    pub fn same(peer: Vec<SocketAddr>, metrics: Vec<SocketAddr>) -> Addresses {
+        Addresses {
+            peer_listen: peer.clone(),
+            metrics_listen: metrics.clone(),
+            peer,
+            metrics,
+        }
+    }
+
     /// The topology's `[runtime]` layout: node i at `base_port + i` and
-    /// `metrics_base_port + i` on `host`.
+    /// `metrics_base_port + i`, on its region's host (`hosts`, else `host`), bound on
+    /// `listen` if given. Ports number nodes across the whole cluster, so no two listeners
+    /// share one even when regions share a machine; the two port ranges must not meet.
     pub fn from_topology(cluster: &Cluster) -> Result<Addresses, String> {
         let spec = &cluster.topology.runtime;
         let n = cluster.nodes.len();
-        let port = |base: u16, i: usize| -> Result<SocketAddr, String> {
-            let port = usize::from(base) + i;
-            let port = u16::try_from(port).map_err(|_| {
-                format!("node {i}: port {port} is above 65535; lower the base port")
-            })?;
-            (spec.host.as_str(), port)
-                .to_socket_addrs()
-                .map_err(|e| format!("runtime.host `{}`: {e}", spec.host))?
-                .next()
-                .ok_or_else(|| format!("runtime.host `{}` resolves to nothing", spec.host))
-        };
         // Node i listens on two ports; the ranges must not meet, or a node's metrics
         // listener takes another node's peer port and one of them cannot start.
         let (peer, metrics) = (
@@ -64,15 +69,36 @@ impl Addresses {
                 peer + n - 1
             ));
         }
-        Ok(Addresses {
-            peer: (0..n)
-                .map(|i| port(spec.base_port, i))
-                .collect::<Result<_, _>>()?,
-            metrics: (0..n)
-                .map(|i| port(spec.metrics_base_port, i))
-                .collect::<Result<_, _>>()?,
-        })
+        let mut addresses = Addresses::same(Vec::new(), Vec::new());
+        for info in &cluster.nodes {
+            let i = info.id.index();
+            let region = cluster.topology.region_name(info.region);
+            let (host, listen) = (spec.host_of(region), spec.listen_of(region));
+            addresses.peer.push(socket_addr(host, spec.base_port, i)?);
+            addresses
+                .metrics
+                .push(socket_addr(host, spec.metrics_base_port, i)?);
+            addresses
+                .peer_listen
+                .push(socket_addr(listen, spec.base_port, i)?);
+            addresses
+                .metrics_listen
+                .push(socket_addr(listen, spec.metrics_base_port, i)?);
+        }
+        Ok(addresses)
     }
+}
+
+/// `host:(base + i)`, resolved.
+fn socket_addr(host: &str, base: u16, i: usize) -> Result<SocketAddr, String> {
+    let port = usize::from(base) + i;
+    let port = u16::try_from(port)
+        .map_err(|_| format!("node {i}: port {port} is above 65535; lower the base port"))?;
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("runtime address `{host}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("runtime address `{host}` resolves to nothing"))
 }
 
 /// How a host runs its nodes.
@@ -99,11 +125,16 @@ pub struct HostConfig {
     pub link_capacity: usize,
     /// What each node's listener admits (connections, frame sizes, timeouts).
     pub limits: transport::Limits,
+    /// TLS with this process's credentials (its certificate must name every hosted node),
+    /// or plaintext.
+    pub security: Security,
 }
 
 impl HostConfig {
-    pub fn new(addresses: Addresses) -> HostConfig {
+    /// Links and listeners secured as `security` says (a caller's explicit choice).
+    pub fn new(addresses: Addresses, security: Security) -> HostConfig {
         HostConfig {
+            security,
             wan_scale: 1.0,
             data_dir: None,
             fsync: false,
@@ -153,6 +184,8 @@ pub enum HostError {
     },
     #[error("{node}: its data directory {dir} is in use by another process (a server of this node already runs)")]
     DataDirInUse { node: String, dir: PathBuf },
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error("{0}")]
     Config(String),
 }
@@ -182,6 +215,7 @@ where
                 config.wan_scale
             )));
         }
+        let security = link_security(&cluster, hosted, &config.security)?;
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let mut inboxes: Vec<Option<mpsc::Sender<Inbound<Msg<P>>>>> = vec![None; n];
@@ -210,28 +244,33 @@ where
                 .clone()
                 .expect("hosted node has an inbox");
             if config.listen {
-                let addr = config.addresses.peer[id.index()];
+                let addr = config.addresses.peer_listen[id.index()];
                 let listener = bind(&name, addr).await?;
-                let cluster_name = cluster.topology.name.clone();
-                tasks.spawn(transport::listen(
-                    listener,
-                    id,
-                    cluster_name,
-                    inbox.clone(),
-                    metrics[id.index()].clone(),
-                    config.limits.clone(),
-                    stop.clone(),
-                ));
+                let listening = transport::Listening {
+                    node: id,
+                    cluster: cluster.topology.name.clone(),
+                    inbox: inbox.clone(),
+                    metrics: metrics[id.index()].clone(),
+                    limits: config.limits.clone(),
+                    security: security.clone(),
+                };
+                tasks.spawn(transport::listen(listener, listening, stop.clone()));
             }
             if config.serve_metrics {
-                let listener = bind(&name, config.addresses.metrics[id.index()]).await?;
+                let listener = bind(&name, config.addresses.metrics_listen[id.index()]).await?;
                 tasks.spawn(metrics::serve(
                     listener,
                     metrics[id.index()].clone(),
                     stop.clone(),
                 ));
             }
-            let routes = routes::<P>(id, &cluster, &config, &inboxes, &metrics, &stop, &mut tasks);
+            let links = Links {
+                config: &config,
+                security: &security,
+                metrics: &metrics,
+                stop: &stop,
+            };
+            let routes = routes::<P>(id, &cluster, &links, &inboxes, &mut tasks);
             let (node_loop, lock) =
                 build_node::<P>(id, &setup, &config, routes, metrics[id.index()].clone())?;
             data_locks.extend(lock);
@@ -285,6 +324,39 @@ where
     }
 }
 
+/// The acceptor and connector of `security`, after checking that its certificate names
+/// every node hosted here (a certificate for the wrong machine fails at start, not as
+/// refused links later).
+fn link_security(
+    cluster: &Cluster,
+    hosted: &[NodeId],
+    security: &Security,
+) -> Result<LinkSecurity, HostError> {
+    let node_names: Arc<Vec<String>> =
+        Arc::new(cluster.nodes.iter().map(|n| n.name.clone()).collect());
+    let Security::Tls(credentials) = security else {
+        return Ok(LinkSecurity {
+            node_names,
+            ..LinkSecurity::default()
+        });
+    };
+    for id in hosted {
+        let name = &cluster.node(*id).name;
+        if !credentials.names_node(name) {
+            return Err(HostError::Tls(format!(
+                "the certificate does not name {name} ({}), which this process hosts",
+                meridian_client::tls::node_dns_name(name)
+            )));
+        }
+    }
+    let tls_error = |e: meridian_client::tls::TlsError| HostError::Tls(e.to_string());
+    Ok(LinkSecurity {
+        acceptor: Some(credentials.acceptor().map_err(tls_error)?),
+        connector: Some(credentials.connector().map_err(tls_error)?),
+        node_names,
+    })
+}
+
 async fn bind(node: &str, addr: SocketAddr) -> Result<TcpListener, HostError> {
     TcpListener::bind(addr)
         .await
@@ -302,16 +374,23 @@ fn link_delay(cluster: &Cluster, from: NodeId, to: NodeId, scale: f64) -> (u64, 
     (one_way_ns.round() as u64, jitter_ns)
 }
 
+/// What a node's outbound links share.
+struct Links<'a> {
+    config: &'a HostConfig,
+    security: &'a LinkSecurity,
+    metrics: &'a [Arc<NodeMetrics>],
+    stop: &'a CancellationToken,
+}
+
 /// Node `id`'s route to every node, spawning the link tasks it needs.
 fn routes<P: Protocol>(
     id: NodeId,
     cluster: &Cluster,
-    config: &HostConfig,
+    links: &Links<'_>,
     inboxes: &[Option<mpsc::Sender<Inbound<Msg<P>>>>],
-    metrics: &[Arc<NodeMetrics>],
-    stop: &CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Vec<Route<Msg<P>>> {
+    let config = links.config;
     (0..cluster.nodes.len())
         .map(|j| {
             let to = NodeId(j as u32);
@@ -332,11 +411,13 @@ fn routes<P: Protocol>(
                     let remote = Remote {
                         from: id,
                         to,
+                        to_name: cluster.node(to).name.clone(),
                         addr: config.addresses.peer[j],
                         cluster: cluster.topology.name.clone(),
+                        connector: links.security.connector.clone(),
                     };
-                    let metrics = metrics[id.index()].clone();
-                    tasks.spawn(transport::tcp_link(remote, rx, metrics, stop.clone()));
+                    let metrics = links.metrics[id.index()].clone();
+                    tasks.spawn(transport::tcp_link(remote, rx, metrics, links.stop.clone()));
                 }
             }
             Route::Link {

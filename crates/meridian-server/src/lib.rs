@@ -3,8 +3,8 @@
 //!
 //! * [`host`] — a [`Host`] runs some or all nodes of a cluster in this process: each node
 //!   an event loop ([`node`]), wired to in-process nodes by channels and to the others by
-//!   TCP ([`transport`]), with WAN emulation per link, durable logs ([`storage`]) and
-//!   metrics ([`metrics`]).
+//!   TCP under mutual TLS ([`transport`]; certificates from [`pki`]), with WAN emulation
+//!   per link, durable logs ([`storage`]) and metrics ([`metrics`]).
 //! * [`load`] — the load driver of `meridian demo` and `meridian bench` (open loop with a
 //!   cap on outstanding transactions per coordinator), over the sans-IO core and the
 //!   results model of `meridian-bench` that the simulator uses too.
@@ -19,9 +19,11 @@ pub mod host;
 pub mod load;
 pub mod metrics;
 pub mod node;
+pub mod pki;
 pub mod storage;
 pub mod transport;
 
 pub use host::{Addresses, Host, HostConfig, HostError, LocalClient};
 pub use load::{Load, LoadOptions, LoadReport, Target};
+pub use meridian_client::Security;
 pub use transport::Limits;

@@ -109,6 +109,7 @@ counters! {
     connections_accepted: "Inbound connections accepted",
     connections_refused: "Inbound connections closed at once: the node was at its connection limit",
     connections_timed_out: "Inbound connections closed for silence (idle, or stalled inside a frame)",
+    connections_unauthenticated: "Inbound connections refused in the TLS handshake (no certificate of the cluster's CA) or for a peer hello its certificate does not name",
     reconnects: "Outbound link connections (re)established",
     records_persisted: "Durable records written (checkpoints included)",
     bytes_persisted: "Bytes written to the durable log",

@@ -13,6 +13,13 @@
 //! waiting on each other's full queues would deadlock), so a node that finds a link queue
 //! full drops the message and counts it — the network loss every protocol already tolerates.
 //!
+//! **Security** ([`LinkSecurity`], `meridian_client::tls`). Every connection, a peer's link
+//! or a client's, is mutual TLS with certificates of the cluster's CA: a link asks the
+//! handshake for the node it dials, and the listener refuses a connection without a
+//! certificate of the CA, and a peer hello for node `from` whose certificate does not name
+//! `from`. The handshake counts against `hello_timeout`. Plaintext (no encryption, no
+//! authentication, every hello believed) only when the host is configured so.
+//!
 //! **Incoming.** Every connection opens with a [`Hello`]. A peer's frames are decoded as
 //! the protocol's messages, a client's as [`RequestFrame`]s. A malformed, truncated or
 //! oversized frame closes that one connection with a logged error.
@@ -22,12 +29,13 @@
 //! before its hello, 1 MiB for a client, 16 MiB for a peer), refused when the length
 //! prefix arrives and never reserved ahead of the bytes; a connection that says no hello,
 //! stalls inside a frame, or (a client) sends nothing for long is closed. Its buffer goes
-//! with it. Without authentication (no TLS yet) a forged peer hello gets a peer's limits.
+//! with it. Only an authenticated peer gets a peer's limits (under plaintext, any hello).
 
 use crate::metrics::NodeMetrics;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::{SinkExt, StreamExt};
+use meridian_client::tls::{self, PeerCertificate, Stream};
 use meridian_client::wire::{self, FrameDecoder, FrameError, Hello, RequestFrame, ResponseFrame};
 use meridian_core::txn::{ClientRequest, ClientResponse};
 use meridian_core::NodeId;
@@ -106,9 +114,27 @@ pub async fn local_link<M>(
 pub struct Remote {
     pub from: NodeId,
     pub to: NodeId,
+    /// The receiver's name: its certificate must carry it.
+    pub to_name: String,
     pub addr: SocketAddr,
     pub cluster: String,
+    /// None: plaintext.
+    pub connector: Option<tls::Connector>,
 }
+
+/// How a host's links and listeners are secured, built once from its credentials.
+#[derive(Clone, Default)]
+pub struct LinkSecurity {
+    /// None: plaintext listeners.
+    pub acceptor: Option<tls::Acceptor>,
+    /// None: plaintext links.
+    pub connector: Option<tls::Connector>,
+    /// Every node's name by id: what a peer hello's certificate must name.
+    pub node_names: Arc<Vec<String>>,
+}
+
+/// How long a link waits for its TCP connection and TLS handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -125,7 +151,9 @@ pub async fn tcp_link<M: Serialize>(
     loop {
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
-            s = TcpStream::connect(remote.addr) => s,
+            s = tokio::time::timeout(CONNECT_TIMEOUT, connect(&remote)) => s.unwrap_or_else(|_| {
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+            }),
         };
         let stream = match stream {
             Ok(s) => s,
@@ -141,7 +169,6 @@ pub async fn tcp_link<M: Serialize>(
         };
         backoff = BACKOFF_MIN;
         NodeMetrics::add(&metrics.reconnects, 1);
-        let _ = stream.set_nodelay(true);
         let mut writer = FramedWrite::new(stream, wire::codec());
         let hello = Hello::Peer {
             from: remote.from,
@@ -163,11 +190,18 @@ pub async fn tcp_link<M: Serialize>(
     }
 }
 
+/// A link's connection: TCP, then TLS as the receiver's node.
+async fn connect(remote: &Remote) -> std::io::Result<Stream> {
+    let tcp = TcpStream::connect(remote.addr).await?;
+    tcp.set_nodelay(true)?;
+    tls::connect(&remote.connector, &remote.to_name, tcp).await
+}
+
 /// Writes held messages in due order, batching those already due into one flush.
 async fn pump<M: Serialize>(
     queue: &mut mpsc::Receiver<Held<M>>,
     held: &mut Option<Held<M>>,
-    writer: &mut FramedWrite<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+    writer: &mut FramedWrite<Stream, tokio_util::codec::LengthDelimitedCodec>,
 ) -> std::io::Result<()> {
     loop {
         let (due, msg) = match held.take() {
@@ -223,17 +257,31 @@ impl Default for Limits {
     }
 }
 
+/// What a node's listener needs besides its socket.
+pub struct Listening<M> {
+    pub node: NodeId,
+    pub cluster: String,
+    pub inbox: mpsc::Sender<Inbound<M>>,
+    pub metrics: Arc<NodeMetrics>,
+    pub limits: Limits,
+    pub security: LinkSecurity,
+}
+
 /// Accepts connections for node `node` until `stop`, at most `limits.max_connections` at
 /// a time.
 pub async fn listen<M: DeserializeOwned + Send + 'static>(
     listener: TcpListener,
-    node: NodeId,
-    cluster: String,
-    inbox: mpsc::Sender<Inbound<M>>,
-    metrics: Arc<NodeMetrics>,
-    limits: Limits,
+    listening: Listening<M>,
     stop: CancellationToken,
 ) {
+    let Listening {
+        node,
+        cluster,
+        inbox,
+        metrics,
+        limits,
+        security,
+    } = listening;
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
@@ -256,18 +304,19 @@ pub async fn listen<M: DeserializeOwned + Send + 'static>(
         };
         NodeMetrics::add(&metrics.connections_accepted, 1);
         let _ = stream.set_nodelay(true);
-        let (inbox, metrics, stop, cluster, limits) = (
+        let (inbox, metrics, stop, cluster, limits, security) = (
             inbox.clone(),
             metrics.clone(),
             stop.clone(),
             cluster.clone(),
             limits.clone(),
+            security.clone(),
         );
         tokio::spawn(async move {
             metrics.connections_open.inc();
             let result = tokio::select! {
                 _ = stop.cancelled() => Ok(()),
-                r = serve_connection(stream, &cluster, inbox, &limits) => r,
+                r = admit(stream, &cluster, inbox, &limits, &security) => r,
             };
             metrics.connections_open.dec();
             drop(slot);
@@ -280,6 +329,10 @@ pub async fn listen<M: DeserializeOwned + Send + 'static>(
                 ) => {
                     NodeMetrics::add(&metrics.connections_timed_out, 1);
                     tracing::info!(%node, %peer, error = %e, "closing connection");
+                }
+                Err(e @ (ConnectionError::Handshake(_) | ConnectionError::NotNamed { .. })) => {
+                    NodeMetrics::add(&metrics.connections_unauthenticated, 1);
+                    tracing::warn!(%node, %peer, error = %e, "refusing a connection");
                 }
                 Err(e) => {
                     NodeMetrics::add(&metrics.frame_errors, 1);
@@ -297,6 +350,10 @@ pub enum ConnectionError {
     Frame(#[from] FrameError),
     #[error("peer belongs to cluster `{0}`, this node to `{1}`")]
     WrongCluster(String, String),
+    #[error("TLS handshake failed: {0}")]
+    Handshake(std::io::Error),
+    #[error("a peer hello claims node {claimed}, which its certificate does not name")]
+    NotNamed { claimed: String },
     #[error("no hello within the deadline")]
     NoHello,
     #[error("a frame began but was not complete within {0:?}")]
@@ -305,18 +362,29 @@ pub enum ConnectionError {
     Idle(Duration),
 }
 
-type Reader = FramedRead<tokio::net::tcp::OwnedReadHalf, FrameDecoder>;
+type Reader = FramedRead<tokio::io::ReadHalf<Stream>, FrameDecoder>;
 
-async fn serve_connection<M: DeserializeOwned + Send + 'static>(
-    stream: TcpStream,
+/// Secures an accepted connection and reads its hello, both within `hello_timeout`, then
+/// serves it.
+async fn admit<M: DeserializeOwned + Send + 'static>(
+    tcp: TcpStream,
     cluster: &str,
     inbox: mpsc::Sender<Inbound<M>>,
     limits: &Limits,
+    security: &LinkSecurity,
 ) -> Result<(), ConnectionError> {
-    let (read, write) = stream.into_split();
+    let deadline = Instant::now() + limits.hello_timeout;
+    let (stream, certificate) = match &security.acceptor {
+        None => (Box::new(tcp) as Stream, PeerCertificate::plaintext()),
+        Some(acceptor) => tokio::time::timeout_at(deadline, acceptor.accept(tcp))
+            .await
+            .map_err(|_| ConnectionError::NoHello)?
+            .map_err(ConnectionError::Handshake)?,
+    };
+    let (read, write) = tokio::io::split(stream);
     let mut reader = FramedRead::new(read, FrameDecoder::new(wire::MAX_HELLO_BYTES));
-    let hello = tokio::time::timeout(
-        limits.hello_timeout,
+    let hello = tokio::time::timeout_at(
+        deadline,
         next_frame::<Hello>(&mut reader, limits.frame_timeout),
     )
     .await
@@ -329,6 +397,12 @@ async fn serve_connection<M: DeserializeOwned + Send + 'static>(
         }) => {
             if theirs != cluster {
                 return Err(ConnectionError::WrongCluster(theirs, cluster.to_string()));
+            }
+            let claimed = security.node_names.get(from.index());
+            if !claimed.is_some_and(|name| certificate.names_node(name)) {
+                return Err(ConnectionError::NotNamed {
+                    claimed: claimed.cloned().unwrap_or_else(|| from.to_string()),
+                });
             }
             reader
                 .decoder_mut()
@@ -351,7 +425,7 @@ async fn serve_connection<M: DeserializeOwned + Send + 'static>(
 
 async fn serve_client<M: Send + 'static>(
     mut reader: Reader,
-    write: tokio::net::tcp::OwnedWriteHalf,
+    write: tokio::io::WriteHalf<Stream>,
     inbox: mpsc::Sender<Inbound<M>>,
     limits: &Limits,
 ) -> Result<(), ConnectionError> {

@@ -92,7 +92,10 @@ async fn run_on_the_runtime(
     setup: &Setup<Tiga>,
     options: LoadOptions,
 ) -> (BTreeSet<(u32, NodeId, u16)>, meridian_server::LoadReport) {
-    let mut config = HostConfig::new(free_addresses(setup.cluster.nodes.len()));
+    let mut config = HostConfig::new(
+        free_addresses(setup.cluster.nodes.len()),
+        meridian_server::Security::InsecurePlaintext,
+    );
     config.wan_scale = 0.0;
     config.serve_metrics = false;
     config.listen = false;

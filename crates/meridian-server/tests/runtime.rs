@@ -2,8 +2,8 @@
 //! bad frames close only their own connection, and durable logs bring a restarted host back.
 
 mod common;
-use common::free_addresses;
-use meridian_client::{Client, ClientError, ClientOptions};
+use common::{free_addresses, plain};
+use meridian_client::{Client, ClientError, ClientOptions, Security};
 use meridian_core::node::Setup;
 use meridian_core::txn::{Op, Operand, Piece, PieceResult, Txn};
 use meridian_core::value::{decode_int, encode_int};
@@ -55,7 +55,7 @@ where
 }
 
 fn config(n: usize) -> HostConfig {
-    let mut c = HostConfig::new(free_addresses(n));
+    let mut c = HostConfig::new(free_addresses(n), Security::InsecurePlaintext);
     c.wan_scale = 0.0;
     c.serve_metrics = false;
     c
@@ -68,9 +68,12 @@ async fn tiga_commits_over_tcp_and_a_bad_frame_closes_only_its_connection() {
     let coordinator = setup.cluster.coordinators[0];
     let addr = config.addresses.peer[coordinator.index()];
     let host = start::<Tiga>(&setup, config).await;
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
 
     // A connection that sends garbage after a valid client hello, one that claims an
     // oversized frame, and one that stops inside a frame.
@@ -117,8 +120,9 @@ async fn a_dead_cluster_and_a_lost_coordinator_are_distinct_errors() {
     let options = ClientOptions {
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_millis(500),
+        security: Security::InsecurePlaintext,
     };
-    let dead = Client::connect(vec![addr], options.clone()).await;
+    let dead = Client::connect(vec![plain(addr)], options.clone()).await;
     assert!(
         matches!(dead, Err(ClientError::Unreachable { .. })),
         "{:?}",
@@ -135,7 +139,7 @@ async fn a_dead_cluster_and_a_lost_coordinator_are_distinct_errors() {
         timeout: Duration::from_secs(30),
         ..options
     };
-    let client = std::sync::Arc::new(Client::connect(vec![addr], options).await.unwrap());
+    let client = std::sync::Arc::new(Client::connect(vec![plain(addr)], options).await.unwrap());
     let in_flight = tokio::spawn({
         let client = client.clone();
         let txn = add_txn(&setup, &["x"], 1);
@@ -170,9 +174,12 @@ async fn a_restarted_host_recovers_from_its_durable_logs() {
     let coordinator = setup.cluster.coordinators[0];
     let addr = first.addresses.peer[coordinator.index()];
     let host = start::<ClockSi>(&setup, first.clone()).await;
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     for _ in 0..3 {
         client
             .execute(add_txn(&setup, &["p", "q"], 5))
@@ -190,9 +197,12 @@ async fn a_restarted_host_recovers_from_its_durable_logs() {
         .map(|n| host.metrics(n.id).records_recovered.get())
         .sum();
     assert!(recovered > 0, "the restarted nodes read their logs");
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     let committed = client.execute(add_txn(&setup, &["q"], 0)).await.unwrap();
     assert_eq!(
         last_int(&committed.results),
@@ -248,8 +258,8 @@ async fn two_hosts_split_a_cluster_and_talk_over_tcp_with_emulated_delay() {
         "a delay worth measuring: {floor:?}"
     );
     let client = Client::connect(
-        vec![config.addresses.peer[coordinator.index()]],
-        ClientOptions::default(),
+        vec![plain(config.addresses.peer[coordinator.index()])],
+        ClientOptions::new(Security::InsecurePlaintext),
     )
     .await
     .unwrap();
@@ -284,9 +294,9 @@ async fn a_silent_coordinator_is_a_timeout() {
     });
     let options = ClientOptions {
         timeout: Duration::from_millis(300),
-        ..ClientOptions::default()
+        ..ClientOptions::new(Security::InsecurePlaintext)
     };
-    let client = Client::connect(vec![addr], options).await.unwrap();
+    let client = Client::connect(vec![plain(addr)], options).await.unwrap();
     let setup = setup::<Tiga>("local");
     let result = client.execute(add_txn(&setup, &["s"], 1)).await;
     assert!(
@@ -301,9 +311,12 @@ async fn interactive_sessions_read_their_writes_and_commit() {
     let config = config(setup.cluster.nodes.len());
     let addr = config.addresses.peer[setup.cluster.coordinators[1].index()];
     let host = start::<ClockSi>(&setup, config).await;
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     let key = SmallBytes::from_static(b"session-key");
     let session = client.begin(None).await.unwrap();
     assert_eq!(session.get(key.clone()).await.unwrap(), None);
@@ -346,9 +359,12 @@ async fn colocated_roles_skip_the_emulated_link() {
     config.wan_scale = 1.0;
     let addr = config.addresses.peer[setup.cluster.coordinators[0].index()];
     let host = start::<meridian_protocols::two_pl::TwoPlTwoPc>(&setup, config).await;
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     let started = std::time::Instant::now();
     for _ in 0..3 {
         client.execute(add_txn(&setup, &["k"], 1)).await.unwrap();
@@ -434,9 +450,12 @@ async fn silent_and_stalled_connections_are_closed() {
         metrics.connections_open.get()
     );
     // A client that keeps talking is not idle.
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     for round in 1..=4 {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let committed = client.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
@@ -458,9 +477,12 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
     let metrics = host.metrics(coordinator).clone();
     // wan_scale 0 and one process: the peers talk through memory, so the limit is all
     // the clients'.
-    let client = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     let mut flood = Vec::new();
     for _ in 0..20 {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -485,9 +507,12 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
         .await,
         "slots free when connections close"
     );
-    let again = Client::connect(vec![addr], ClientOptions::default())
-        .await
-        .unwrap();
+    let again = Client::connect(
+        vec![plain(addr)],
+        ClientOptions::new(Security::InsecurePlaintext),
+    )
+    .await
+    .unwrap();
     let committed = again.execute(add_txn(&setup, &["a"], 1)).await.unwrap();
     assert_eq!(last_int(&committed.results), 2);
     host.shutdown().await;

@@ -1,6 +1,13 @@
 //! Helpers the runtime integration tests share.
 
+use meridian_client::Endpoint;
 use meridian_server::Addresses;
+
+/// A coordinator at `addr` for a plaintext client (which checks no node name).
+#[allow(dead_code)] // each test binary uses its own subset of these helpers
+pub fn plain(addr: std::net::SocketAddr) -> Endpoint {
+    Endpoint::new(addr, "coord0")
+}
 
 /// Loopback ports for `n` nodes (peer and metrics), below Linux's ephemeral range
 /// (32768–60999): a port taken from the ephemeral range by binding port 0 and releasing it
@@ -22,10 +29,10 @@ pub fn free_addresses(n: usize) -> Addresses {
             .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         {
             let addr = |p: &u16| std::net::SocketAddr::from(([127, 0, 0, 1], *p));
-            return Addresses {
-                peer: ports[..n].iter().map(addr).collect(),
-                metrics: ports[n..].iter().map(addr).collect(),
-            };
+            return Addresses::same(
+                ports[..n].iter().map(addr).collect(),
+                ports[n..].iter().map(addr).collect(),
+            );
         }
     }
     panic!("no free port range below the ephemeral range");
