@@ -534,9 +534,12 @@ async fn records_of_a_batch_share_one_sync() {
     let addr = config.addresses.peer[coordinator.index()];
     let host = start::<Tiga>(&setup, config).await;
     let client = std::sync::Arc::new(
-        Client::connect(vec![addr], ClientOptions::default())
-            .await
-            .unwrap(),
+        Client::connect(
+            vec![plain(addr)],
+            ClientOptions::new(Security::InsecurePlaintext),
+        )
+        .await
+        .unwrap(),
     );
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
