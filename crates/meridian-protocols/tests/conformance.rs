@@ -176,6 +176,8 @@ mod tapir_serializable {
         ..Conformance::new("gcp-tiga", "list-append")
     };
     meridian_sim::conformance_tests!(meridian_protocols::tapir::Tapir, SPEC);
+}
+
 // Janus on Tiga's deployment. Its broken variant accepts, on the slow path, one replica's
 // answer per shard instead of the union (§4.2): conflicting transactions then miss each
 // other and replicas order them differently.
