@@ -287,6 +287,9 @@ fn recovery_commits_only_when_every_backup_holds() {
         verdict(&[(p, &not_held), (b1, &held), (b2, &held)]),
         Some(true)
     );
+    // A shard without backups has no holder to recover from.
+    let alone = super::server::shard_verdict(&[p], &[(p, &not_held)]);
+    assert_eq!(alone, Some(false));
     // Answers from nodes outside the shard do not count.
     assert_eq!(verdict(&[(b1, &held), (NodeId(9), &held)]), None);
 }
