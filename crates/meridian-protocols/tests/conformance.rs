@@ -131,7 +131,7 @@ mod aurogon_strong_partition {
     const SPEC: Conformance = Conformance {
         protocol_opts: "isolation=strong-partition",
         service_time_ns: 20_000,
-        golden: &[(5, "a1b1388da3ad6f19")],
+        golden: &[(5, "dc45d583b2c7e0b0")],
         broken: Broken::Swarm {
             protocol_opts: "isolation=strong-partition,unsafe_no_stale_read_rule=true",
             workload: "list-append",
