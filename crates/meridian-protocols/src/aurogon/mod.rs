@@ -58,12 +58,21 @@
 //!   to hold the update); otherwise it retries, and after `MAX_DECISION_RETRIES` leaves the
 //!   transaction to recovery and answers `unknown`.
 //! * **Recovery** (failures of coordinators, §4.5): any replica with a transaction
-//!   undecided for `recovery_ms` asks every replica of its write shards. A shard *holds* it
-//!   if one of its replicas holds the update (or committed it); the transaction commits
-//!   iff every write shard holds it, and aborts once every replica of some write shard has
-//!   answered NotHeld (each such answer is a durable promise never to hold it) or one
-//!   aborted it. Each replica decides for itself; the rule gives all the same answer. A
-//!   primary that recovers a pre-attached write learns the values from its shard's holder.
+//!   undecided for `recovery_ms` asks every replica of its write shards. Recovery applies
+//!   the coordinator's own rule, so that an answered abort is final: a write shard *holds*
+//!   the transaction when all its replicas but one hold the update (or committed it) —
+//!   the one being the primary that executed it, which REPLICATE never reaches, so this
+//!   is "every backup holds" without knowing which replica executed — and it is
+//!   *refused* once two of its replicas answered NotHeld (each such answer is a durable
+//!   promise never to hold it, so all-but-one can no longer hold). The transaction
+//!   commits iff every write shard holds it and aborts once one is refused or a replica
+//!   aborted it. One holder per shard is not enough: over the WAN a backup can answer an
+//!   inquiry NotHeld before the coordinator's REPLICATE reaches it, refuse that
+//!   REPLICATE, and the coordinator answers "aborted" (issue 21, random-fault seed 5 on
+//!   `gcp-tiga`). A backup that already holds acknowledges a retransmitted REPLICATE, so
+//!   no replica both holds and refuses. Each replica decides for itself; the rule gives
+//!   all the same answer. A primary that recovers a pre-attached write learns the values
+//!   from its shard's holders. A single-replica shard has no holder: recovery aborts there.
 //! * **Promotion** (failures of participants, §4.5's "lightweight consensus"): a backup
 //!   that has not heard its primary's heartbeat for `failover_ms` asks the coordinators
 //!   for the next epoch; each grants an epoch of a shard to the first candidate that asks

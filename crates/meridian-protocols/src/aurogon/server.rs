@@ -698,6 +698,9 @@ impl Replica {
             Some(Decision::Committed(_)) => true,
             Some(Decision::Aborted) => false,
             None if self.refused.contains(&txn) => false,
+            // Already held (a retransmission): holding and refusing are exclusive, since
+            // recovery counts this replica as a holder from now on.
+            None if self.undecided.get(&txn).is_some_and(|u| u.held) => true,
             None if epoch != self.config.epoch || self.is_primary() => {
                 // A refusal is final: the coordinator aborts on it, so this replica must
                 // never hold the update later (a duplicate after an epoch change).
@@ -857,9 +860,9 @@ impl Replica {
         self.conclude(ctx, txn);
     }
 
-    /// Decides a recovered transaction once the answers allow: committed iff, for every
-    /// write shard, some replica holds the update (or has committed it); aborted once any
-    /// replica aborted it or every replica of some write shard promised not to hold it.
+    /// Decides a recovered transaction once the answers allow (§4.5: committed iff every
+    /// backup of every write shard holds the update; see [`shard_verdict`]); aborted at
+    /// once if any replica aborted it.
     fn conclude(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
         let u = &self.undecided[&txn];
         let answers = &u.recovery.as_ref().expect("recovering").answers;
@@ -869,18 +872,19 @@ impl Replica {
         }
         let mut all_held = true;
         for &s in &u.write_shards {
-            let replicas = self.cluster.replicas(s);
-            let of_shard = || answers.iter().filter(move |(sh, _, _)| *sh == s);
-            let held =
-                of_shard().any(|(_, _, a)| matches!(a, Answer::Held(_) | Answer::Committed(_)));
-            let refused = replicas
+            let of_shard: Vec<(NodeId, &Answer)> = answers
                 .iter()
-                .all(|n| of_shard().any(|(_, m, a)| m == n && *a == Answer::NotHeld));
-            if refused {
-                ctx.count("aurogon.recovered_aborts", 1);
-                return self.decide(ctx, txn, u.ts, false, Vec::new());
+                .filter(|(sh, _, _)| *sh == s)
+                .map(|(_, n, a)| (*n, a))
+                .collect();
+            match shard_verdict(self.cluster.replicas(s), &of_shard) {
+                Some(false) => {
+                    ctx.count("aurogon.recovered_aborts", 1);
+                    return self.decide(ctx, txn, u.ts, false, Vec::new());
+                }
+                Some(true) => {}
+                None => all_held = false,
             }
-            all_held &= held;
         }
         if !all_held {
             return;
@@ -1068,6 +1072,42 @@ impl Replica {
 
     pub(crate) fn config(&self) -> Config {
         self.config
+    }
+}
+
+/// §4.5's rule for one write shard, from its replicas' answers: `Some(true)` once every
+/// backup holds the update, `Some(false)` once that can no longer happen, `None` until
+/// then. The coordinator sends REPLICATE to every replica but the primary that executed
+/// the transaction, commits once all of them hold it and aborts when one refuses; so
+/// recovery must not commit on fewer holders than the coordinator waits for. Which replica
+/// executed is not recorded here, but it never holds (REPLICATE never goes to it, and a
+/// backup refuses REPLICATE of an older epoch), so "every backup holds" is "all replicas
+/// but one hold", and a refusal (NotHeld, a durable promise) by two replicas rules it out.
+/// A committed replica counts as a holder: it committed on such a quorum.
+pub(super) fn shard_verdict(replicas: &[NodeId], answers: &[(NodeId, &Answer)]) -> Option<bool> {
+    let count = |held: bool| {
+        replicas
+            .iter()
+            .filter(|&&n| {
+                answers.iter().any(|(m, a)| {
+                    *m == n
+                        && match a {
+                            Answer::Held(_) | Answer::Committed(_) => held,
+                            Answer::NotHeld => !held,
+                            Answer::Aborted => false,
+                        }
+                })
+            })
+            .count()
+    };
+    // A shard without backups has no holder to recover from: it is never committed here.
+    let needed = replicas.len().saturating_sub(1).max(1);
+    if count(true) >= needed {
+        Some(true)
+    } else if count(false) > replicas.len() - needed {
+        Some(false)
+    } else {
+        None
     }
 }
 

@@ -2,6 +2,7 @@
 //! simulator on §6.1's cluster, each mechanism against a run without it (same seed).
 
 use super::mvcc::{Mvcc, ReadResult, Refusal, Rules};
+use super::wire::Answer;
 use super::*;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::txn::Key;
@@ -237,4 +238,58 @@ fn dst_to_runs_chasing_clocks_without_the_techniques() {
     assert!(o.pre_attach, "an explicit option wins");
     let o = Options::for_cluster(&meridian_core::ProtocolConfig::default(), &cluster).unwrap();
     assert_eq!(o.clock, ClockMode::Synchronized);
+}
+
+/// Issue 21, random-fault seed 5 on `gcp-tiga`: a backup answered a recovery's inquiry
+/// NotHeld before the coordinator's REPLICATE reached it across the WAN, then refused that
+/// REPLICATE, so the coordinator answered "aborted"; meanwhile the primary's recovery saw
+/// the other backup hold the update and committed it (one holder was enough). Recovery now
+/// commits only when every backup holds, as the coordinator does, and the aborted append
+/// stays out of the final list.
+#[test]
+fn an_answered_abort_is_final_under_wan_recovery() {
+    let config = meridian_core::ProtocolConfig::parse("").unwrap();
+    let topology = Topology::load("gcp-tiga").unwrap();
+    let setup = setup::<Aurogon>(topology, config, meridian_workload::procedures()).unwrap();
+    let mut options = SimOptions {
+        seed: 5,
+        ..SimOptions::default()
+    };
+    let model = <Aurogon as meridian_core::Protocol>::fault_model(&setup.cluster);
+    options.faults = FaultPlan::random_for_seed(&setup.cluster, &model, options.duration_ns, 5);
+    let mut w =
+        meridian_workload::build("list-append", &setup.cluster, &WorkloadOptions::default())
+            .unwrap();
+    let report = run::<Aurogon>(&setup, w.as_mut(), &options, &mut |_| {});
+    assert!(report.audited_keys > 0, "the final state was audited");
+    assert!(report.invariant.is_ok(), "{:?}", report.invariant);
+    let verdict = meridian_check::check(&report.history, meridian_check::Model::Serializable);
+    assert!(verdict.valid, "{verdict}");
+}
+
+/// The answers seed 5's recovery saw on shard 1 (n3 the primary that executed, n4 and n5
+/// its backups): one backup holding is not every backup holding, and two promises not to
+/// hold rule the commit out for good.
+#[test]
+fn recovery_commits_only_when_every_backup_holds() {
+    let (p, b1, b2) = (NodeId(3), NodeId(4), NodeId(5));
+    let replicas = [p, b1, b2];
+    let held = Answer::Held(Vec::new());
+    let not_held = Answer::NotHeld;
+    let verdict = |answers: &[(NodeId, &Answer)]| super::server::shard_verdict(&replicas, answers);
+    assert_eq!(
+        verdict(&[(p, &not_held), (b2, &not_held), (b1, &held)]),
+        Some(false)
+    );
+    assert_eq!(verdict(&[(p, &not_held), (b1, &held)]), None);
+    assert_eq!(verdict(&[(b1, &held), (b2, &held)]), Some(true));
+    assert_eq!(
+        verdict(&[(p, &not_held), (b1, &held), (b2, &held)]),
+        Some(true)
+    );
+    // A shard without backups has no holder to recover from.
+    let alone = super::server::shard_verdict(&[p], &[(p, &not_held)]);
+    assert_eq!(alone, Some(false));
+    // Answers from nodes outside the shard do not count.
+    assert_eq!(verdict(&[(b1, &held), (NodeId(9), &held)]), None);
 }
