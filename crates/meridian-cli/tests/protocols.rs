@@ -38,6 +38,10 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("dast", "strong-partition-serializable", "heartbeat_ms"),
         ("aurogon", "serializable", "isolation"),
         ("dst-to", "serializable", "clock"),
+        ("tapir", "strict-serializable", "strict"),
+        ("janus", "strict-serializable", "keep_ms"),
+        ("2pl-raft", "strict-serializable", "max_waiters_per_key"),
+        ("occ-raft", "strict-serializable", "checkpoint_every"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {
