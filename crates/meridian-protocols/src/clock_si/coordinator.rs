@@ -182,17 +182,16 @@ impl Coordinator {
         oracle: Option<NodeId>,
         records: &[Record],
     ) -> Coordinator {
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let checkpoint = match start.map(|i| &records[i]) {
+        let (checkpoint_record, tail) = crate::kit::log::latest_checkpoint(records, |r| {
+            matches!(r, Record::CoordCheckpoint { .. })
+        });
+        let checkpoint = match checkpoint_record {
             Some(Record::CoordCheckpoint {
                 incarnation,
                 pending,
             }) => Some((*incarnation, pending.clone())),
             _ => None,
         };
-        let tail = &records[start.map_or(0, |i| i + 1)..];
         let logged = tail.iter().map(|record| match record {
             Record::Started { incarnation } => Logged::Started(*incarnation),
             Record::Decided {

@@ -98,11 +98,11 @@ impl Server {
             arrivals: 0,
             wake: WakeTimer::default(),
         };
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::ServerCheckpoint(_)));
+        let (checkpoint_record, tail) = crate::kit::log::latest_checkpoint(records, |r| {
+            matches!(r, Record::ServerCheckpoint(_))
+        });
         let mut watermark = Timestamp::ZERO;
-        if let Some(Record::ServerCheckpoint(snap)) = start.map(|i| &records[i]) {
+        if let Some(Record::ServerCheckpoint(snap)) = checkpoint_record {
             s.floor_ns = snap.clock_floor_ns;
             watermark = snap.watermark;
             for (key, v) in &snap.versions {
@@ -117,7 +117,6 @@ impl Server {
                 s.finished.insert(*txn, (f.clone(), 0));
             }
         }
-        let tail = &records[start.map_or(0, |i| i + 1)..];
         s.since_checkpoint = tail.len();
         for record in tail {
             s.replay(record);

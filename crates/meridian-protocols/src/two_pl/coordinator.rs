@@ -142,10 +142,10 @@ impl Coordinator {
         cluster: Arc<Cluster>,
         records: &[Record],
     ) -> Coordinator {
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::CoordCheckpoint { .. }));
-        let checkpoint = match start.map(|i| &records[i]) {
+        let (checkpoint_record, tail) = crate::kit::log::latest_checkpoint(records, |r| {
+            matches!(r, Record::CoordCheckpoint { .. })
+        });
+        let checkpoint = match checkpoint_record {
             Some(Record::CoordCheckpoint {
                 incarnation,
                 pending,
@@ -155,7 +155,6 @@ impl Coordinator {
             }
             _ => None,
         };
-        let tail = &records[start.map_or(0, |i| i + 1)..];
         let logged = tail.iter().map(|record| match record {
             Record::Started { incarnation } => Logged::Started(*incarnation),
             Record::Decided { txn, participants } => {

@@ -297,14 +297,13 @@ impl Server {
             since_checkpoint: 0,
             checkpoint_due: false,
         };
-        let start = records
-            .iter()
-            .rposition(|r| matches!(r, Record::ServerCheckpoint(_)));
+        let (checkpoint_record, tail) = crate::kit::log::latest_checkpoint(records, |r| {
+            matches!(r, Record::ServerCheckpoint(_))
+        });
         let mut prepared = BTreeMap::new();
-        if let Some(Record::ServerCheckpoint(snapshot)) = start.map(|i| &records[i]) {
+        if let Some(Record::ServerCheckpoint(snapshot)) = checkpoint_record {
             server.load(snapshot, &mut prepared);
         }
-        let tail = &records[start.map_or(0, |i| i + 1)..];
         server.since_checkpoint = tail.len();
         let rebooted = !records.is_empty();
         for record in tail {
