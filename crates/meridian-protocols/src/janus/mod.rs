@@ -109,7 +109,6 @@ pub use options::{Options, OPTIONS};
 pub use replica::Replica;
 pub use wire::{Ballot, Body, Dep, Deps, Known, Msg, Record, Tag, Timer};
 
-use crate::kit::quorum::super_quorum;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;
 use meridian_core::{
@@ -162,19 +161,7 @@ impl Protocol for Janus {
     /// One wide-area round trip to the farthest member of each shard's closest fast quorum
     /// (the fast path; the results then come from the nearest replica).
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
-        shards
-            .iter()
-            .map(|&s| {
-                let mut rtts: Vec<f64> = cluster
-                    .replicas(s)
-                    .iter()
-                    .map(|&r| cluster.rtt_ms(coordinator, r))
-                    .collect();
-                rtts.sort_by(f64::total_cmp);
-                let need = super_quorum(cluster.f(s)).min(rtts.len()).max(1);
-                rtts[need - 1]
-            })
-            .fold(0.0, f64::max)
+        crate::kit::quorum::super_quorum_round_trip_ms(cluster, coordinator, shards)
     }
 }
 

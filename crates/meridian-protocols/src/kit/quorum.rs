@@ -6,7 +6,7 @@
 //! §3.4). [`Votes`] keeps at most one reply per member (a later one replaces it, so a
 //! duplicated or retransmitted reply never counts twice) and ignores non-members.
 
-use meridian_core::NodeId;
+use meridian_core::{Cluster, NodeId, ShardId};
 
 /// A majority of `n` members.
 pub fn majority(n: usize) -> usize {
@@ -16,6 +16,29 @@ pub fn majority(n: usize) -> usize {
 /// Tiga's fast-path super quorum with `f` tolerated failures: 1 + f + ⌈f/2⌉ (§3.1, §3.4).
 pub fn super_quorum(f: usize) -> usize {
     1 + f + f.div_ceil(2)
+}
+
+/// One round trip from `coordinator` to the farthest member of each shard's closest super
+/// quorum, over `shards`: the fast path's latency bound of protocols that commit on a super
+/// quorum of matching replies (Tiga §3.4, TAPIR's and Janus's fast paths).
+pub fn super_quorum_round_trip_ms(
+    cluster: &Cluster,
+    coordinator: NodeId,
+    shards: &[ShardId],
+) -> f64 {
+    shards
+        .iter()
+        .map(|&s| {
+            let mut rtts: Vec<f64> = cluster
+                .replicas(s)
+                .iter()
+                .map(|&r| cluster.rtt_ms(coordinator, r))
+                .collect();
+            rtts.sort_by(f64::total_cmp);
+            let need = super_quorum(cluster.f(s)).min(rtts.len()).max(1);
+            rtts[need - 1]
+        })
+        .fold(0.0, f64::max)
 }
 
 /// The replies of a fixed set of members, by member id (iteration is in id order).

@@ -183,7 +183,7 @@ impl Protocol for Tapir {
     /// Tiga's bound (the round trip to the farthest member of each shard's closest super
     /// quorum), so that WRTT counts of the two protocols share one denominator.
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
-        crate::tiga::Tiga::bound_ms(cluster, coordinator, shards)
+        crate::kit::quorum::super_quorum_round_trip_ms(cluster, coordinator, shards)
     }
 }
 

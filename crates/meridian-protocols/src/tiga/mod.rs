@@ -632,19 +632,7 @@ impl Protocol for Tiga {
     /// The largest round trip from the coordinator to the members of the closest super
     /// quorum of each involved shard.
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
-        shards
-            .iter()
-            .map(|&s| {
-                let mut rtts: Vec<f64> = cluster
-                    .replicas(s)
-                    .iter()
-                    .map(|&r| cluster.rtt_ms(coordinator, r))
-                    .collect();
-                rtts.sort_by(f64::total_cmp);
-                let sq = super_quorum(cluster.f(s)).min(rtts.len());
-                rtts[sq - 1]
-            })
-            .fold(0.0, f64::max)
+        crate::kit::quorum::super_quorum_round_trip_ms(cluster, coordinator, shards)
     }
 }
 
