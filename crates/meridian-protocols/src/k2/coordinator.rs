@@ -136,11 +136,7 @@ impl Coordinator {
             opts.step_ns,
             tag,
         );
-        let mut oracles = cluster.services(super::ORACLE_SERVICE);
-        oracles.sort_by(|a, b| {
-            let (ra, rb) = (cluster.rtt_ms(id, *a), cluster.rtt_ms(id, *b));
-            ra.total_cmp(&rb).then(a.cmp(b))
-        });
+        let oracles = crate::kit::ttc::oracles_nearest_first(&cluster, id);
         let coordinator = Coordinator {
             id,
             opts,

@@ -112,7 +112,7 @@ use meridian_core::{
 };
 
 /// The name of the oracle service (topology `[[services]] name`).
-pub const ORACLE_SERVICE: &str = "oracle";
+pub use crate::kit::ttc::ORACLE_SERVICE;
 
 /// K2. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]

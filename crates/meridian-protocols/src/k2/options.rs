@@ -2,7 +2,7 @@
 
 use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
 use meridian_core::time::NS_PER_US;
-use meridian_core::{Cluster, NodeRole, ProtocolConfig};
+use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
 pub const OPTIONS: [&str; 16] = [
@@ -105,7 +105,7 @@ impl Options {
         in_range("ttl_us", ttl_us, 1, 1_000_000)?;
         in_range("step_ns", step_ns, 1, ttl_us * NS_PER_US)?;
         in_range("drift_ppm", drift_ppm, 0, 100_000)?;
-        check_oracle_clocks(cluster, epsilon_us)?;
+        crate::kit::ttc::check_oracle_clocks(cluster, epsilon_us)?;
         let retry_ms = config.get("retry_ms", (2.0 * cluster.topology.max_rtt_ms()).max(5.0))?;
         positive_ms("retry_ms", retry_ms)?;
         let txn_timeout_ms = config.get("txn_timeout_ms", (8.0 * retry_ms).max(1000.0))?;
@@ -150,7 +150,7 @@ impl Options {
 
     /// `x · (1 + D)`: a duration that an ordinary clock drifting by up to D may count short.
     pub fn with_drift(&self, ns: u64) -> u64 {
-        ns + (ns as u128 * self.drift_ppm as u128).div_ceil(1_000_000) as u64
+        crate::kit::ttc::with_drift(ns, self.drift_ppm)
     }
 
     /// `x · (1 − D)`: a local duration that is at most `x` of true time.
@@ -174,27 +174,6 @@ impl Options {
     pub fn max_txn_age_ns(&self) -> u64 {
         self.txn_timeout_ns
     }
-}
-
-/// Refuses a deployment whose oracles' clocks do not promise ε: K2's correctness rests on
-/// the TTC bound (§4.1), so running it on clocks that may err more would test nothing.
-fn check_oracle_clocks(cluster: &Cluster, epsilon_us: u64) -> Result<(), String> {
-    for node in &cluster.nodes {
-        if !matches!(&node.role, NodeRole::Service { name, .. } if name == super::ORACLE_SERVICE) {
-            continue;
-        }
-        let bound_ms = node.clock.params.error_bound_ms;
-        let epsilon_ms = epsilon_us as f64 / 1000.0;
-        if bound_ms.is_none_or(|b| b > epsilon_ms) {
-            return Err(format!(
-                "protocol option `epsilon_us` ({epsilon_us}) is below what oracle {} promises \
-                 (clock profile `{}`, error_bound_ms {:?}); give the oracles a TrueTime clock \
-                 profile (see topologies/k2-five-regions.toml)",
-                node.name, node.clock.name, bound_ms
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), String> {

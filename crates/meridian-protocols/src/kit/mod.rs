@@ -12,6 +12,7 @@
 //! | [`log`] | a restarted node's log split at its latest checkpoint (`latest_checkpoint`) | `tapir`'s replicas and coordinators; `2pl-2pc`'s and Clock-SI's servers and coordinators |
 //! | [`options`] | option checks (`positive_ms`, `at_least_one`) and `ms_to_ns`, one wording for every protocol | every protocol's options |
 //! | [`replicated`] | a partition server run unchanged on its shard's Raft group leader: records proposed, sends held until what they depend on commits (the protocol's release policy), a new leader rebuilding the server from committed records, `NotLeader` hints; coordinators' routing (`Leaders`) | `clock-si` / `conventional-si` (`replicated=true`), `2pl-raft`, `occ-raft` |
+//! | [`ttc`] | the TTC Oracle's answer (`T_high = now + ε`, strictly increasing), oracles nearest first, the check that oracle clocks promise ε, `with_drift` | `k2` (K2-TB), `p2pl-ttc` (commit timestamps) |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
@@ -24,4 +25,5 @@ pub mod owd;
 pub mod quorum;
 pub mod raft_group;
 pub mod replicated;
+pub mod ttc;
 pub mod two_pc;

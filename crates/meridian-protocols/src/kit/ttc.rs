@@ -1,0 +1,98 @@
+//! The TTC Oracle (K2 §2.2, §4.2), shared by `k2` and `p2pl-ttc`: per-region PTP servers
+//! whose clocks stay within ε of true time, answering each request with their uncertainty
+//! upper bound `T_high = now + ε`, so `abs(T_oracle) ≤ T_high ≤ abs(T_oracle) + 2ε`.
+//!
+//! Pure state: the protocol owns the request and reply messages; [`OracleClock::stamp`]
+//! says what to answer. [`oracles_nearest_first`] orders a node's oracles for asking, and
+//! [`check_oracle_clocks`] refuses deployments whose oracle clocks promise no ε.
+
+use meridian_core::{Cluster, NodeId, NodeRole};
+
+/// The name of the oracle service (topology `[[services]] name`).
+pub const ORACLE_SERVICE: &str = "oracle";
+
+/// An oracle's answering state. Replies from one incarnation strictly increase. It keeps
+/// nothing durable: a TrueTime clock needs no lease, and its users never issue a
+/// timestamp twice on their own.
+#[derive(Debug)]
+pub struct OracleClock {
+    /// This oracle's id (its index in the `oracle` service).
+    pub index: u32,
+    epsilon_ns: u64,
+    last_high_ns: u64,
+}
+
+impl OracleClock {
+    pub fn new(index: u32, epsilon_ns: u64) -> OracleClock {
+        OracleClock {
+            index,
+            epsilon_ns,
+            last_high_ns: 0,
+        }
+    }
+
+    /// `T_high` for a request answered at local (TrueTime) clock `now_ns`.
+    pub fn stamp(&mut self, now_ns: u64) -> u64 {
+        let high_ns = (now_ns + self.epsilon_ns).max(self.last_high_ns + 1);
+        self.last_high_ns = high_ns;
+        high_ns
+    }
+}
+
+/// The oracles of `cluster`, nearest to `node` first (ties by node id).
+pub fn oracles_nearest_first(cluster: &Cluster, node: NodeId) -> Vec<NodeId> {
+    let mut oracles = cluster.services(ORACLE_SERVICE);
+    oracles.sort_by(|a, b| {
+        let (ra, rb) = (cluster.rtt_ms(node, *a), cluster.rtt_ms(node, *b));
+        ra.total_cmp(&rb).then(a.cmp(b))
+    });
+    oracles
+}
+
+/// Refuses a deployment whose oracles' clocks do not promise ε: a protocol whose
+/// correctness rests on the TTC bound (K2 §4.1) would test nothing on clocks that may err
+/// more.
+pub fn check_oracle_clocks(cluster: &Cluster, epsilon_us: u64) -> Result<(), String> {
+    for node in &cluster.nodes {
+        if !matches!(&node.role, NodeRole::Service { name, .. } if name == ORACLE_SERVICE) {
+            continue;
+        }
+        let bound_ms = node.clock.params.error_bound_ms;
+        let epsilon_ms = epsilon_us as f64 / 1000.0;
+        if bound_ms.is_none_or(|b| b > epsilon_ms) {
+            return Err(format!(
+                "protocol option `epsilon_us` ({epsilon_us}) is below what oracle {} promises \
+                 (clock profile `{}`, error_bound_ms {:?}); give the oracles a TrueTime clock \
+                 profile (see topologies/k2-five-regions.toml)",
+                node.name, node.clock.name, bound_ms
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `ns · (1 + D)` for a drift bound of `drift_ppm`: a duration that an ordinary clock
+/// drifting by up to D may count short.
+pub fn with_drift(ns: u64, drift_ppm: u64) -> u64 {
+    ns + (ns as u128 * drift_ppm as u128).div_ceil(1_000_000) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_strictly_increase_and_lead_the_clock_by_epsilon() {
+        let mut o = OracleClock::new(0, 100);
+        assert_eq!(o.stamp(1_000), 1_100);
+        // A clock read that does not advance (or steps back) still gets a larger stamp.
+        assert_eq!(o.stamp(1_000), 1_101);
+        assert_eq!(o.stamp(900), 1_102);
+    }
+
+    #[test]
+    fn drift_rounds_up() {
+        assert_eq!(with_drift(1_000_000, 200), 1_000_200);
+        assert_eq!(with_drift(1, 200), 2);
+    }
+}
