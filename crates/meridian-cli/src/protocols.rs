@@ -15,6 +15,7 @@ use meridian_protocols::clock_si::{ClockSi, ConventionalSi};
 use meridian_protocols::dast::Dast;
 use meridian_protocols::janus::Janus;
 use meridian_protocols::k2::K2;
+use meridian_protocols::p2pl_ttc::P2plTtc;
 use meridian_protocols::raft_2pc::{OccRaft, TwoPlRaft};
 use meridian_protocols::tapir::Tapir;
 use meridian_protocols::tiga::Tiga;
@@ -38,6 +39,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Janus>(),
     entry::<TwoPlRaft>(),
     entry::<OccRaft>(),
+    entry::<P2plTtc>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -15,6 +15,8 @@
 //!   fast path on a super quorum, slow path, RETRY; strict or (`strict=false`) serializable.
 //! * [`janus`] — Janus (OSDI '16): dependency graphs, fast path on identical answers,
 //!   execution by strongly connected components.
+//! * [`p2pl_ttc`] — `p2pl-ttc`, K2 §7.3's Spanner-like baseline: 2PL (wound-wait), 2PC,
+//!   commit timestamps from the TTC Oracle, commit wait switchable.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
@@ -23,6 +25,7 @@ pub mod dast;
 pub mod janus;
 pub mod k2;
 pub mod kit;
+pub mod p2pl_ttc;
 pub mod raft_2pc;
 pub mod tapir;
 pub mod tiga;

@@ -19,7 +19,7 @@ use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step,
 };
 use meridian_core::txn::{Op, Operand, Piece, PieceBody, PieceResult, Txn};
-use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, TxnId};
+use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,6 +32,12 @@ enum Phase {
     Preparing { yes: Votes<()> },
     /// A one-round transaction timed out: asking its server whether it committed.
     Resolving,
+    /// `p2pl-ttc`: every participant voted yes; asking a TTC oracle for the commit
+    /// timestamp (the next nearest on each retry).
+    Timestamping,
+    /// `p2pl-ttc`: the commit timestamp is known; waiting until true time has passed it
+    /// before deciding (Spanner's commit wait). Participants keep their locks meanwhile.
+    CommitWaiting { commit_ts: Timestamp },
 }
 
 /// Calls `f` with every piece `piece` depends on (`Piece::dependencies`, unsorted and with
@@ -102,6 +108,8 @@ enum TickStep {
     Reprepare,
     Resolve,
     GiveUp,
+    AskOracle,
+    Decide(Timestamp),
 }
 
 /// A coordinator node.
@@ -131,6 +139,9 @@ pub struct Coordinator {
     /// next step hears it. Bounded by `max_inflight` (oldest forgotten first; a step of a
     /// forgotten one hears `Failure`).
     ended: VecDeque<(TxnId, AbortReason)>,
+    /// `p2pl-ttc`: the TTC oracles, nearest first; `oracle_cursor` picks the one asked.
+    oracles: Vec<NodeId>,
+    oracle_cursor: usize,
 }
 
 impl Coordinator {
@@ -163,6 +174,10 @@ impl Coordinator {
             other => panic!("log of coordinator {id} holds {other:?}"),
         });
         let (commits, incarnation) = Decisions::recover(checkpoint, logged);
+        let oracles = match opts.ttc {
+            Some(_) => crate::kit::ttc::oracles_nearest_first(&cluster, id),
+            None => Vec::new(),
+        };
         Coordinator {
             id,
             opts,
@@ -176,6 +191,8 @@ impl Coordinator {
             checkpoint_due: false,
             leaders: Leaders::new(&cluster),
             ended: VecDeque::new(),
+            oracles,
+            oracle_cursor: 0,
             cluster,
         }
     }
@@ -214,6 +231,15 @@ impl Coordinator {
     pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, sender: NodeId, msg: Msg) {
         // Partitions are known by their partition id, whichever replica leads them now.
         let from = replicated::partition_of(&self.cluster, sender);
+        if let Msg::OracleTs {
+            txn,
+            high_ns,
+            oracle,
+        } = msg
+        {
+            self.on_oracle_ts(ctx, txn, Timestamp::new(high_ns, oracle));
+            return self.settle(ctx);
+        }
         let Msg::ToCoord(body) = msg else {
             panic!(
                 "coordinator {} received a server's message {msg:?}",
@@ -291,7 +317,8 @@ impl Coordinator {
         let t = CoordTxn {
             request: session.is_none().then_some(request),
             age_ns: now,
-            one_round: session.is_none() && participants.len() == 1,
+            // p2pl-ttc: every commit takes a timestamp from the oracle, through 2PC.
+            one_round: session.is_none() && participants.len() == 1 && self.opts.ttc.is_none(),
             session,
             participants,
             incarnations: VecMap::new(),
@@ -663,15 +690,56 @@ impl Coordinator {
             return self.abort(ctx, id, AbortReason::Failure);
         }
         votes.record(from, ());
-        if votes.complete() {
-            self.decide_commit(ctx, id);
+        if !votes.complete() {
+            return;
         }
+        if self.opts.ttc.is_some() {
+            let t = self.txns.get_mut(&id).expect("live");
+            t.phase = Phase::Timestamping;
+            t.retries = 0;
+            self.ask_oracle(ctx, id);
+        } else {
+            self.decide_commit(ctx, id, None);
+        }
+    }
+
+    // ---- p2pl-ttc: commit timestamps from the TTC oracle, commit wait ----------------
+
+    /// Asks the oracle under the cursor for `id`'s commit timestamp. Every participant holds
+    /// its locks already, so the timestamp is taken inside the lock point.
+    fn ask_oracle(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+        let Some(&oracle) = self
+            .oracles
+            .get(self.oracle_cursor % self.oracles.len().max(1))
+        else {
+            return self.abort(ctx, id, AbortReason::Failure);
+        };
+        ctx.count("p2pl.oracle_requests", 1);
+        ctx.send(oracle, Msg::GetTs { txn: id });
+    }
+
+    /// The oracle's `T_high` becomes the commit timestamp; with commit wait the decision
+    /// waits until true time has passed it, else it is taken at once.
+    fn on_oracle_ts(&mut self, ctx: &mut Cx<'_>, id: TxnId, commit_ts: Timestamp) {
+        let Some(t) = self.txns.get_mut(&id) else {
+            return;
+        };
+        if !matches!(t.phase, Phase::Timestamping) {
+            return;
+        }
+        let ttc = self.opts.ttc.as_ref().expect("p2pl-ttc asks oracles");
+        if !ttc.commit_wait {
+            return self.decide_commit(ctx, id, Some(commit_ts));
+        }
+        t.phase = Phase::CommitWaiting { commit_ts };
+        ctx.cancel_timer(t.timer);
+        t.timer = ctx.set_timer(ttc.commit_wait_ns(), Timer::Txn(id));
     }
 
     /// Commit point: the decision is logged before anyone hears it, then the client learns
     /// it. Servers keep their locks until COMMIT arrives, so nothing can observe the
     /// transaction half-applied.
-    fn decide_commit(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
+    fn decide_commit(&mut self, ctx: &mut Cx<'_>, id: TxnId, commit_ts: Option<Timestamp>) {
         let t = self.remove_txn(id);
         ctx.cancel_timer(t.timer);
         let participants: Vec<NodeId> = t.participants.keys().copied().collect();
@@ -695,7 +763,7 @@ impl Coordinator {
         };
         let outcome = Outcome::Committed {
             results,
-            commit_ts: None,
+            commit_ts,
             path: CommitPath::TwoPhase,
         };
         let request = t.request.expect("a committing transaction has its request");
@@ -764,6 +832,9 @@ impl Coordinator {
             Phase::Preparing { .. } => TickStep::Reprepare,
             Phase::Resolving if exhausted => TickStep::GiveUp,
             Phase::Resolving => TickStep::Resolve,
+            Phase::Timestamping if exhausted => TickStep::Abort,
+            Phase::Timestamping => TickStep::AskOracle,
+            Phase::CommitWaiting { commit_ts } => TickStep::Decide(commit_ts),
         };
         if self.opts.replicated && !matches!(step, TickStep::Abort | TickStep::GiveUp) {
             // A partition that does not answer may have lost its leader: try another replica.
@@ -774,6 +845,13 @@ impl Coordinator {
         match step {
             TickStep::Abort => return self.abort(ctx, id, AbortReason::Timeout),
             TickStep::GiveUp => return self.give_up(ctx, id),
+            TickStep::Decide(commit_ts) => return self.decide_commit(ctx, id, Some(commit_ts)),
+            TickStep::AskOracle => {
+                // A lost request or a crashed oracle: ask the next nearest.
+                self.txns.get_mut(&id).expect("live").retries += 1;
+                self.oracle_cursor += 1;
+                self.ask_oracle(ctx, id);
+            }
             TickStep::Retransmit => self.retransmit(ctx, id),
             TickStep::StartResolving => {
                 let t = self.txns.get_mut(&id).expect("live");
@@ -853,6 +931,7 @@ impl Coordinator {
                 Phase::Executing => waiting(pieces),
                 Phase::Preparing { yes } => !yes.replied(**node),
                 Phase::Resolving => true,
+                Phase::Timestamping | Phase::CommitWaiting { .. } => false,
             })
             .map(|(node, _)| *node)
             .collect()
@@ -875,6 +954,7 @@ impl Coordinator {
                 Phase::Executing => self.retransmit(ctx, id),
                 Phase::Preparing { .. } => self.send_prepares(ctx, id),
                 Phase::Resolving => self.send_resolve(ctx, id),
+                Phase::Timestamping | Phase::CommitWaiting { .. } => {}
             }
         } else if let Some(timer) = self.commits.disarm(id) {
             ctx.cancel_timer(timer);

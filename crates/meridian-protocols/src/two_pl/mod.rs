@@ -101,7 +101,7 @@ mod tests;
 pub use coordinator::Coordinator;
 pub use locks::{LockMode, Policy};
 pub use occ::Concurrency;
-pub use options::{Options, OPTIONS};
+pub use options::{Options, Ttc, OPTIONS, P2PL_TTC_OPTIONS};
 pub use server::Server;
 pub use wire::{
     Age, Finished, LocalCommit, LocalOutcome, Msg, PieceRun, PreparedTxn, Record, ServerSnapshot,

@@ -19,6 +19,46 @@ pub const OPTIONS: [&str; 10] = [
     "checkpoint_every",
 ];
 
+/// `p2pl-ttc`'s options: 2PL's, and the TTC commit timestamps' (see `crate::p2pl_ttc`).
+pub const P2PL_TTC_OPTIONS: [&str; 13] = [
+    "unsafe_early_release",
+    "unsafe_skip_validation",
+    "retry_ms",
+    "exec_timeout_ms",
+    "idle_timeout_ms",
+    "query_ms",
+    "max_retries",
+    "max_inflight",
+    "max_waiters_per_key",
+    "checkpoint_every",
+    "commit_wait",
+    "epsilon_us",
+    "drift_ppm",
+];
+
+/// `p2pl-ttc`: commit timestamps from the TTC Oracle, and Spanner's commit wait.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ttc {
+    /// The oracles' uncertainty bound ε (`epsilon_us`; 100, K2 §7.1), checked against
+    /// what the topology's oracle clocks promise.
+    pub epsilon_ns: u64,
+    /// The coordinators' assumed maximum clock drift D (`drift_ppm`; 200, K2 §2.2): the
+    /// wait is padded by it, because a runtime timer counts on a drifting clock.
+    pub drift_ppm: u64,
+    /// Commit wait (`commit_wait`; true): the coordinator holds the decision, and so
+    /// every participant's locks, until true time has passed the commit timestamp. K2's
+    /// §7.3 runs turned it off "for a fair performance comparison".
+    pub commit_wait: bool,
+}
+
+impl Ttc {
+    /// The wait after the oracle's reply arrives: its `T_high` is at most 2ε above true
+    /// time at the reply, so after `2ε(1+D)` true time has passed the timestamp.
+    pub fn commit_wait_ns(&self) -> u64 {
+        crate::kit::ttc::with_drift(2 * self.epsilon_ns + 1, self.drift_ppm)
+    }
+}
+
 /// Parsed options. Durations default to multiples of the topology's largest round trip, so
 /// the same defaults suit `local` and `gcp-tiga`.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,12 +104,22 @@ pub struct Options {
     /// the locks but does not check the versions read, so a transaction commits on a stale
     /// read (lost updates). Kept so the swarm test shows the checker catching it.
     pub unsafe_skip_validation: bool,
+    /// Not an option of `2pl-2pc`: `p2pl-ttc`'s commit timestamps (`None` elsewhere).
+    pub ttc: Option<Ttc>,
 }
 
 impl Options {
     /// Parses `config`; `max_rtt_ms` scales the default durations.
     pub fn parse(config: &ProtocolConfig, max_rtt_ms: f64) -> Result<Options, String> {
         config.check_known(&OPTIONS)?;
+        Options::parse_shared(config, max_rtt_ms)
+    }
+
+    /// The options 2PL's variants share, without checking for unknown keys.
+    pub(crate) fn parse_shared(
+        config: &ProtocolConfig,
+        max_rtt_ms: f64,
+    ) -> Result<Options, String> {
         let retry_ms = positive_ms(
             "retry_ms",
             config.get("retry_ms", (2.5 * max_rtt_ms).max(10.0))?,
@@ -115,6 +165,7 @@ impl Options {
             interactive: false,
             concurrency: Concurrency::Locking,
             unsafe_skip_validation: config.get("unsafe_skip_validation", false)?,
+            ttc: None,
         })
     }
 

@@ -40,6 +40,14 @@ pub enum Msg {
     ToCoord(ToCoord),
     /// `2pl-raft`: between the members of a shard's Raft group.
     Raft(RaftMsg),
+    /// `p2pl-ttc`: coordinator → TTC oracle, for `txn`'s commit timestamp.
+    GetTs { txn: TxnId },
+    /// `p2pl-ttc`: the oracle's uncertainty upper bound `T_high` and its id.
+    OracleTs {
+        txn: TxnId,
+        high_ns: u64,
+        oracle: u32,
+    },
 }
 
 /// What a coordinator asks of a server.
@@ -136,6 +144,7 @@ impl Msg {
                 | ToCoord::Query { txn }
                 | ToCoord::NotLeader { txn, .. } => *txn,
             },
+            Msg::GetTs { txn } | Msg::OracleTs { txn, .. } => *txn,
             Msg::Raft(_) => return None,
         };
         Some(txn)
@@ -161,6 +170,8 @@ impl Msg {
                 ToCoord::NotLeader { .. } => "not-leader",
             },
             Msg::Raft(_) => "raft",
+            Msg::GetTs { .. } => "get-ts",
+            Msg::OracleTs { .. } => "oracle-ts",
         }
     }
 }

@@ -1,0 +1,141 @@
+//! Behaviour of `p2pl-ttc` under the in-crate driver (test topology: shard 0's primary
+//! n0, shard 1's n2, coordinators n4 and n5 in region A, oracles n6 in A and n7 in B;
+//! messages take 1 ms). Each test names a feature and fails if that feature were missing.
+
+use super::*;
+use crate::testkit::MS;
+use meridian_core::txn::{CommitPath, Op, Operand, Outcome, Piece, Procedures, Txn};
+use meridian_core::value::encode_int;
+use meridian_core::{Timestamp, Topology};
+
+type Driver = crate::testkit::Driver<P2plNode>;
+
+fn driver(options: &str) -> Driver {
+    Driver::new::<P2plTtc>(options, Procedures::new(), 7)
+}
+
+fn append(d: &Driver, shard: u32, name: &str, v: i64) -> Piece {
+    let k = d.key_on(shard, name);
+    Piece::ops(
+        ShardId(shard),
+        vec![Op::Append(k, Operand::Literal(encode_int(v)))],
+    )
+}
+
+/// Appends to a key on each shard: a two-participant transaction.
+fn two_shard(d: &Driver, v: i64) -> Txn {
+    Txn {
+        pieces: vec![append(d, 0, "x", v), append(d, 1, "y", v)],
+    }
+}
+
+fn commit_ts(d: &Driver, r: RequestId) -> Timestamp {
+    match d.outcome(r) {
+        Some(Outcome::Committed {
+            commit_ts: Some(ts),
+            path: CommitPath::TwoPhase,
+            ..
+        }) => *ts,
+        other => panic!("not committed through 2PC with a timestamp: {other:?}"),
+    }
+}
+
+/// ε = 20 ms: a commit wait of 40 ms dwarfs the 1 ms hops.
+const WIDE_EPSILON: &str = "epsilon_us=20000";
+
+#[test]
+fn with_commit_wait_true_time_has_passed_the_timestamp_when_the_client_hears() {
+    let mut d = driver(WIDE_EPSILON);
+    let r = d.submit(0, two_shard(&d, 1));
+    // Execute, prepare and the oracle take ~6 ms; the 40 ms wait follows.
+    d.run_for(30 * MS);
+    assert!(d.outcome(r).is_none(), "still in its commit wait at 30 ms");
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    // The driver's clocks read true time: the oracle's T_high is now + ε.
+    assert!(
+        commit_ts(&d, r).time_ns < d.now,
+        "answered after its timestamp"
+    );
+}
+
+#[test]
+fn without_commit_wait_the_client_hears_before_true_time_reaches_the_timestamp() {
+    let mut d = driver(&format!("{WIDE_EPSILON},commit_wait=false"));
+    let r = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    assert!(
+        commit_ts(&d, r).time_ns > d.now,
+        "answered while its timestamp is still in the future"
+    );
+}
+
+#[test]
+fn locks_are_held_through_the_wait_so_a_conflicting_successor_gets_a_later_timestamp() {
+    let mut d = driver(WIDE_EPSILON);
+    let first = d.submit(0, two_shard(&d, 1));
+    d.run_for(10 * MS);
+    // Submitted while `first` waits; its timestamp is taken once it holds the locks.
+    let second = d.submit(1, two_shard(&d, 2));
+    assert!(d.run_until_answered(&[first, second], 300 * MS));
+    assert!(commit_ts(&d, first) < commit_ts(&d, second));
+    // The successor could only lock after `first` committed, i.e. after its wait: its own
+    // timestamp is at least ε above true time then.
+    assert!(commit_ts(&d, second).time_ns > commit_ts(&d, first).time_ns + 20 * MS);
+}
+
+#[test]
+fn a_single_shard_transaction_also_commits_through_the_oracle() {
+    let mut d = driver("");
+    let r = d.submit(
+        0,
+        Txn {
+            pieces: vec![append(&d, 0, "x", 1)],
+        },
+    );
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    commit_ts(&d, r);
+    assert_eq!(d.counters.get("p2pl.oracle_requests"), Some(&1));
+}
+
+#[test]
+fn an_unanswering_oracle_is_skipped_for_the_next_nearest() {
+    let mut d = driver("");
+    let near = d.cluster.services(ORACLE_SERVICE)[0];
+    d.crash(near);
+    let r = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[r], 2_000 * MS));
+    assert_eq!(commit_ts(&d, r).tiebreak, 1, "the far oracle's timestamp");
+}
+
+#[test]
+fn a_coordinator_crash_during_the_wait_aborts_and_releases_the_locks() {
+    let mut d = driver(WIDE_EPSILON);
+    let r = d.submit(0, two_shard(&d, 1));
+    d.run_for(15 * MS);
+    let coordinator = d.coordinator_node(0);
+    d.crash(coordinator);
+    d.restart(coordinator);
+    // Nothing was decided: presumed abort answers the prepared servers' queries, and a new
+    // transaction on the same keys commits.
+    let next = d.submit(1, two_shard(&d, 2));
+    assert!(d.run_until_answered(&[next], 5_000 * MS));
+    commit_ts(&d, next);
+    assert!(
+        d.outcome(r).is_none(),
+        "the crashed coordinator's client never hears"
+    );
+}
+
+#[test]
+fn options_are_checked() {
+    let cluster = |opts: &str| {
+        let topology = Topology::parse("test", crate::testkit::TOPOLOGY).unwrap();
+        let config = ProtocolConfig::parse(opts).unwrap();
+        Setup::<P2plTtc>::new(topology, &config, Procedures::new()).map(|_| ())
+    };
+    assert!(cluster("").is_ok());
+    assert!(cluster("commit_wait=false").is_ok());
+    assert!(cluster("epsilon_us=0").unwrap_err().contains("epsilon_us"));
+    assert!(cluster("unsafe_skip_validation=true").is_err());
+    assert!(cluster("nonsense=1").unwrap_err().contains("nonsense"));
+}
