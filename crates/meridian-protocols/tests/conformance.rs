@@ -228,3 +228,22 @@ mod janus {
     };
     meridian_sim::conformance_tests!(meridian_protocols::janus::Janus, SPEC);
 }
+
+// K2's Spanner-like baseline on K2's deployment, interactive sessions. Its broken variant
+// releases locks at the vote (2PL's early release): commit wait cannot be shown broken by a
+// history check, since 2PL alone orders the histories (see `p2pl_ttc::tests` for that).
+
+mod p2pl_ttc {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "interactive=true",
+        golden: &[(5, "51cfb5ed65b2f7a8"), (6, "67c44fbc880209b5")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_early_release=true",
+            workload: "bank",
+            workload_opts: "",
+        },
+        ..Conformance::new("k2-five-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::p2pl_ttc::P2plTtc, SPEC);
+}
