@@ -13,12 +13,14 @@
 //! | [`options`] | option checks (`positive_ms`, `at_least_one`) and `ms_to_ns`, one wording for every protocol | every protocol's options |
 //! | [`replicated`] | a partition server run unchanged on its shard's Raft group leader: records proposed, sends held until what they depend on commits (the protocol's release policy), a new leader rebuilding the server from committed records, `NotLeader` hints; coordinators' routing (`Leaders`) | `clock-si` / `conventional-si` (`replicated=true`), `2pl-raft`, `occ-raft` |
 //! | [`ttc`] | the TTC Oracle's answer (`T_high = now + ε`, strictly increasing), oracles nearest first, the check that oracle clocks promise ε, `with_drift` | `k2` (K2-TB), `p2pl-ttc` (commit timestamps) |
+//! | [`hlc`] | a hybrid logical clock (`Hlc`, `HlcTs`): monotonic over a stepped clock, dominating received timestamps, refusing ones beyond the maximum offset | none yet: `mvto-hlc` (K2 §7.3's CockroachDB-like baseline) is not built |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
 //! copying them per protocol is how 2PL and Clock-SI came to hold two 2PC implementations.
 
 pub mod clock_gate;
+pub mod hlc;
 pub mod log;
 pub mod options;
 pub mod owd;

@@ -19,6 +19,7 @@
 //! | Spanner's interactive read-write transactions | `two_pl/coordinator.rs` (`Step::Get`/`Put` as pieces) |
 //!
 //! ## Roles
+//! * **Nodes** are `2pl-2pc`'s (`TwoPlNode`), with its `Oracle` variant built here.
 //! * **Oracles**: the `oracle` service (`[[services]]` in `topologies/k2-five-regions.toml`:
 //!   two per region), or one per region by default. Coordinators ask the nearest and move
 //!   to the next nearest after each unanswered retry interval.
@@ -65,33 +66,20 @@
 mod tests;
 
 use crate::kit::ttc::{check_oracle_clocks, OracleClock, ORACLE_SERVICE};
-use crate::two_pl::{Coordinator, Msg, Options, Policy, Record, Server, Timer, Ttc};
+use crate::two_pl::{Coordinator, Options, Policy, Record, Server, Ttc, TwoPlNode, TwoPlTwoPc};
 use crate::two_pl::{OPTIONS, P2PL_TTC_OPTIONS};
-use meridian_core::node::{Ctx, Setup};
+use meridian_core::node::Setup;
 use meridian_core::time::NS_PER_US;
-use meridian_core::txn::ClientRequest;
 use meridian_core::{
-    Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, ReplicaKind, RequestId,
-    ShardId,
+    Cluster, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, ReplicaKind, ShardId,
 };
 
 /// K2's p2PL-TTC baseline. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct P2plTtc;
 
-/// A node of `p2pl-ttc`.
-#[derive(Debug)]
-pub enum P2plNode {
-    Oracle(OracleClock),
-    /// A shard's primary: its only data copy and lock table.
-    Server(Box<Server>),
-    Coordinator(Box<Coordinator>),
-    /// A read replica, or a service this protocol does not run.
-    Inert,
-}
-
 impl Protocol for P2plTtc {
-    type Node = P2plNode;
+    type Node = TwoPlNode;
     type Options = Options;
 
     const NAME: &'static str = "p2pl-ttc";
@@ -136,15 +124,15 @@ impl Protocol for P2plTtc {
         Ok(opts)
     }
 
-    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> P2plNode {
+    fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> TwoPlNode {
         let cluster = &setup.cluster;
         let opts = setup.options.clone();
         match &cluster.node(node).role {
             NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
                 let procedures = setup.procedures.clone();
-                P2plNode::Server(Box::new(Server::restore(node, opts, procedures, recovered)))
+                TwoPlNode::Server(Box::new(Server::restore(node, opts, procedures, recovered)))
             }
-            NodeRole::Coordinator { .. } => P2plNode::Coordinator(Box::new(Coordinator::restore(
+            NodeRole::Coordinator { .. } => TwoPlNode::Coordinator(Box::new(Coordinator::restore(
                 node,
                 opts,
                 cluster.clone(),
@@ -152,81 +140,15 @@ impl Protocol for P2plTtc {
             ))),
             NodeRole::Service { name, index } if name == ORACLE_SERVICE => {
                 let epsilon_ns = opts.ttc.as_ref().expect("p2pl-ttc options").epsilon_ns;
-                P2plNode::Oracle(OracleClock::new(*index, epsilon_ns))
+                TwoPlNode::Oracle(OracleClock::new(*index, epsilon_ns))
             }
-            _ => P2plNode::Inert,
+            _ => TwoPlNode::Inert,
         }
     }
 
-    /// The largest round trip from the coordinator to an involved primary: execution and
-    /// PREPARE each take one, so no commit is faster.
+    /// 2PL's bound: the largest round trip to an involved primary (execution and PREPARE
+    /// each take one, so no commit is faster).
     fn bound_ms(cluster: &Cluster, coordinator: NodeId, shards: &[ShardId]) -> f64 {
-        shards
-            .iter()
-            .map(|&s| cluster.rtt_ms(coordinator, cluster.initial_leader(s)))
-            .fold(0.0, f64::max)
-    }
-}
-
-impl Node for P2plNode {
-    type Msg = Msg;
-    type Timer = Timer;
-    type Record = Record;
-
-    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        match self {
-            P2plNode::Server(s) => s.on_start(ctx),
-            P2plNode::Coordinator(c) => c.on_start(ctx),
-            P2plNode::Oracle(_) | P2plNode::Inert => {}
-        }
-    }
-
-    fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
-        match self {
-            P2plNode::Oracle(o) => {
-                if let Msg::GetTs { txn } = msg {
-                    let high_ns = o.stamp(ctx.now_ns());
-                    let oracle = o.index;
-                    ctx.send(
-                        from,
-                        Msg::OracleTs {
-                            txn,
-                            high_ns,
-                            oracle,
-                        },
-                    );
-                }
-            }
-            P2plNode::Server(s) => s.on_message(ctx, msg),
-            P2plNode::Coordinator(c) => c.on_message(ctx, from, msg),
-            P2plNode::Inert => {}
-        }
-    }
-
-    fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
-        match self {
-            P2plNode::Server(s) => s.on_timer(ctx, timer),
-            P2plNode::Coordinator(c) => c.on_timer(ctx, timer),
-            P2plNode::Oracle(_) | P2plNode::Inert => {}
-        }
-    }
-
-    fn on_client_request(
-        &mut self,
-        ctx: &mut Ctx<'_, Self>,
-        request: RequestId,
-        req: ClientRequest,
-    ) {
-        match self {
-            P2plNode::Coordinator(c) => c.on_client_request(ctx, request, req),
-            _ => ctx.refuse_not_coordinator(request),
-        }
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        match self {
-            P2plNode::Server(s) => s.check_invariants(),
-            _ => Ok(()),
-        }
+        TwoPlTwoPc::bound_ms(cluster, coordinator, shards)
     }
 }

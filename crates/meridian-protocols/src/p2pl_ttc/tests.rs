@@ -4,11 +4,12 @@
 
 use super::*;
 use crate::testkit::MS;
+use meridian_core::node::Setup;
 use meridian_core::txn::{CommitPath, Op, Operand, Outcome, Piece, Procedures, Txn};
 use meridian_core::value::encode_int;
-use meridian_core::{Timestamp, Topology};
+use meridian_core::{ProtocolConfig, RequestId, Timestamp, Topology};
 
-type Driver = crate::testkit::Driver<P2plNode>;
+type Driver = crate::testkit::Driver<TwoPlNode>;
 
 fn driver(options: &str) -> Driver {
     Driver::new::<P2plTtc>(options, Procedures::new(), 7)

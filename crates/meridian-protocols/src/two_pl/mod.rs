@@ -108,6 +108,7 @@ pub use wire::{
     Timer, ToCoord, ToServer,
 };
 
+use crate::kit::ttc::OracleClock;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;
 use meridian_core::ShardId;
@@ -123,6 +124,8 @@ pub enum TwoPlNode {
     /// The data node of a shard (its initial leader).
     Server(Box<Server>),
     Coordinator(Box<Coordinator>),
+    /// `p2pl-ttc`'s TTC oracle (`crate::p2pl_ttc`): answers `GetTs` with `T_high`.
+    Oracle(OracleClock),
     /// A replica that is not its shard's initial leader, or a service: does nothing.
     Inert,
 }
@@ -192,7 +195,7 @@ impl Node for TwoPlNode {
         match self {
             TwoPlNode::Server(s) => s.on_start(ctx),
             TwoPlNode::Coordinator(c) => c.on_start(ctx),
-            TwoPlNode::Inert => {}
+            TwoPlNode::Oracle(_) | TwoPlNode::Inert => {}
         }
     }
 
@@ -200,6 +203,18 @@ impl Node for TwoPlNode {
         match self {
             TwoPlNode::Server(s) => s.on_message(ctx, msg),
             TwoPlNode::Coordinator(c) => c.on_message(ctx, from, msg),
+            TwoPlNode::Oracle(o) => {
+                if let Msg::GetTs { txn } = msg {
+                    let high_ns = o.stamp(ctx.now_ns());
+                    let oracle = o.index;
+                    let reply = Msg::OracleTs {
+                        txn,
+                        high_ns,
+                        oracle,
+                    };
+                    ctx.send(from, reply);
+                }
+            }
             TwoPlNode::Inert => {}
         }
     }
@@ -208,7 +223,7 @@ impl Node for TwoPlNode {
         match self {
             TwoPlNode::Server(s) => s.on_timer(ctx, timer),
             TwoPlNode::Coordinator(c) => c.on_timer(ctx, timer),
-            TwoPlNode::Inert => {}
+            TwoPlNode::Oracle(_) | TwoPlNode::Inert => {}
         }
     }
 

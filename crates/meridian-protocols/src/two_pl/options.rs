@@ -20,21 +20,20 @@ pub const OPTIONS: [&str; 10] = [
 ];
 
 /// `p2pl-ttc`'s options: 2PL's, and the TTC commit timestamps' (see `crate::p2pl_ttc`).
-pub const P2PL_TTC_OPTIONS: [&str; 13] = [
-    "unsafe_early_release",
-    "unsafe_skip_validation",
-    "retry_ms",
-    "exec_timeout_ms",
-    "idle_timeout_ms",
-    "query_ms",
-    "max_retries",
-    "max_inflight",
-    "max_waiters_per_key",
-    "checkpoint_every",
-    "commit_wait",
-    "epsilon_us",
-    "drift_ppm",
-];
+pub const P2PL_TTC_OPTIONS: [&str; 13] = {
+    let ttc = ["commit_wait", "epsilon_us", "drift_ppm"];
+    let mut all = [""; 13];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = if i < OPTIONS.len() {
+            OPTIONS[i]
+        } else {
+            ttc[i - OPTIONS.len()]
+        };
+        i += 1;
+    }
+    all
+};
 
 /// `p2pl-ttc`: commit timestamps from the TTC Oracle, and Spanner's commit wait.
 #[derive(Clone, Debug, PartialEq)]
