@@ -12,7 +12,7 @@
 //! ## Map from the papers to the files
 //! | concept | file |
 //! |---|---|
-//! | K2 §7.3: "distributed two-phase locking", "a fine-grained lock table as mentioned in [6]" | `two_pl/locks.rs` (one lock per key, shared/exclusive, FIFO queues, WOUND-WAIT) and `two_pl/server.rs` |
+//! | K2 §7.3: "distributed two-phase locking", "a fine-grained lock table as mentioned in \[6\]" | `two_pl/locks.rs` (one lock per key, shared/exclusive, FIFO queues, WOUND-WAIT) and `two_pl/server.rs` |
 //! | K2 §7.3: "commits transaction using two-phase commit" | `two_pl/coordinator.rs` (PREPARE/VOTE/COMMIT), `kit/two_pc.rs` (decision log, COMMIT resent until acknowledged, presumed abort) |
 //! | K2 §7.3: "commit timestamps are generated in the commit phase from TTC clocks"; K2 §2.2 TTC Oracle | `kit/ttc.rs` (the oracle's `T_high = now + ε`), this file (the oracle nodes), `two_pl/coordinator.rs` (`ask_oracle`, `on_oracle_ts`) |
 //! | Spanner §4.1.2 commit wait; K2 §7.3 "commit wait is disabled" in its runs | `two_pl/options.rs` (`Ttc::commit_wait_ns`), `two_pl/coordinator.rs` (`Phase::CommitWaiting`) |
