@@ -466,7 +466,7 @@
 //! * Interactive reads are one key per step, each validated at commit. App. F reads
 //!   everything after the key-deciding lookup in one one-shot transaction; a session
 //!   cannot, so interactive TPC-C's Order-Status (four reads, two of them rewritten by
-//!   every Delivery of the warehouse) fails validation in 65–91 % of its runs in
+//!   every Delivery of the warehouse) fails validation in 65–92 % of its runs in
 //!   `experiments/tiga-fig10.toml`'s open loop (rates 50–400 per coordinator, sim), 2.8–
 //!   4.0 % of all transactions. A multi-key read step would close it.
 //! * Interactive sessions live in the coordinator's memory: a coordinator crash ends them
