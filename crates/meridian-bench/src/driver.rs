@@ -14,7 +14,7 @@
 
 use crate::results::Finished;
 use meridian_check::{Entry, EntryType};
-use meridian_core::txn::{ClientRequest, ClientResponse, Key, Outcome, Step, Value};
+use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Step, Value};
 use meridian_core::{Cluster, NodeRng, Partitioner, ShardId, Timestamp, TxnId};
 use meridian_workload::{ClientInfo, InteractiveOp, Planned, TxnPlan, Workload};
 
@@ -34,8 +34,6 @@ struct Session {
     next_op: usize,
     /// The value each get returned, in plan order (the history needs them).
     reads: Vec<Option<Value>>,
-    /// A read-modify-write whose get has returned: the put of the new value is in flight.
-    pending_put: Option<(Key, Value)>,
 }
 
 /// A client's transaction from its first request to its outcome.
@@ -256,39 +254,33 @@ fn step_session(
     match response {
         ClientResponse::Began(txn) => session.txn = Some(txn),
         ClientResponse::Read(value) => {
-            let op = ops
-                .get(session.next_op)
-                .ok_or("a read answered after the last op")?;
-            match op.modified(value.as_ref()) {
-                Some(new) => session.pending_put = Some((op.key().clone(), new)),
-                None => session.next_op += 1,
-            }
             session.reads.push(value);
-        }
-        ClientResponse::Written => {
-            session.pending_put = None;
             session.next_op += 1;
         }
+        ClientResponse::Written => session.next_op += 1,
         ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
     }
     let txn = session
         .txn
         .ok_or("the first answer of a session was not Began")?;
-    let step = if let Some((key, value)) = session.pending_put.clone() {
-        Step::Put { txn, key, value }
-    } else {
-        match ops.get(session.next_op) {
-            None => Step::Commit { txn },
-            Some(InteractiveOp::Put(key, value)) => Step::Put {
-                txn,
-                key: key.clone(),
-                value: value.clone(),
-            },
-            Some(op) => Step::Get {
-                txn,
-                key: op.key().clone(),
-            },
-        }
+    // Read-modify-writes go as such (the client never reads their old value), so a
+    // protocol may run them inside its commit instead of validating a read (Tiga App. F).
+    let step = match ops.get(session.next_op) {
+        None => Step::Commit { txn },
+        Some(InteractiveOp::Get(key)) => Step::Get {
+            txn,
+            key: key.clone(),
+        },
+        Some(InteractiveOp::Put(key, value)) => Step::Put {
+            txn,
+            key: key.clone(),
+            value: value.clone(),
+        },
+        Some(op) => Step::Modify {
+            txn,
+            key: op.key().clone(),
+            rmw: op.rmw().expect("append and add are read-modify-writes"),
+        },
     };
     Ok(ClientRequest::Interactive(step))
 }
@@ -319,7 +311,7 @@ pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
 mod tests {
     use super::*;
     use meridian_check::HistOp;
-    use meridian_core::txn::{CommitPath, Txn};
+    use meridian_core::txn::{CommitPath, Rmw, Txn};
     use meridian_core::Topology;
     use meridian_workload::place_clients;
     use rand::SeedableRng;
@@ -366,7 +358,6 @@ mod tests {
         let txn = TxnId::new(meridian_core::NodeId(0), 0, 1);
         let steps = [
             ClientResponse::Began(txn),
-            ClientResponse::Read(Some(meridian_core::value::encode_int(2))),
             ClientResponse::Written,
             ClientResponse::Read(None),
         ];
@@ -374,15 +365,12 @@ mod tests {
             .into_iter()
             .map(|r| load.on_answer(0, r).unwrap())
             .collect();
+        // The add goes as a read-modify-write: its old value is never the client's.
         let expected = [
-            Step::Get {
+            Step::Modify {
                 txn,
                 key: "a".into(),
-            },
-            Step::Put {
-                txn,
-                key: "a".into(),
-                value: meridian_core::value::encode_int(7),
+                rmw: Rmw::Add(5),
             },
             Step::Get {
                 txn,
@@ -400,7 +388,7 @@ mod tests {
             path: CommitPath::TwoPhase,
         };
         let flight = load.finish(0, &outcome).unwrap();
-        assert_eq!(flight.reads().len(), 2);
+        assert_eq!(flight.reads(), [None], "one read: the get's");
         assert!(load.is_idle(0));
         // The next session starts after what the client saw.
         assert_eq!(

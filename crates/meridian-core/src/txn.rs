@@ -419,12 +419,76 @@ pub enum Step {
         key: Key,
         value: Value,
     },
+    /// A read-modify-write the client needs no value of (Tiga's Appendix F): it is answered
+    /// [`ClientResponse::Written`], and the new value is whatever `rmw` makes of the key's
+    /// value when the transaction commits. A protocol may run it at the server inside its
+    /// commit (Tiga: no read to validate) or as a read then a write under its concurrency
+    /// control ([`Rmw::apply`]).
+    Modify {
+        txn: TxnId,
+        key: Key,
+        rmw: Rmw,
+    },
     Commit {
         txn: TxnId,
     },
     Abort {
         txn: TxnId,
     },
+}
+
+impl Step {
+    /// The session a step belongs to; `None` for `Begin`, which opens one.
+    pub fn txn(&self) -> Option<TxnId> {
+        match self {
+            Step::Begin { .. } => None,
+            Step::Get { txn, .. }
+            | Step::Put { txn, .. }
+            | Step::Modify { txn, .. }
+            | Step::Commit { txn }
+            | Step::Abort { txn } => Some(*txn),
+        }
+    }
+}
+
+/// The read-modify-write of a [`Step::Modify`]: the built-in [`Op::Add`] and [`Op::Append`]
+/// with a constant operand.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rmw {
+    /// Integer add (a missing key counts as 0).
+    Add(i64),
+    /// List append: the bytes are appended to the value.
+    Append(Value),
+}
+
+impl Rmw {
+    /// The op that runs it on `key` inside a one-shot transaction.
+    pub fn op(&self, key: Key) -> Op {
+        match self {
+            Rmw::Add(delta) => Op::Add(key, Operand::Literal(value::encode_int(*delta))),
+            Rmw::Append(suffix) => Op::Append(key, Operand::Literal(suffix.clone())),
+        }
+    }
+
+    /// The new value of a key whose value was `old`, for a protocol that reads then
+    /// writes. An `Add` on a value that is not an integer keeps the value, where the op
+    /// ([`Rmw::op`]) would abort with [`AbortReason::TypeMismatch`]; no workload stores
+    /// one.
+    pub fn apply(&self, old: Option<&Value>) -> Value {
+        match self {
+            Rmw::Append(suffix) => value::concat(old, suffix),
+            Rmw::Add(delta) => {
+                let base = match old {
+                    None => Some(0),
+                    Some(bytes) => value::decode_int(bytes),
+                };
+                match base {
+                    Some(v) => value::encode_int(v.wrapping_add(*delta)),
+                    None => old.cloned().unwrap_or_default(),
+                }
+            }
+        }
+    }
 }
 
 /// A request a client hands to a coordinator.

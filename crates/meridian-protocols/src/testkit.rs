@@ -12,7 +12,7 @@
 
 use meridian_core::host::{Action, MemoryLog, NodeAction, NodeHost};
 use meridian_core::node::{Ctx, Setup};
-use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Procedures, Step, Txn};
+use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Procedures, Rmw, Step, Txn};
 use meridian_core::{
     Cluster, Key, Node, NodeId, NodeRng, Protocol, ProtocolConfig, RequestId, ShardId, TimerId,
     Timestamp, Topology, TxnId, Value,
@@ -294,6 +294,12 @@ where
             value: Value::from(value.to_string()),
         };
         let response = self.step(coordinator, step);
+        assert_eq!(response, ClientResponse::Written);
+    }
+
+    pub(crate) fn modify(&mut self, coordinator: usize, txn: TxnId, key: &Key, rmw: Rmw) {
+        let key = key.clone();
+        let response = self.step(coordinator, Step::Modify { txn, key, rmw });
         assert_eq!(response, ClientResponse::Written);
     }
 

@@ -41,7 +41,7 @@ mod occ_raft {
         workload_opts: "interactive=true",
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "63377fe015c9394c"), (6, "7b6354c4b48b5c67")],
+        golden: &[(5, "1ff48530d48d856a"), (6, "064e3f49475982f6")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_validation=true",
             workload: "bank",
@@ -60,7 +60,7 @@ mod clock_si {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "b909a33e4d0c415d"), (6, "1ef5649229e1c8e1")],
+        golden: &[(5, "f436f2dd669fbe92"), (6, "bd7d514e4ad5c063")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_pending_wait=true",
             workload: "list-append",
@@ -76,7 +76,7 @@ mod conventional_si {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "eb356749654f58d9"), (6, "7881d9a1acefaa57")],
+        golden: &[(5, "aa8dd43865b2524f"), (6, "96a14c85e544ddf4")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_pending_wait=true",
             workload: "list-append",
@@ -92,7 +92,7 @@ mod k2 {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "cbc823e3b604b565"), (6, "47eb018ff0729fb6")],
+        golden: &[(5, "703f6cc85346bc27"), (6, "c8da2e8f9f47d0dc")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_read_tracking=true",
             workload: "bank",

@@ -95,8 +95,10 @@ pub use ycsbt::YcsbT;
 pub use zipf::Zipf;
 
 /// One operation of an interactive transaction, as the workload plans it. The client driver
-/// turns the read-modify-writes `Append` and `Add` into a `Get` followed by a `Put` of the
-/// new value ([`InteractiveOp::modified`]), so protocols only ever see get and put steps.
+/// sends `Get` and `Put` as they are and the read-modify-writes `Append` and `Add` as
+/// [`Step::Modify`](meridian_core::txn::Step::Modify) ([`InteractiveOp::rmw`]): the client
+/// never sees their old value, so a protocol may run them inside its commit (Tiga's
+/// Appendix F) instead of reading them first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InteractiveOp {
     Get(Key),
@@ -117,27 +119,13 @@ impl InteractiveOp {
         }
     }
 
-    /// Whether the driver sends a `Get` for this op (plain reads and read-modify-writes).
-    pub fn reads(&self) -> bool {
-        !matches!(self, InteractiveOp::Put(..))
-    }
-
-    /// For a read-modify-write, the value the driver puts after its get returned `old`;
-    /// `None` for plain gets and puts. An `Add` on a value that is not an integer keeps
-    /// the value (the protocol stored something no workload writes; the history shows it).
-    pub fn modified(&self, old: Option<&Value>) -> Option<Value> {
+    /// The read-modify-write the driver sends for `Append` and `Add`; `None` for plain
+    /// gets and puts.
+    pub fn rmw(&self) -> Option<meridian_core::txn::Rmw> {
+        use meridian_core::txn::Rmw;
         match self {
-            InteractiveOp::Append(_, suffix) => Some(meridian_core::value::concat(old, suffix)),
-            InteractiveOp::Add(_, delta) => {
-                let base = match old {
-                    None => Some(0),
-                    Some(bytes) => meridian_core::value::decode_int(bytes),
-                };
-                Some(match base {
-                    Some(v) => meridian_core::value::encode_int(v.wrapping_add(*delta)),
-                    None => old.cloned().unwrap_or_default(),
-                })
-            }
+            InteractiveOp::Append(_, suffix) => Some(Rmw::Append(suffix.clone())),
+            InteractiveOp::Add(_, delta) => Some(Rmw::Add(*delta)),
             InteractiveOp::Get(_) | InteractiveOp::Put(..) => None,
         }
     }
@@ -388,12 +376,12 @@ pub(crate) fn output(results: &[PieceResult], piece: usize, op: usize) -> Option
 }
 
 /// The value each op of a committed interactive plan read, by op: `reads` holds one value
-/// per `Get` and per `Append` (its internal get), in plan order, and none for a `Put`, whose
-/// slot here is `None`.
+/// per `Get`, in plan order; the slot of every other op (puts and read-modify-writes, which
+/// the client never reads) is `None`.
 ///
 /// # Panics
 ///
-/// If the driver handed fewer reads than the plan has gets and appends.
+/// If the driver handed fewer reads than the plan has gets.
 pub(crate) fn interactive_reads_by_op<'a>(
     ops: &[InteractiveOp],
     reads: &'a [Option<Value>],
@@ -401,8 +389,8 @@ pub(crate) fn interactive_reads_by_op<'a>(
     let mut next = reads.iter();
     ops.iter()
         .map(|op| match op {
-            InteractiveOp::Put(..) => None,
-            InteractiveOp::Get(_) | InteractiveOp::Append(..) | InteractiveOp::Add(..) => next
+            InteractiveOp::Put(..) | InteractiveOp::Append(..) | InteractiveOp::Add(..) => None,
+            InteractiveOp::Get(_) => next
                 .next()
                 .unwrap_or_else(|| {
                     panic!(
@@ -519,8 +507,9 @@ pub(crate) mod test_support {
         }
     }
 
-    /// Runs interactive plans serially the way the client driver does (an append is a get
-    /// then a put of the concatenation) and returns the reads it would hand `history_ops`.
+    /// Runs interactive plans serially the way a protocol does (an append or add is a
+    /// read-modify-write of the key) and returns the reads the client driver would hand
+    /// `history_ops`: one per get.
     #[derive(Default)]
     pub(crate) struct InteractiveDriver {
         pub(crate) store: MapStore,
@@ -530,17 +519,17 @@ pub(crate) mod test_support {
         pub(crate) fn run(&mut self, ops: &[crate::InteractiveOp]) -> Vec<Option<Value>> {
             use crate::InteractiveOp;
             ops.iter()
-                .map(|op| match op {
-                    InteractiveOp::Get(k) => self.store.get(k).cloned(),
+                .filter_map(|op| match op {
+                    InteractiveOp::Get(k) => Some(self.store.get(k).cloned()),
                     InteractiveOp::Put(k, v) => {
                         self.store.put(k.clone(), v.clone());
                         None
                     }
                     InteractiveOp::Append(k, _) | InteractiveOp::Add(k, _) => {
-                        let old = self.store.get(k).cloned();
-                        let new = op.modified(old.as_ref()).expect("read-modify-write");
+                        let rmw = op.rmw().expect("read-modify-write");
+                        let new = rmw.apply(self.store.get(k));
                         self.store.put(k.clone(), new);
-                        old
+                        None
                     }
                 })
                 .collect()

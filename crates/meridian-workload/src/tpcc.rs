@@ -54,6 +54,15 @@
 //!   specification allows Stock-Level a relaxed isolation (§3.4, Table 3-1).
 //! * **Think and keying times** are the driver's business (open or closed loop).
 //!
+//! # Interactive Payment and Order-Status
+//!
+//! With `interactive=true`, Payment reads the customer's payment row (its first shot: the
+//! lookup that decides which customer's rows it writes) and then sends its `W_YTD`,
+//! `D_YTD` and customer updates as read-modify-writes ([`InteractiveOp::Add`], sent as
+//! `Step::Modify`), which a protocol may run inside its commit (Tiga's Appendix F: the
+//! counters every Payment of a warehouse increments are never read by the client, so never
+//! validated). Order-Status reads its four keys one step at a time.
+//!
 //! # Options
 //!
 //! `warehouses` (default: one per shard), `customers` per district (3000), `items`

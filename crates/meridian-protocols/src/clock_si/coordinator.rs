@@ -15,7 +15,7 @@ use crate::kit::replicated::{self, Leaders};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, KvAccess, PieceResult, Procedures, Txn};
 use meridian_core::txn::{
-    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step, Value,
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Rmw, Step, Value,
 };
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
@@ -32,23 +32,20 @@ enum State {
         op: u64,
         key: Key,
         node: NodeId,
+        /// A `Modify` step's read-modify-write: the value read is modified into the
+        /// workspace (first-committer-wins then judges the write) instead of returned.
+        rmw: Option<Rmw>,
     },
     /// A one-shot transaction: reading every key its pieces read, at the snapshot.
     Prefetching {
         pending: BTreeMap<u64, (Key, NodeId)>,
     },
     /// Algorithm 2 lines 5–10 at the one updated partition.
-    CommittingLocal {
-        node: NodeId,
-    },
+    CommittingLocal { node: NodeId },
     /// Algorithm 2 lines 12–15: `Some(prepare ts)` per participant once it voted yes.
-    Preparing {
-        votes: Votes<Timestamp>,
-    },
+    Preparing { votes: Votes<Timestamp> },
     /// Conventional SI: every participant prepared; waiting for the oracle's commit ts.
-    AwaitingCommitTs {
-        participants: Vec<NodeId>,
-    },
+    AwaitingCommitTs { participants: Vec<NodeId> },
 }
 
 #[derive(Debug)]
@@ -70,6 +67,18 @@ struct Session {
 }
 
 impl Session {
+    /// The answer to a read of `key` that returned `value`: the value for a `Get`; for a
+    /// `Modify`, the modified value goes into the workspace and the answer is `Written`.
+    fn read_done(&mut self, key: Key, value: Option<Value>, rmw: Option<Rmw>) -> ClientResponse {
+        match rmw {
+            None => ClientResponse::Read(value),
+            Some(rmw) => {
+                self.writes.insert(key, rmw.apply(value.as_ref()));
+                ClientResponse::Written
+            }
+        }
+    }
+
     /// The transaction waited `ns` more for a read: counted as one delayed transaction
     /// (the first time) and `ns` of transaction delay (§IV's delay probability, duration).
     fn delayed(&mut self, ctx: &mut Cx<'_>, ns: u64) {
@@ -289,12 +298,9 @@ impl Coordinator {
     // ---- the session --------------------------------------------------------------------
 
     fn step(&mut self, ctx: &mut Cx<'_>, request: RequestId, step: Step) {
-        let txn = match &step {
-            Step::Begin { latest_seen } => return self.begin(ctx, request, *latest_seen),
-            Step::Get { txn, .. }
-            | Step::Put { txn, .. }
-            | Step::Commit { txn }
-            | Step::Abort { txn } => *txn,
+        let txn = match (&step, step.txn()) {
+            (Step::Begin { latest_seen }, _) => return self.begin(ctx, request, *latest_seen),
+            (_, txn) => txn.expect("only Begin has no session"),
         };
         let Some(s) = self.sessions.get_mut(&txn) else {
             // Never begun here, forgotten after idling, or begun before a restart. None of
@@ -313,22 +319,8 @@ impl Coordinator {
         s.retries = 0;
         match step {
             Step::Begin { .. } => unreachable!("handled above"),
-            Step::Get { key, .. } => {
-                // Algorithm 1 line 5: read your own writes from the workspace.
-                if let Some(value) = s.writes.get(&key) {
-                    let value = Some(value.clone());
-                    s.request = None;
-                    ctx.respond(request, ClientResponse::Read(value));
-                    return self.arm_idle(ctx, txn);
-                }
-                let op = s.next_op;
-                s.next_op += 1;
-                let node = self
-                    .cluster
-                    .initial_leader(self.cluster.partitioner.shard_of(&key));
-                s.state = State::Reading { op, key, node };
-                self.send_step(ctx, txn);
-            }
+            Step::Get { key, .. } => self.read_step(ctx, txn, key, None),
+            Step::Modify { key, rmw, .. } => self.read_step(ctx, txn, key, Some(rmw)),
             Step::Put { key, value, .. } => {
                 s.writes.insert(key, value);
                 s.request = None;
@@ -341,6 +333,25 @@ impl Coordinator {
                 ctx.respond(request, aborted(AbortReason::User));
             }
         }
+    }
+
+    /// A `Get`, or the read of a `Modify` (`rmw`): from the workspace if the session wrote
+    /// the key (Algorithm 1 line 5: read your own writes), else at the snapshot.
+    fn read_step(&mut self, ctx: &mut Cx<'_>, txn: TxnId, key: Key, rmw: Option<Rmw>) {
+        let s = self.sessions.get_mut(&txn).expect("checked by step");
+        if let Some(value) = s.writes.get(&key) {
+            let value = Some(value.clone());
+            let response = s.read_done(key, value, rmw);
+            respond(ctx, s.request.take(), response);
+            return self.arm_idle(ctx, txn);
+        }
+        let op = s.next_op;
+        s.next_op += 1;
+        let node = self
+            .cluster
+            .initial_leader(self.cluster.partitioner.shard_of(&key));
+        s.state = State::Reading { op, key, node, rmw };
+        self.send_step(ctx, txn);
     }
 
     /// Algorithm 1 lines 1–3 at the coordinator (see the module doc for why its clock).
@@ -546,7 +557,7 @@ impl Coordinator {
                     ctx.send(self.route(*node), msg);
                 }
             }
-            State::Reading { op, key, node } => {
+            State::Reading { op, key, node, .. } => {
                 time_read(&mut self.owd, ctx, (txn, *op));
                 let msg = Msg::Read {
                     txn,
@@ -737,8 +748,12 @@ impl Coordinator {
         s.delayed(ctx, waited_ns);
         match result {
             Ok(value) => {
-                let request = s.request.take();
-                respond(ctx, request, ClientResponse::Read(value));
+                let State::Reading { key, rmw, .. } = std::mem::replace(&mut s.state, State::Idle)
+                else {
+                    unreachable!("matched above");
+                };
+                let response = s.read_done(key, value, rmw);
+                respond(ctx, s.request.take(), response);
                 self.arm_idle(ctx, txn);
             }
             Err(reason) => self.abort(ctx, txn, reason),

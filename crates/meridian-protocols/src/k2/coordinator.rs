@@ -220,6 +220,7 @@ impl Coordinator {
             }
             Step::Get { txn, .. }
             | Step::Put { txn, .. }
+            | Step::Modify { txn, .. }
             | Step::Commit { txn }
             | Step::Abort { txn } => *txn,
         };
@@ -246,6 +247,12 @@ impl Coordinator {
             Step::Put { key, value, .. } => {
                 let shard = self.cluster.partitioner.shard_of(&key);
                 let piece = Piece::ops(shard, vec![Op::Put(key, Operand::Literal(value))]);
+                self.send_step(ctx, seq, request, piece, StepKind::Put);
+            }
+            // Executed at the server like a put, on the version it writes over.
+            Step::Modify { key, rmw, .. } => {
+                let shard = self.cluster.partitioner.shard_of(&key);
+                let piece = Piece::ops(shard, vec![rmw.op(key)]);
                 self.send_step(ctx, seq, request, piece, StepKind::Put);
             }
             Step::Commit { .. } => {

@@ -11,7 +11,7 @@ use crate::kit::quorum::{majority, super_quorum, Votes};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use meridian_core::txn::{execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath};
 use meridian_core::txn::{
-    Key, KvAccess, Outcome, PieceBody, PieceResult, Procedures, Step, Txn, Value,
+    Key, KvAccess, Outcome, PieceBody, PieceResult, Procedures, Rmw, Step, Txn, Value,
 };
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TimerId, Timestamp, TxnId};
 use rustc_hash::FxHashMap;
@@ -69,6 +69,31 @@ struct Active {
     /// Retransmission rounds so far in this phase (reads rotate to farther replicas).
     rounds: u32,
     timer: TimerId,
+    /// The read-modify-write of a `Modify` step whose read is outstanding: the value
+    /// read (validated at prepare like any read) is modified into the buffered writes.
+    modify: Option<Rmw>,
+}
+
+impl Active {
+    /// The answer to a session read of `key` on `shard` that returned `value`: the value
+    /// for a `Get`; for a `Modify`, the modified value is buffered and the answer is
+    /// `Written`.
+    fn read_done(
+        &mut self,
+        shard: ShardId,
+        key: Key,
+        value: Option<Value>,
+        rmw: Option<Rmw>,
+    ) -> ClientResponse {
+        match rmw {
+            None => ClientResponse::Read(value),
+            Some(rmw) => {
+                let new = rmw.apply(value.as_ref());
+                self.parts.entry(shard).or_default().1.insert(key, new);
+                ClientResponse::Written
+            }
+        }
+    }
 }
 
 /// A coordinator node.
@@ -200,6 +225,7 @@ impl Coordinator {
             deadline_ns: ctx.now_ns() + self.opts.exec_timeout_ns,
             rounds: 0,
             timer,
+            modify: None,
         };
         self.txns.insert(id, active);
         Some(id)
@@ -218,6 +244,7 @@ impl Coordinator {
             }
             Step::Get { txn, .. }
             | Step::Put { txn, .. }
+            | Step::Modify { txn, .. }
             | Step::Commit { txn }
             | Step::Abort { txn } => *txn,
         };
@@ -236,22 +263,8 @@ impl Coordinator {
         active.deadline_ns = now + self.opts.exec_timeout_ns;
         match step {
             Step::Begin { .. } => unreachable!("handled above"),
-            Step::Get { key, .. } => {
-                let shard = self.cluster.partitioner.shard_of(&key);
-                let (reads, writes) = active.parts.entry(shard).or_default();
-                if let Some(value) = writes.get(&key) {
-                    return ctx.respond(request, ClientResponse::Read(Some(value.clone())));
-                }
-                if let Some((value, version)) = active.cache.get(&key) {
-                    reads.entry(key).or_insert(*version);
-                    return ctx.respond(request, ClientResponse::Read(value.clone()));
-                }
-                active.phase = Phase::Session {
-                    reading: Some((shard, key)),
-                };
-                active.rounds = 0;
-                self.send_reads(ctx, id);
-            }
+            Step::Get { key, .. } => self.read_step(ctx, id, key, None),
+            Step::Modify { key, rmw, .. } => self.read_step(ctx, id, key, Some(rmw)),
             Step::Put { key, value, .. } => {
                 let shard = self.cluster.partitioner.shard_of(&key);
                 active.parts.entry(shard).or_default().1.insert(key, value);
@@ -320,6 +333,32 @@ impl Coordinator {
         self.settle(ctx);
     }
 
+    /// A `Get`, or the read of a `Modify` (`rmw`): from the buffered writes or the versions
+    /// already read, else from the closest replica.
+    fn read_step(&mut self, ctx: &mut Cx<'_>, id: TxnId, key: Key, rmw: Option<Rmw>) {
+        let active = self.txns.get_mut(&id).expect("idle session");
+        let shard = self.cluster.partitioner.shard_of(&key);
+        let (reads, writes) = active.parts.entry(shard).or_default();
+        let known = match (writes.get(&key), active.cache.get(&key)) {
+            (Some(value), _) => Some(Some(value.clone())),
+            (None, Some((value, version))) => {
+                reads.entry(key.clone()).or_insert(*version);
+                Some(value.clone())
+            }
+            (None, None) => None,
+        };
+        if let Some(value) = known {
+            let response = active.read_done(shard, key, value, rmw);
+            return ctx.respond(active.request, response);
+        }
+        active.modify = rmw;
+        active.phase = Phase::Session {
+            reading: Some((shard, key)),
+        };
+        active.rounds = 0;
+        self.send_reads(ctx, id);
+    }
+
     fn on_read_reply(
         &mut self,
         ctx: &mut Cx<'_>,
@@ -344,9 +383,11 @@ impl Coordinator {
                 .0
                 .entry(key.clone())
                 .or_insert(version);
-            active.cache.insert(key, (value.clone(), version));
+            active.cache.insert(key.clone(), (value.clone(), version));
             active.phase = Phase::Session { reading: None };
-            return ctx.respond(active.request, ClientResponse::Read(value));
+            let rmw = active.modify.take();
+            let response = active.read_done(shard, key, value, rmw);
+            return ctx.respond(active.request, response);
         }
         let Phase::Reading { waiting } = &mut active.phase else {
             return;

@@ -4,7 +4,8 @@
 use super::*;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::node::{Effect, NodeEffect};
-use meridian_core::txn::{ClientResponse, Op, Operand, Outcome, Piece};
+use meridian_core::txn::{ClientResponse, Op, Operand, Outcome, Piece, Rmw};
+use meridian_core::value::encode_int;
 use meridian_core::SmallBytes;
 use meridian_core::{Context, NodeRng, Procedures, ShardList, Timestamp, Topology, TxnId};
 use rand::SeedableRng;
@@ -1179,6 +1180,70 @@ fn a_session_whose_reads_changed_aborts_with_validation_and_writes_nothing() {
         d.get(1, u, &x),
         ClientResponse::Outcome(Outcome::Aborted { .. })
     ));
+}
+
+/// Appendix F: read-modify-writes run inside the commit, so two sessions that both add to
+/// the same counters on two shards (each after a validated read of its own key) both
+/// commit, interleaved, and no increment is lost. Sent as a read then a put, the second
+/// commit would fail validation of the counter it read.
+#[test]
+fn sessions_adding_to_the_same_counters_both_commit() {
+    let mut d = driver("");
+    let ytd = d.key_on(0, "ytd");
+    let cnt = d.key_on(1, "cnt");
+    let (mine, yours) = (d.key_on(1, "mine"), d.key_on(0, "yours"));
+    let t = d.begin(0, None);
+    let u = d.begin(1, None);
+    assert_eq!(d.get(0, t, &mine), ClientResponse::Read(None));
+    assert_eq!(d.get(1, u, &yours), ClientResponse::Read(None));
+    for (coordinator, session, delta) in [(0, t, 5), (1, u, 7)] {
+        d.modify(coordinator, session, &ytd, Rmw::Add(delta));
+        d.modify(coordinator, session, &cnt, Rmw::Add(1));
+        d.modify(coordinator, session, &cnt, Rmw::Add(1));
+    }
+    assert!(d.commit(0, t).is_committed());
+    assert!(d.commit(1, u).is_committed());
+    let v = d.begin(0, None);
+    // A modify of a key the session already read lands on the value it saw.
+    assert_eq!(
+        d.get(0, v, &ytd),
+        ClientResponse::Read(Some(encode_int(12)))
+    );
+    d.modify(0, v, &ytd, Rmw::Add(1));
+    assert_eq!(
+        d.get(0, v, &ytd),
+        ClientResponse::Read(Some(encode_int(13)))
+    );
+    // A read after the session's own modify of an unread key sees the modify.
+    d.modify(0, v, &cnt, Rmw::Add(10));
+    assert_eq!(
+        d.get(0, v, &cnt),
+        ClientResponse::Read(Some(encode_int(14)))
+    );
+    assert!(d.commit(0, v).is_committed());
+}
+
+/// A read the client saw is still validated when the session's writes are
+/// read-modify-writes: the stale one aborts the commit, and its adds are not applied.
+#[test]
+fn a_stale_read_aborts_a_session_of_modifies() {
+    let mut d = driver("");
+    let ytd = d.key_on(0, "ytd");
+    let bal = d.key_on(1, "bal");
+    let t = d.begin(0, None);
+    assert_eq!(d.get(0, t, &bal), ClientResponse::Read(None));
+    d.modify(0, t, &ytd, Rmw::Add(5));
+    let u = d.begin(1, None);
+    d.put(1, u, &bal, "changed");
+    assert!(d.commit(1, u).is_committed());
+    assert_eq!(
+        d.commit(0, t),
+        Outcome::Aborted {
+            reason: meridian_core::txn::AbortReason::Validation
+        }
+    );
+    let v = d.begin(0, None);
+    assert_eq!(d.get(0, v, &ytd), ClientResponse::Read(None));
 }
 
 #[test]

@@ -350,6 +350,11 @@ impl Coordinator {
                 let op = Op::Put(key.clone(), Operand::Literal(value));
                 self.add_op(ctx, request, txn, key, op);
             }
+            // The server runs the read-modify-write under its exclusive lock.
+            Step::Modify { txn, key, rmw } => {
+                let op = rmw.op(key.clone());
+                self.add_op(ctx, request, txn, key, op);
+            }
             Step::Commit { txn } => self.commit_step(ctx, request, txn),
             Step::Abort { txn } => {
                 if self.ready_for_step(ctx, request, txn) {
@@ -384,8 +389,8 @@ impl Coordinator {
         !busy
     }
 
-    /// A `Get` or `Put`: one more piece, sent as soon as the shard's earlier pieces have
-    /// results. A `Get` is answered with its result, a `Put` at once.
+    /// A `Get`, `Put` or `Modify`: one more piece, sent as soon as the shard's earlier
+    /// pieces have results. A `Get` is answered with its result, the others at once.
     fn add_op(&mut self, ctx: &mut Cx<'_>, request: RequestId, id: TxnId, key: Key, op: Op) {
         if !self.ready_for_step(ctx, request, id) {
             return;

@@ -1,20 +1,43 @@
-//! Interactive transactions by decomposition (Tiga §2 and the report, after Thomson and
-//! Abadi [70]; DESIGN §6): a session at the coordinator turns each `Get` into a read-only
-//! Tiga transaction (strictly serializable on its own), buffers `Put`s, and commits with
-//! one one-shot Tiga transaction that re-validates every value it read ([`Op::Check`]: the
-//! shard aborts it with `Validation` if the value changed) and applies the buffered
-//! writes — atomically across shards, since a piece that aborts on one shard aborts the
-//! transaction on all (cross-shard abort, see the module doc). The session is then
-//! equivalent to running all of it at the commit transaction's agreed timestamp.
+//! Interactive transactions by decomposition (Tiga §2 and the report's Appendix F, after
+//! Thomson and Abadi [70]; DESIGN §6): a session at the coordinator turns each `Get` into a
+//! read-only Tiga transaction (strictly serializable on its own), buffers `Put`s and the
+//! read-modify-writes of `Modify` steps, and commits with one one-shot Tiga transaction that
+//! re-validates every value the client read ([`Op::Check`]: the shard aborts it with
+//! `Validation` if the value changed), applies the buffered puts and runs the
+//! read-modify-writes ([`Op::Add`], [`Op::Append`]) at the servers — atomically across
+//! shards, since a piece that aborts on one shard aborts the transaction on all (cross-shard
+//! abort, see the module doc). The session is then equivalent to running all of it at the
+//! commit transaction's agreed timestamp. Only reads the client saw are validated: a
+//! read-modify-write reads nothing the client sees, so it cannot go stale (Appendix F's
+//! point: what must be validated is what decided the write set, e.g. a lookup, not the
+//! counters a transaction increments).
 
 use super::{Coordinator, Purpose};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
-    AbortReason, ClientResponse, CommitPath, Op, Operand, Outcome, Piece, Step, Txn,
+    AbortReason, ClientResponse, CommitPath, Op, Operand, Outcome, Piece, Rmw, Step, Txn,
 };
 use meridian_core::{Key, RequestId, ShardId, Timestamp, TxnId, Value};
 use std::collections::BTreeMap;
+
+impl Session {
+    /// A `Modify` step: applied to the value the session knows (a buffered put, or a read
+    /// that commit validates), else kept for the commit to run at the servers.
+    fn modify(&mut self, key: Key, rmw: Rmw) {
+        let known = match self.writes.get(&key) {
+            Some(v) => Some(Some(v)),
+            None => self.reads.get(&key).map(Option::as_ref),
+        };
+        match known {
+            Some(old) => {
+                let new = rmw.apply(old);
+                self.writes.insert(key, new);
+            }
+            None => self.rmws.entry(key).or_default().push(rmw),
+        }
+    }
+}
 
 /// One open interactive transaction.
 #[derive(Debug, Default)]
@@ -29,6 +52,10 @@ pub(super) struct Session {
     read_ts: Option<Timestamp>,
     /// Buffered writes, read back by the session's own later reads.
     writes: BTreeMap<Key, Value>,
+    /// Read-modify-writes of keys the session neither read nor wrote, in step order: run
+    /// at the servers by the commit, never read, so never validated. (A key the session
+    /// knows the value of takes a modification into `writes` instead.)
+    rmws: BTreeMap<Key, Vec<Rmw>>,
     /// When the last step was answered (local clock), for the idle timeout.
     idle_since_ns: u64,
 }
@@ -44,12 +71,8 @@ fn aborted(ctx: &mut Ctx<'_, TigaNode>, request: RequestId, reason: AbortReason)
 impl Coordinator {
     /// One step of an interactive transaction.
     pub(super) fn on_step(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId, step: Step) {
-        let txn = match &step {
-            Step::Begin { .. } => return self.begin(ctx, request),
-            Step::Get { txn, .. }
-            | Step::Put { txn, .. }
-            | Step::Commit { txn }
-            | Step::Abort { txn } => *txn,
+        let Some(txn) = step.txn() else {
+            return self.begin(ctx, request);
         };
         let Some(session) = self.sessions.get_mut(&txn) else {
             // Never begun here, dropped after idling, or begun before a restart: it wrote
@@ -81,7 +104,12 @@ impl Coordinator {
                 self.start(ctx, request, read, Purpose::Read { session: txn, key });
             }
             Step::Put { key, value, .. } => {
+                session.rmws.remove(&key);
                 session.writes.insert(key, value);
+                ctx.respond(request, ClientResponse::Written);
+            }
+            Step::Modify { key, rmw, .. } => {
+                session.modify(key, rmw);
                 ctx.respond(request, ClientResponse::Written);
             }
             Step::Commit { .. } => self.commit_session(ctx, request, txn),
@@ -115,7 +143,7 @@ impl Coordinator {
     /// read.
     fn commit_session(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId, txn: TxnId) {
         let session = self.sessions.get_mut(&txn).expect("checked by on_step");
-        if session.writes.is_empty() && session.reads.len() <= 1 {
+        if session.writes.is_empty() && session.rmws.is_empty() && session.reads.len() <= 1 {
             let commit_ts = session.read_ts;
             self.sessions.remove(&txn);
             let committed = Outcome::Committed {
@@ -139,6 +167,11 @@ impl Coordinator {
             let shard = self.cluster.partitioner.shard_of(key);
             let put = Op::Put(key.clone(), Operand::Literal(value.clone()));
             by_shard.entry(shard).or_default().push(put);
+        }
+        for (key, rmws) in &session.rmws {
+            let shard = self.cluster.partitioner.shard_of(key);
+            let ops = rmws.iter().map(|rmw| rmw.op(key.clone()));
+            by_shard.entry(shard).or_default().extend(ops);
         }
         let pieces = by_shard
             .into_iter()
@@ -207,7 +240,20 @@ impl Coordinator {
                 session.busy = false;
                 session.idle_since_ns = ctx.now_ns();
                 session.read_ts = commit_ts;
-                session.reads.insert(key, value.clone());
+                session.reads.insert(key.clone(), value.clone());
+                let value = match session.rmws.remove(&key) {
+                    // Read after its own read-modify-writes: the read is validated at
+                    // commit, so they become a put of the value the client now sees.
+                    Some(rmws) => {
+                        let new = rmws
+                            .iter()
+                            .fold(value, |v, rmw| Some(rmw.apply(v.as_ref())));
+                        let new = new.expect("a read-modify-write yields a value");
+                        session.writes.insert(key, new.clone());
+                        Some(new)
+                    }
+                    None => value,
+                };
                 ctx.respond(request, ClientResponse::Read(value));
             }
             // A read transaction writes nothing, so a failed or unknown one leaves the
