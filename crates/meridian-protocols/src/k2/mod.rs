@@ -88,9 +88,11 @@
 mod batch;
 mod coordinator;
 mod data_node;
+mod epoch;
 mod options;
 mod oracle;
 mod recorder;
+mod replica;
 mod wire;
 mod write_stream;
 
@@ -100,8 +102,9 @@ mod tests;
 pub use batch::{Take, TsBatch, TsSource};
 pub use coordinator::Coordinator;
 pub use data_node::DataNode;
-pub use options::{Options, Timestamps, OPTIONS};
+pub use options::{Options, ReplicaReads, Timestamps, OPTIONS};
 pub use oracle::Oracle;
+pub use replica::Replica;
 pub use wire::{Execute, Msg, Record, Timer, TxnTs};
 
 use meridian_core::node::{Ctx, Setup};
@@ -124,7 +127,9 @@ pub enum K2Node {
     Oracle(Oracle),
     Primary(Box<DataNode>),
     Coordinator(Box<Coordinator>, u32),
-    /// A read replica (K2-VCR is not implemented) or a service K2 does not run.
+    /// A read replica (K2-VCR, §6).
+    Replica(Box<Replica>),
+    /// A service K2 does not run.
     Inert,
 }
 
@@ -162,6 +167,11 @@ impl Protocol for K2 {
                     recovered,
                 )))
             }
+            NodeRole::Replica { shard, .. } => K2Node::Replica(Box::new(Replica::new(
+                cluster.initial_leader(*shard),
+                opts,
+                setup.procedures.clone(),
+            ))),
             NodeRole::Coordinator { .. } => {
                 let (c, incarnation) = Coordinator::restore(node, opts, cluster.clone(), recovered);
                 K2Node::Coordinator(Box::new(c), incarnation)
@@ -192,6 +202,7 @@ impl Node for K2Node {
         match self {
             K2Node::Primary(p) => p.on_start(ctx),
             K2Node::Coordinator(c, incarnation) => c.on_start(ctx, *incarnation),
+            K2Node::Replica(r) => r.on_start(ctx),
             K2Node::Oracle(_) | K2Node::Inert => {}
         }
     }
@@ -201,6 +212,7 @@ impl Node for K2Node {
             K2Node::Oracle(o) => o.on_message(ctx, from, msg),
             K2Node::Primary(p) => p.on_message(ctx, from, msg),
             K2Node::Coordinator(c, _) => c.on_message(ctx, msg),
+            K2Node::Replica(r) => r.on_message(ctx, from, msg),
             K2Node::Inert => {}
         }
     }
@@ -209,6 +221,7 @@ impl Node for K2Node {
         match self {
             K2Node::Primary(p) => p.on_timer(ctx, timer),
             K2Node::Coordinator(c, _) => c.on_timer(ctx, timer),
+            K2Node::Replica(r) => r.on_timer(ctx, timer),
             K2Node::Oracle(_) | K2Node::Inert => {}
         }
     }
