@@ -258,8 +258,13 @@ impl Replica {
             return;
         }
         let now = ctx.now_ns();
+        // A replica catching up from nothing (just started) sees old versions, not delays;
+        // a version a restarted primary finalized from its log has no finalization time.
+        let measured = self.complete > 0;
         for (key, version) in versions {
-            record_delay(ctx, now.saturating_sub(version.finalized_ns));
+            if measured && version.finalized_ns > 0 {
+                record_delay(ctx, now.saturating_sub(version.finalized_ns));
+            }
             let max = self.opts.max_versions_per_key;
             self.keys.entry(key).or_default().insert_version(version, max);
         }
