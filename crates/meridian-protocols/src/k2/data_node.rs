@@ -17,8 +17,7 @@ use super::options::Options;
 use super::recorder::{Env, Recorder};
 use super::replica::{ReadQueue, ReadView, RepRead};
 use super::wire::{
-    Execute, Finished, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot,
-    TxnTs,
+    Execute, Finished, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs,
 };
 use super::write_stream::{Intent, Store, Version, View};
 use super::K2Node;
@@ -165,7 +164,10 @@ impl DataNode {
             state.pruned_below = k.pruned_below;
             state.versions = k.versions.clone();
             for v in &k.versions {
-                self.by_epoch.entry(v.epoch).or_default().push((k.key.clone(), v.ts));
+                self.by_epoch
+                    .entry(v.epoch)
+                    .or_default()
+                    .push((k.key.clone(), v.ts));
             }
         }
         for t in &s.txns {
@@ -415,10 +417,26 @@ impl DataNode {
             // Restarted and not cut yet: it cannot say which epoch a write would be in.
             ctx.count("k2.execute_before_first_cut", 1);
             let outcome = Err(AbortReason::Failure);
-            return ctx.send(from, Msg::Executed { txn, step, outcome, epoch: 0 });
+            return ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch: 0,
+                },
+            );
         };
         let reply = |ctx: &mut Ctx<'_, K2Node>, outcome| {
-            ctx.send(from, Msg::Executed { txn, step, outcome, epoch });
+            ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch,
+                },
+            );
         };
         if self.finished.contains_key(&txn) {
             return reply(ctx, Err(AbortReason::Failure));
@@ -446,21 +464,45 @@ impl DataNode {
             // Decided (aborted by its recorder) while this piece waited.
             let (txn, step) = (exec.txn, exec.step);
             let outcome = Err(AbortReason::Failure);
-            ctx.send(from, Msg::Executed { txn, step, outcome, epoch: 0 });
+            ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch: 0,
+                },
+            );
             return;
         }
         match self.attempt(ctx, &exec) {
             Attempt::Done(outcome) => {
                 let (txn, step) = (exec.txn, exec.step);
                 let epoch = self.proposal_after_reads(&exec);
-                ctx.send(from, Msg::Executed { txn, step, outcome, epoch });
+                ctx.send(
+                    from,
+                    Msg::Executed {
+                        txn,
+                        step,
+                        outcome,
+                        epoch,
+                    },
+                );
             }
             Attempt::Blocked(blockers, push) => {
                 if self.waiting.len() >= self.opts.max_waiting_per_node {
                     ctx.count("k2.waiting_overflow", 1);
                     let (txn, step) = (exec.txn, exec.step);
                     let outcome = Err(AbortReason::Conflict);
-                    ctx.send(from, Msg::Executed { txn, step, outcome, epoch: 0 });
+                    ctx.send(
+                        from,
+                        Msg::Executed {
+                            txn,
+                            step,
+                            outcome,
+                            epoch: 0,
+                        },
+                    );
                     return;
                 }
                 ctx.count("k2.pushws", 1);
@@ -678,7 +720,10 @@ impl DataNode {
                 let max = self.opts.max_versions_per_key;
                 self.store.key_mut(key).finalize(txn, version, max);
                 if committed {
-                    self.by_epoch.entry(epoch).or_default().push((key.clone(), txn));
+                    self.by_epoch
+                        .entry(epoch)
+                        .or_default()
+                        .push((key.clone(), txn));
                 }
             }
         }
@@ -796,8 +841,6 @@ impl DataNode {
         Ok(())
     }
 }
-
-
 
 /// What the recorder needs from its host.
 fn env<'a>(cluster: &'a Cluster, opts: &Options, epoch: u64) -> Env<'a> {

@@ -110,7 +110,9 @@ impl EpochClock {
         }
         self.ready = true;
         let next_end_ns = (self.cut + 1) * opts.epoch_ns;
-        let wait_ns = opts.with_drift(next_end_ns.saturating_sub(true_low_ns)).max(1);
+        let wait_ns = opts
+            .with_drift(next_end_ns.saturating_sub(true_low_ns))
+            .max(1);
         self.gen += 1;
         ctx.set_timer(wait_ns, Timer::EpochCut { gen: self.gen });
         moved

@@ -175,7 +175,11 @@ impl Recorder {
         let committed = commit && !too_old;
         // Fig. 10 lines 18-19: the commit epoch is the largest proposed, the recorder's own
         // included.
-        let epoch = if committed { proposed.max(env.epoch) } else { 0 };
+        let epoch = if committed {
+            proposed.max(env.epoch)
+        } else {
+            0
+        };
         self.decide(ctx, env, txn, committed, participants, epoch);
         ctx.send(coordinator, Msg::Decision { txn, committed });
         if committed && !env.async_finalize {

@@ -68,7 +68,15 @@ impl ReadQueue {
             ctx.count("k2.replica_read_overflow", 1);
             let outcome = Err(AbortReason::Conflict);
             let (txn, step) = (read.txn, read.step);
-            return ctx.send(read.from, Msg::Executed { txn, step, outcome, epoch: 0 });
+            return ctx.send(
+                read.from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch: 0,
+                },
+            );
         }
         self.waiting.push(read);
     }
@@ -96,7 +104,15 @@ fn serve(ctx: &mut Ctx<'_, K2Node>, view: &ReadView<'_>, read: RepRead) {
     ctx.count("k2.replica_reads", 1);
     let outcome = run_read(view, &read);
     let (txn, step) = (read.txn, read.step);
-    ctx.send(read.from, Msg::Executed { txn, step, outcome, epoch: 0 });
+    ctx.send(
+        read.from,
+        Msg::Executed {
+            txn,
+            step,
+            outcome,
+            epoch: 0,
+        },
+    );
 }
 
 /// Runs a read-only piece in the view of `read.epoch`.
@@ -266,7 +282,10 @@ impl Replica {
                 record_delay(ctx, now.saturating_sub(version.finalized_ns));
             }
             let max = self.opts.max_versions_per_key;
-            self.keys.entry(key).or_default().insert_version(version, max);
+            self.keys
+                .entry(key)
+                .or_default()
+                .insert_version(version, max);
         }
         self.complete = complete;
         ctx.count("k2.replica_epochs_replayed", 1);

@@ -461,14 +461,19 @@ fn collaborative_assignment_puts_a_transactions_writes_in_one_epoch_and_the_brok
             first_version_epoch(&d, 1, "j"),
         );
         assert!(on_k > 0, "{options}: epochs are cut");
-        assert_eq!(on_k == on_j, same_epoch, "{options}: epochs {on_k} and {on_j}");
+        assert_eq!(
+            on_k == on_j,
+            same_epoch,
+            "{options}: epochs {on_k} and {on_j}"
+        );
     }
 }
 
 /// Coordinators in region B, where each shard has a read replica: read-only transactions
 /// go to the replicas.
 fn replica_driver(options: &str) -> Driver {
-    let topology = crate::testkit::TOPOLOGY.replace("region = \"A\"\ncount = 2", "region = \"B\"\ncount = 2");
+    let topology =
+        crate::testkit::TOPOLOGY.replace("region = \"A\"\ncount = 2", "region = \"B\"\ncount = 2");
     Driver::on_topology::<K2>(&topology, options, Procedures::new(), 7, 0)
 }
 
@@ -490,7 +495,10 @@ fn a_linearizable_replica_read_waits_for_its_epoch_and_sees_what_committed_befor
         other => panic!("n1 is {other:?}"),
     };
     assert!(replica.complete() > 0, "the replica replayed epochs");
-    assert!(d.counters.get("k2.visible_versions").is_some_and(|n| *n >= 1));
+    assert!(d
+        .counters
+        .get("k2.visible_versions")
+        .is_some_and(|n| *n >= 1));
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! Messages, timers and durable records of `k2`.
 
+use super::write_stream::Version;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
 use meridian_core::{NodeId, ShardId, Timestamp};
-use super::write_stream::Version;
 use serde::{Deserialize, Serialize};
 
 /// How a transaction ended on a primary: committed in which epoch, or aborted.
