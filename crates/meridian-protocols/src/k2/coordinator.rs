@@ -141,11 +141,7 @@ impl Coordinator {
             opts.step_ns,
             tag,
         );
-        let mut oracles = cluster.services(super::ORACLE_SERVICE);
-        oracles.sort_by(|a, b| {
-            let (ra, rb) = (cluster.rtt_ms(id, *a), cluster.rtt_ms(id, *b));
-            ra.total_cmp(&rb).then(a.cmp(b))
-        });
+        let oracles = super::nearest_first(&cluster, id, cluster.services(super::ORACLE_SERVICE));
         let coordinator = Coordinator {
             id,
             opts,
@@ -806,11 +802,7 @@ impl Route {
             let primary = cluster.initial_leader(piece.shard);
             return (primary, Msg::Execute(Box::new(exec)));
         };
-        let mut copies = cluster.replicas(piece.shard).to_vec();
-        copies.sort_by(|a, b| {
-            let (ra, rb) = (cluster.rtt_ms(me, *a), cluster.rtt_ms(me, *b));
-            ra.total_cmp(&rb).then(a.cmp(b))
-        });
+        let copies = super::nearest_first(cluster, me, cluster.replicas(piece.shard).to_vec());
         let to = copies[self.ticks as usize % copies.len()];
         let msg = Msg::RepRead {
             txn,

@@ -103,11 +103,7 @@ impl DataNode {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> DataNode {
-        let mut oracles = cluster.services(super::ORACLE_SERVICE);
-        oracles.sort_by(|a, b| {
-            let (ra, rb) = (cluster.rtt_ms(id, *a), cluster.rtt_ms(id, *b));
-            ra.total_cmp(&rb).then(a.cmp(b))
-        });
+        let oracles = super::nearest_first(&cluster, id, cluster.services(super::ORACLE_SERVICE));
         let mut node = DataNode {
             id,
             shard,

@@ -174,6 +174,16 @@ use meridian_core::{
     ShardId,
 };
 
+/// `nodes` ordered by round trip from `me`, nearest first (ties by id): whom to ask
+/// first, and next when a request goes unanswered.
+pub(crate) fn nearest_first(cluster: &Cluster, me: NodeId, mut nodes: Vec<NodeId>) -> Vec<NodeId> {
+    nodes.sort_by(|a, b| {
+        let (ra, rb) = (cluster.rtt_ms(me, *a), cluster.rtt_ms(me, *b));
+        ra.total_cmp(&rb).then(a.cmp(b))
+    });
+    nodes
+}
+
 /// The name of the oracle service (topology `[[services]] name`).
 pub const ORACLE_SERVICE: &str = "oracle";
 
