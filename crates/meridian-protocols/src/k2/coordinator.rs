@@ -14,7 +14,7 @@
 //! cannot cut a commit wait short.
 
 use super::batch::{Take, TsSource};
-use super::options::{Options, Timestamps};
+use super::options::{Options, ReplicaReads, Timestamps};
 use super::wire::{Execute, Msg, Record, Timer, TxnTs};
 use super::K2Node;
 use meridian_core::node::Ctx;
@@ -93,6 +93,11 @@ struct CoordTxn {
     phase: Phase,
     cwt_done: bool,
     ticks: u64,
+    /// The largest epoch the participants proposed (§6.3).
+    epoch: u64,
+    /// A read-only one-shot transaction served at the nearest copies in the view of
+    /// this epoch (§6.4), or `None` at the primaries.
+    read_view: Option<u64>,
 }
 
 /// A coordinator node.
@@ -191,6 +196,8 @@ impl Coordinator {
             phase: Phase::AwaitTs,
             cwt_done: false,
             ticks: 0,
+            epoch: 0,
+            read_view: None,
         };
         self.txns.insert(seq, txn);
         self.acquire_ts(ctx, seq);
@@ -390,6 +397,16 @@ impl Coordinator {
             Body::OneShot { txn, .. } => {
                 let first_write = txn.pieces.iter().find(|p| !p.is_read_only());
                 t.recorder = first_write.map(|p| self.cluster.initial_leader(p.shard));
+                t.read_view = match self.opts.replica_reads {
+                    _ if first_write.is_some() => None,
+                    ReplicaReads::Off => None,
+                    // §6.4: the ceiling epoch of the read timestamp.
+                    ReplicaReads::Linearizable => Some(self.opts.epoch_of(ts.time_ns)),
+                    ReplicaReads::Snapshot => {
+                        let stale = ts.time_ns.saturating_sub(self.opts.snapshot_staleness_ns);
+                        Some(self.opts.epoch_of(stale))
+                    }
+                };
                 self.send_ready(ctx, seq);
             }
             Body::Session { .. } => {
@@ -408,11 +425,10 @@ impl Coordinator {
     /// One-shot: sends every piece that may go now.
     fn send_ready(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
         let t = self.txns.get_mut(&seq).expect("live");
+        let route = Route::of(t, self.id);
         let Body::OneShot { txn, results, sent } = &mut t.body else {
             return;
         };
-        let ts = t.ts.expect("executing");
-        let recorder = t.recorder.unwrap_or(self.id);
         for (i, piece) in txn.pieces.iter().enumerate() {
             let earlier_pending = txn.pieces[..i]
                 .iter()
@@ -431,25 +447,15 @@ impl Coordinator {
                 .iter()
                 .map(|d| (*d, results[usize::from(*d)].clone().expect("resolved")))
                 .collect();
-            let exec = Execute {
-                txn: ts,
-                recorder,
-                step: i as u16,
-                piece: piece.clone(),
-                inputs,
-            };
-            ctx.send(
-                self.cluster.initial_leader(piece.shard),
-                Msg::Execute(Box::new(exec)),
-            );
+            let (to, msg) = route.piece_msg(&self.cluster, self.id, i, piece, inputs);
+            ctx.send(to, msg);
         }
     }
 
     /// Re-sends the pieces still unanswered (a lost message or a crashed primary).
     fn resend(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
         let t = self.txns.get(&seq).expect("live");
-        let ts = t.ts.expect("executing");
-        let recorder = t.recorder.unwrap_or(self.id);
+        let route = Route::of(t, self.id);
         if let Body::OneShot { txn, results, sent } = &t.body {
             for (i, piece) in txn.pieces.iter().enumerate() {
                 if !sent[i] || results[i].is_some() {
@@ -460,17 +466,8 @@ impl Coordinator {
                     .iter()
                     .map(|d| (*d, results[usize::from(*d)].clone().expect("resolved")))
                     .collect();
-                let exec = Execute {
-                    txn: ts,
-                    recorder,
-                    step: i as u16,
-                    piece: piece.clone(),
-                    inputs,
-                };
-                ctx.send(
-                    self.cluster.initial_leader(piece.shard),
-                    Msg::Execute(Box::new(exec)),
-                );
+                let (to, msg) = route.piece_msg(&self.cluster, self.id, i, piece, inputs);
+                ctx.send(to, msg);
             }
         } else {
             self.send_pending(ctx, seq);
@@ -502,6 +499,7 @@ impl Coordinator {
         txn: TxnTs,
         step: u16,
         outcome: Result<PieceResult, AbortReason>,
+        epoch: u64,
     ) {
         let Some(&seq) = self.by_ts.get(&txn) else {
             return;
@@ -510,6 +508,7 @@ impl Coordinator {
         if t.phase != Phase::Executing {
             return;
         }
+        t.epoch = t.epoch.max(epoch);
         let result = match outcome {
             Ok(result) => result,
             Err(reason) => {
@@ -576,6 +575,7 @@ impl Coordinator {
         let msg = Msg::Commit {
             txn: t.ts.expect("executed"),
             participants: t.participants.iter().copied().collect(),
+            epoch: t.epoch,
         };
         ctx.send(t.recorder.expect("a writer has a recorder"), msg);
     }
@@ -697,7 +697,12 @@ impl Coordinator {
                 high_ns,
                 oracle,
             } => self.on_oracle_ts(ctx, req, high_ns, oracle),
-            Msg::Executed { txn, step, outcome } => self.on_executed(ctx, txn, step, outcome),
+            Msg::Executed {
+                txn,
+                step,
+                outcome,
+                epoch,
+            } => self.on_executed(ctx, txn, step, outcome, epoch),
             Msg::Decision { txn, committed } => self.on_decision(ctx, txn, committed),
             Msg::AllFinalized { txn } => self.on_all_finalized(ctx, txn),
             _ => {}
@@ -715,7 +720,10 @@ impl Coordinator {
                     self.maybe_answer(ctx, seq);
                 }
             }
-            Timer::DataNodeTick | Timer::RecorderDeadline { .. } => {}
+            Timer::DataNodeTick
+            | Timer::RecorderDeadline { .. }
+            | Timer::EpochCut { .. }
+            | Timer::ReplicaTick => {}
         }
     }
 
@@ -756,5 +764,60 @@ impl Coordinator {
 
     pub fn inflight(&self) -> usize {
         self.txns.len()
+    }
+}
+
+/// What sending a one-shot transaction's pieces needs to know about it.
+struct Route {
+    txn: TxnTs,
+    recorder: NodeId,
+    /// A read-only transaction's replica read view (§6.4).
+    read_view: Option<u64>,
+    ticks: u64,
+}
+
+impl Route {
+    fn of(t: &CoordTxn, me: NodeId) -> Route {
+        Route {
+            txn: t.ts.expect("executing"),
+            recorder: t.recorder.unwrap_or(me),
+            read_view: t.read_view,
+            ticks: t.ticks,
+        }
+    }
+
+    /// Where piece `i` goes, and how: a read in the replica read view to the nearest
+    /// copy of its shard (a resend tries the next nearest, so a crashed replica costs a
+    /// retry), or an `Execute` to its primary.
+    fn piece_msg(
+        &self,
+        cluster: &Cluster,
+        me: NodeId,
+        i: usize,
+        piece: &Piece,
+        inputs: Vec<(u16, PieceResult)>,
+    ) -> (NodeId, Msg) {
+        let (txn, step) = (self.txn, i as u16);
+        let Some(epoch) = self.read_view else {
+            let exec = Execute {
+                txn,
+                recorder: self.recorder,
+                step,
+                piece: piece.clone(),
+                inputs,
+            };
+            let primary = cluster.initial_leader(piece.shard);
+            return (primary, Msg::Execute(Box::new(exec)));
+        };
+        let copies = super::nearest_first(cluster, me, cluster.replicas(piece.shard).to_vec());
+        let to = copies[self.ticks as usize % copies.len()];
+        let msg = Msg::RepRead {
+            txn,
+            step,
+            epoch,
+            piece: piece.clone(),
+            inputs,
+        };
+        (to, msg)
     }
 }

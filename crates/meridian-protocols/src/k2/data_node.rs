@@ -12,12 +12,14 @@
 //! freedom; with `mv_writes=false` a writer likewise waits only for older intents and
 //! aborts rather than wait for younger ones).
 
+use super::epoch::EpochClock;
 use super::options::Options;
 use super::recorder::{Env, Recorder};
+use super::replica::{ReadQueue, ReadView, RepRead};
 use super::wire::{
-    Execute, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs,
+    Execute, Finished, IntentRecord, KeySnapshot, Msg, Record, Snapshot, Timer, TxnSnapshot, TxnTs,
 };
-use super::write_stream::{Intent, Store, View};
+use super::write_stream::{Intent, Store, Version, View};
 use super::K2Node;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, AbortReason, Key, PieceResult, Procedures, Value};
@@ -29,6 +31,9 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 struct LiveTxn {
     recorder: NodeId,
+    /// The lowest epoch this primary proposed for it: until it is finalized, no epoch
+    /// from this one on is complete here.
+    epoch: u64,
     results: BTreeMap<u16, PieceResult>,
     writes: BTreeMap<Key, Value>,
     /// Local time of the last push about it from the stale-intent sweep.
@@ -61,7 +66,7 @@ pub struct DataNode {
     live: BTreeMap<TxnTs, LiveTxn>,
     /// Transactions finalized here (committed?), kept `2·max_txn_age` by timestamp so a
     /// late duplicate cannot re-create their intents.
-    finished: BTreeMap<TxnTs, bool>,
+    finished: BTreeMap<TxnTs, Finished>,
     waiting: Vec<Waiting>,
     /// Pushes in flight: the transaction → (its recorder, local time sent).
     pushes: BTreeMap<TxnTs, (NodeId, u64)>,
@@ -69,7 +74,24 @@ pub struct DataNode {
     /// The read floor reserved in the log: reads up to it may be served.
     read_reserved: Timestamp,
     records: usize,
+    /// K2-VCR (§6): this primary's epoch cuts.
+    epochs: EpochClock,
+    /// Committed versions by commit epoch, from epoch `indexed_from` on (what a replica's
+    /// pull needs without scanning the store).
+    by_epoch: BTreeMap<u64, Vec<(Key, TxnTs)>>,
+    indexed_from: u64,
+    /// Replicas waiting for an epoch after the one they have (held pulls).
+    pullers: BTreeMap<NodeId, u64>,
+    /// Replica reads served here (the nearest copy of this shard is its primary).
+    rep_reads: ReadQueue,
 }
+
+/// Epochs of the replication index kept behind the complete epoch; a replica further
+/// behind gets a scan of the store.
+const INDEX_EPOCHS: u64 = 256;
+
+/// Versions per `Replicate` (whole epochs are never split).
+const MAX_REPLICATE_VERSIONS: usize = 4096;
 
 impl DataNode {
     /// Builds the primary of `shard`, fresh or from its records.
@@ -81,10 +103,16 @@ impl DataNode {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> DataNode {
+        let oracles = super::nearest_first(&cluster, id, cluster.services(super::ORACLE_SERVICE));
         let mut node = DataNode {
             id,
             shard,
             opts,
+            epochs: EpochClock::new(oracles),
+            by_epoch: BTreeMap::new(),
+            indexed_from: 0,
+            pullers: BTreeMap::new(),
+            rep_reads: ReadQueue::default(),
             cluster,
             procedures,
             store: Store::default(),
@@ -104,6 +132,9 @@ impl DataNode {
             node.replay(record);
         }
         node.store.read_floor = node.read_reserved;
+        // What was finalized before the crash is not indexed: pulls from before it scan.
+        node.indexed_from = node.by_epoch.keys().next_back().map_or(0, |e| e + 1);
+        node.by_epoch.clear();
         node
     }
 
@@ -111,7 +142,11 @@ impl DataNode {
         match record {
             Record::Checkpoint(snapshot) => self.load(snapshot),
             Record::Intents(intents) => self.add_intents(intents, 0),
-            Record::Finalized { txn, committed } => self.finalize(*txn, *committed),
+            Record::Finalized {
+                txn,
+                committed,
+                epoch,
+            } => self.finalize(*txn, *committed, *epoch, 0),
             Record::ReadFloor(ts) => self.read_reserved = self.read_reserved.max(*ts),
             Record::Decided(d) => self.recorder.apply_decided(d),
             Record::Acked { txn, shard } => self.recorder.apply_ack(*txn, *shard),
@@ -124,6 +159,12 @@ impl DataNode {
             let state = self.store.key_mut(&k.key);
             state.pruned_below = k.pruned_below;
             state.versions = k.versions.clone();
+            for v in &k.versions {
+                self.by_epoch
+                    .entry(v.epoch)
+                    .or_default()
+                    .push((k.key.clone(), v.ts));
+            }
         }
         for t in &s.txns {
             for (key, value) in &t.writes {
@@ -135,6 +176,7 @@ impl DataNode {
             }
             let live = LiveTxn {
                 recorder: t.recorder,
+                epoch: t.epoch,
                 results: t.results.iter().cloned().collect(),
                 writes: t.writes.iter().cloned().collect(),
                 swept_local_ns: 0,
@@ -164,6 +206,7 @@ impl DataNode {
             .map(|(txn, l)| TxnSnapshot {
                 txn: *txn,
                 recorder: l.recorder,
+                epoch: l.epoch,
                 results: l.results.iter().map(|(s, r)| (*s, r.clone())).collect(),
                 writes: l
                     .writes
@@ -192,6 +235,7 @@ impl DataNode {
 
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, K2Node>) {
         ctx.set_timer(self.opts.retry_ns, Timer::DataNodeTick);
+        self.epochs.start(ctx, &self.opts);
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, msg: Msg) {
@@ -201,43 +245,194 @@ impl DataNode {
                 txn,
                 committed,
                 ack,
-            } => self.on_resolve(ctx, from, txn, committed, ack),
-            Msg::Commit { txn, participants } => {
-                let env = env(&self.cluster, &self.opts);
+                epoch,
+            } => self.on_resolve(ctx, from, txn, committed, ack, epoch),
+            Msg::Commit {
+                txn,
+                participants,
+                epoch,
+            } => {
+                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
                 self.recorder
-                    .on_end(ctx, &env, from, txn, true, participants);
+                    .on_end(ctx, &env, from, txn, true, participants, epoch);
             }
             Msg::Abort { txn, participants } => {
-                let env = env(&self.cluster, &self.opts);
+                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
                 self.recorder
-                    .on_end(ctx, &env, from, txn, false, participants);
+                    .on_end(ctx, &env, from, txn, false, participants, 0);
             }
             Msg::Push { txn } => {
-                let env = env(&self.cluster, &self.opts);
+                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
                 self.recorder.on_push(ctx, &env, from, txn);
             }
             Msg::Finalized { txn, shard } => self.recorder.on_finalized(ctx, txn, shard),
+            Msg::OracleTs { req, high_ns, .. } => {
+                self.epochs.on_oracle_ts(ctx, &self.opts, req, high_ns);
+            }
+            Msg::Pull { after } => {
+                self.pullers.insert(from, after);
+            }
+            Msg::RepRead {
+                txn,
+                step,
+                epoch,
+                piece,
+                inputs,
+            } => {
+                let read = RepRead {
+                    from,
+                    txn,
+                    step,
+                    epoch,
+                    piece,
+                    inputs,
+                };
+                let view = ReadView {
+                    keys: &self.store.keys,
+                    complete: self.complete_epoch(),
+                    procedures: &self.procedures,
+                };
+                self.rep_reads.offer(ctx, &self.opts, &view, read);
+            }
             _ => {}
         }
         self.resolve_local(ctx);
+        self.replicate(ctx);
+    }
+
+    /// The recorder's proposal (§6.3): this node's current epoch, even before its first
+    /// cut after a restart (the participants' proposals bound it from below anyway).
+    fn recorder_epoch(&self) -> u64 {
+        if self.opts.epochs_on() {
+            self.epochs.cut() + 1
+        } else {
+            0
+        }
+    }
+
+    // ---- K2-VCR (§6) ------------------------------------------------------------------
+
+    /// The epoch this primary proposes for a transaction now (0 with K2-VCR off), or
+    /// `None` while it has not cut since it started.
+    fn proposal(&self) -> Option<u64> {
+        if self.opts.epochs_on() {
+            self.epochs.current()
+        } else {
+            Some(0)
+        }
+    }
+
+    /// The last epoch complete here: cut, and no intent that may still commit in it.
+    /// Every version of a commit epoch up to it is final here (an intent's commit epoch
+    /// is at least what this primary proposed for it, and intents created later propose
+    /// more than the cut).
+    fn complete_epoch(&self) -> u64 {
+        let open = self.live.values().map(|l| l.epoch).min();
+        let cut = self.epochs.cut();
+        open.map_or(cut, |e| cut.min(e.saturating_sub(1)))
+    }
+
+    /// Answers the held pulls the complete epoch now covers, and the replica reads.
+    fn replicate(&mut self, ctx: &mut Ctx<'_, K2Node>) {
+        if !self.opts.epochs_on() {
+            return;
+        }
+        let complete = self.complete_epoch();
+        let ready: Vec<(NodeId, u64)> = self
+            .pullers
+            .iter()
+            .filter(|(_, after)| **after < complete)
+            .map(|(n, a)| (*n, *a))
+            .collect();
+        for (replica, after) in ready {
+            self.pullers.remove(&replica);
+            let (complete, versions) = self.versions_between(after, complete);
+            let msg = Msg::Replicate {
+                after,
+                complete,
+                versions,
+            };
+            ctx.send(replica, msg);
+        }
+        let view = ReadView {
+            keys: &self.store.keys,
+            complete,
+            procedures: &self.procedures,
+        };
+        self.rep_reads.release(ctx, &view);
+    }
+
+    /// The versions of epochs `after+1 ..= complete` (fewer whole epochs if too many).
+    fn versions_between(&self, after: u64, complete: u64) -> (u64, Vec<(Key, Version)>) {
+        let mut found: Vec<(Key, Version)> = Vec::new();
+        if after + 1 < self.indexed_from {
+            for (key, state) in &self.store.keys {
+                for v in &state.versions {
+                    if v.epoch > after && v.epoch <= complete {
+                        found.push((key.clone(), v.clone()));
+                    }
+                }
+            }
+        } else {
+            for (_, entries) in self.by_epoch.range(after + 1..=complete) {
+                for (key, ts) in entries {
+                    let state = self.store.key(key);
+                    let version = state.and_then(|s| s.versions.iter().find(|v| v.ts == *ts));
+                    if let Some(v) = version {
+                        found.push((key.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+        found.sort_by_key(|(_, v)| v.epoch);
+        if found.len() <= MAX_REPLICATE_VERSIONS {
+            return (complete, found);
+        }
+        // Keep whole epochs: up to the last one that starts within the limit.
+        let last = found[MAX_REPLICATE_VERSIONS].1.epoch;
+        let cut = found.partition_point(|(_, v)| v.epoch <= last);
+        found.truncate(cut);
+        (last, found)
     }
 
     /// A decision the local recorder made settles this node's own intents at once.
     fn resolve_local(&mut self, ctx: &mut Ctx<'_, K2Node>) {
-        let decided: Vec<(TxnTs, bool)> = self
+        let decided: Vec<(TxnTs, (bool, u64))> = self
             .pushes
             .keys()
             .filter_map(|t| self.recorder.decision(*t).map(|c| (*t, c)))
             .collect();
-        for (txn, committed) in decided {
-            self.on_resolve(ctx, self.id, txn, committed, false);
+        for (txn, (committed, epoch)) in decided {
+            self.on_resolve(ctx, self.id, txn, committed, false, epoch);
         }
     }
 
     fn on_execute(&mut self, ctx: &mut Ctx<'_, K2Node>, from: NodeId, exec: Execute) {
         let (txn, step) = (exec.txn, exec.step);
+        let Some(epoch) = self.proposal() else {
+            // Restarted and not cut yet: it cannot say which epoch a write would be in.
+            ctx.count("k2.execute_before_first_cut", 1);
+            let outcome = Err(AbortReason::Failure);
+            return ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch: 0,
+                },
+            );
+        };
         let reply = |ctx: &mut Ctx<'_, K2Node>, outcome| {
-            ctx.send(from, Msg::Executed { txn, step, outcome });
+            ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch,
+                },
+            );
         };
         if self.finished.contains_key(&txn) {
             return reply(ctx, Err(AbortReason::Failure));
@@ -265,20 +460,45 @@ impl DataNode {
             // Decided (aborted by its recorder) while this piece waited.
             let (txn, step) = (exec.txn, exec.step);
             let outcome = Err(AbortReason::Failure);
-            ctx.send(from, Msg::Executed { txn, step, outcome });
+            ctx.send(
+                from,
+                Msg::Executed {
+                    txn,
+                    step,
+                    outcome,
+                    epoch: 0,
+                },
+            );
             return;
         }
         match self.attempt(ctx, &exec) {
             Attempt::Done(outcome) => {
                 let (txn, step) = (exec.txn, exec.step);
-                ctx.send(from, Msg::Executed { txn, step, outcome });
+                let epoch = self.proposal_after_reads(&exec);
+                ctx.send(
+                    from,
+                    Msg::Executed {
+                        txn,
+                        step,
+                        outcome,
+                        epoch,
+                    },
+                );
             }
             Attempt::Blocked(blockers, push) => {
                 if self.waiting.len() >= self.opts.max_waiting_per_node {
                     ctx.count("k2.waiting_overflow", 1);
                     let (txn, step) = (exec.txn, exec.step);
                     let outcome = Err(AbortReason::Conflict);
-                    ctx.send(from, Msg::Executed { txn, step, outcome });
+                    ctx.send(
+                        from,
+                        Msg::Executed {
+                            txn,
+                            step,
+                            outcome,
+                            epoch: 0,
+                        },
+                    );
                     return;
                 }
                 ctx.count("k2.pushws", 1);
@@ -294,6 +514,19 @@ impl DataNode {
         }
     }
 
+    /// The epoch a piece proposes once run: this primary's, and no less than the commit
+    /// epoch of any version it read (the open question of the module doc: a reader of
+    /// `T`'s write must not land in an epoch before `T`'s).
+    fn proposal_after_reads(&self, exec: &Execute) -> u64 {
+        let own = self.proposal().unwrap_or(0);
+        let read = exec.piece.read_keys().into_iter().filter_map(|key| {
+            let state = self.store.key(&key)?;
+            let newer = state.versions.partition_point(|v| v.ts <= exec.txn);
+            newer.checked_sub(1).map(|i| state.versions[i].epoch)
+        });
+        read.fold(own, u64::max)
+    }
+
     fn push(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs, recorder: NodeId) {
         if self.pushes.contains_key(&txn) {
             return;
@@ -301,7 +534,7 @@ impl DataNode {
         self.pushes.insert(txn, (recorder, ctx.now_ns()));
         if recorder == self.id {
             // The local recorder: hold the push there, resolved when it decides.
-            let env = env(&self.cluster, &self.opts);
+            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
             self.recorder.on_push(ctx, &env, self.id, txn);
         } else {
             ctx.send(recorder, Msg::Push { txn });
@@ -390,10 +623,11 @@ impl DataNode {
             step: exec.step,
             writes,
             result: result.clone(),
+            epoch: self.proposal().unwrap_or(0),
         };
         self.add_intents(&record, ctx.now_ns());
         if exec.recorder == self.id {
-            let env = env(&self.cluster, &self.opts);
+            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
             self.recorder.open(ctx, &env, exec.txn);
         }
         self.persist(ctx, Record::Intents(Box::new(record)));
@@ -403,10 +637,12 @@ impl DataNode {
     fn add_intents(&mut self, record: &IntentRecord, now_ns: u64) {
         let live = self.live.entry(record.txn).or_insert_with(|| LiveTxn {
             recorder: record.recorder,
+            epoch: record.epoch,
             results: BTreeMap::new(),
             writes: BTreeMap::new(),
             swept_local_ns: now_ns,
         });
+        live.epoch = live.epoch.min(record.epoch);
         live.results.insert(record.step, record.result.clone());
         for (key, value) in &record.writes {
             live.writes.insert(key.clone(), value.clone());
@@ -436,12 +672,28 @@ impl DataNode {
         txn: TxnTs,
         committed: bool,
         ack: bool,
+        epoch: u64,
     ) {
-        if self.live.contains_key(&txn) {
-            self.finalize(txn, committed);
-            self.persist(ctx, Record::Finalized { txn, committed });
+        let epoch = if self.opts.unsafe_no_collab_epoch && committed {
+            // The broken variant: this participant's own epoch, not the assigned one.
+            self.epochs.cut() + 1
         } else {
-            self.finished.entry(txn).or_insert(committed);
+            epoch
+        };
+        if self.live.contains_key(&txn) {
+            self.finalize(txn, committed, epoch, ctx.now_ns());
+            self.persist(
+                ctx,
+                Record::Finalized {
+                    txn,
+                    committed,
+                    epoch,
+                },
+            );
+        } else {
+            self.finished
+                .entry(txn)
+                .or_insert(Finished { committed, epoch });
         }
         self.pushes.remove(&txn);
         if ack {
@@ -455,15 +707,23 @@ impl DataNode {
         self.wake(ctx, txn);
     }
 
-    /// Fig. 10 lines 16-17: the intents become versions or vanish.
-    fn finalize(&mut self, txn: TxnTs, committed: bool) {
+    /// Fig. 10 lines 16-17: the intents become versions of commit epoch `epoch`, or
+    /// vanish.
+    fn finalize(&mut self, txn: TxnTs, committed: bool, epoch: u64, now_ns: u64) {
         if let Some(live) = self.live.remove(&txn) {
+            let version = committed.then_some((epoch, now_ns));
             for key in live.writes.keys() {
                 let max = self.opts.max_versions_per_key;
-                self.store.key_mut(key).finalize(txn, committed, max);
+                self.store.key_mut(key).finalize(txn, version, max);
+                if committed {
+                    self.by_epoch
+                        .entry(epoch)
+                        .or_default()
+                        .push((key.clone(), txn));
+                }
             }
         }
-        self.finished.insert(txn, committed);
+        self.finished.insert(txn, Finished { committed, epoch });
     }
 
     fn wake(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs) {
@@ -484,9 +744,14 @@ impl DataNode {
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, K2Node>, timer: Timer) {
         if let Timer::RecorderDeadline { txn } = timer {
-            let env = env(&self.cluster, &self.opts);
+            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
             self.recorder.on_deadline(ctx, &env, txn);
-            return self.resolve_local(ctx);
+            self.resolve_local(ctx);
+            return self.replicate(ctx);
+        }
+        if let Timer::EpochCut { gen } = timer {
+            self.epochs.on_timer(ctx, &self.opts, gen);
+            return self.replicate(ctx);
         }
         if !matches!(timer, Timer::DataNodeTick) {
             return;
@@ -524,9 +789,19 @@ impl DataNode {
         }
         self.finished
             .retain(|t, _| now.saturating_sub(t.time_ns) <= 2 * max_age);
-        let env = env(&self.cluster, &self.opts);
+        let env = env(&self.cluster, &self.opts, self.recorder_epoch());
         self.recorder.tick(ctx, &env);
         self.resolve_local(ctx);
+        self.prune_index();
+        self.replicate(ctx);
+    }
+
+    fn prune_index(&mut self) {
+        let keep_from = self.complete_epoch().saturating_sub(INDEX_EPOCHS);
+        if keep_from > self.indexed_from {
+            self.by_epoch = self.by_epoch.split_off(&keep_from);
+            self.indexed_from = keep_from;
+        }
     }
 
     /// The store (tests).
@@ -564,10 +839,11 @@ impl DataNode {
 }
 
 /// What the recorder needs from its host.
-fn env<'a>(cluster: &'a Cluster, opts: &Options) -> Env<'a> {
+fn env<'a>(cluster: &'a Cluster, opts: &Options, epoch: u64) -> Env<'a> {
     Env {
         cluster,
         max_txn_age_ns: opts.max_txn_age_ns(),
         async_finalize: opts.async_finalize,
+        epoch,
     }
 }

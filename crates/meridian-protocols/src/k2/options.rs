@@ -5,7 +5,7 @@ use meridian_core::time::NS_PER_US;
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 16] = [
+pub const OPTIONS: [&str; 20] = [
     "timestamps",
     "epsilon_us",
     "drift_ppm",
@@ -22,7 +22,23 @@ pub const OPTIONS: [&str; 16] = [
     "checkpoint_every",
     "read_floor_ms",
     "unsafe_skip_read_tracking",
+    "epoch_ms",
+    "replica_reads",
+    "snapshot_staleness_ms",
+    "unsafe_no_collab_epoch",
 ];
+
+/// Where read-only one-shot transactions are served (K2 §6.4, Fig. 9 lines 8-21).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaReads {
+    /// Every read at the primaries (§7.1: "unless otherwise stated, we run transactions on
+    /// primaries").
+    Off,
+    /// At the nearest copy, at the epoch covering a fresh K2-TB timestamp.
+    Linearizable,
+    /// At the nearest copy, at the epoch covering a timestamp `snapshot_staleness` old.
+    Snapshot,
+}
 
 /// Where a coordinator's timestamps come from (K2 §4.2 and §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +98,20 @@ pub struct Options {
     /// tracker, so a writer below a reader's timestamp is not aborted (§5.2's read-write
     /// check removed). The conformance suite shows the checker catching it.
     pub unsafe_skip_read_tracking: bool,
+    /// K2-VCR's epoch length (`epoch_ms`; 100, §7.1). Epoch `k` ends at true time
+    /// `k · epoch`.
+    pub epoch_ns: u64,
+    /// `replica_reads=off|linearizable|snapshot` (default off).
+    pub replica_reads: ReplicaReads,
+    /// How far behind its K2-TB timestamp a snapshot read reads (`snapshot_staleness_ms`;
+    /// default two epochs plus the largest round trip, so a replica has usually replayed
+    /// it already).
+    pub snapshot_staleness_ns: u64,
+    /// TEST-ONLY, deliberately broken: a participant finalizes a transaction's writes in
+    /// its own current epoch instead of the collaboratively assigned one (§6.3 removed),
+    /// so a transaction's writes on two shards can become visible at replicas in
+    /// different epochs.
+    pub unsafe_no_collab_epoch: bool,
 }
 
 impl Options {
@@ -116,6 +146,27 @@ impl Options {
                  `retry_ms` ({retry_ms})"
             ));
         }
+        let replica_reads = match config.get("replica_reads", "off".to_string())?.as_str() {
+            "off" => ReplicaReads::Off,
+            "linearizable" => ReplicaReads::Linearizable,
+            "snapshot" => ReplicaReads::Snapshot,
+            other => {
+                return Err(format!(
+                    "protocol option `replica_reads` must be `off`, `linearizable` or \
+                     `snapshot`, got `{other}`"
+                ))
+            }
+        };
+        let epoch_ms = config.get("epoch_ms", 100.0)?;
+        positive_ms("epoch_ms", epoch_ms)?;
+        let staleness_default = 2.0 * epoch_ms + cluster.topology.max_rtt_ms();
+        let snapshot_staleness_ms = config.get("snapshot_staleness_ms", staleness_default)?;
+        if !(0.0..=1e9).contains(&snapshot_staleness_ms) {
+            return Err(format!(
+                "protocol option `snapshot_staleness_ms` must be a finite duration \
+                 (0 or more), got {snapshot_staleness_ms}"
+            ));
+        }
         let read_floor_ms = config.get("read_floor_ms", 1000.0)?;
         positive_ms("read_floor_ms", read_floor_ms)?;
         let options = Options {
@@ -144,8 +195,22 @@ impl Options {
             )?,
             read_floor_ns: ms_to_ns(read_floor_ms),
             unsafe_skip_read_tracking: config.get("unsafe_skip_read_tracking", false)?,
+            epoch_ns: ms_to_ns(epoch_ms).max(1),
+            replica_reads,
+            snapshot_staleness_ns: ms_to_ns(snapshot_staleness_ms),
+            unsafe_no_collab_epoch: config.get("unsafe_no_collab_epoch", false)?,
         };
         Ok(options)
+    }
+
+    /// Whether K2-VCR runs (epochs are cut and replicas replay only then).
+    pub fn epochs_on(&self) -> bool {
+        self.replica_reads != ReplicaReads::Off
+    }
+
+    /// The epoch whose interval holds true time `t_ns` (its ceiling epoch, §6.4).
+    pub fn epoch_of(&self, t_ns: u64) -> u64 {
+        t_ns.div_ceil(self.epoch_ns)
     }
 
     /// `x · (1 + D)`: a duration that an ordinary clock drifting by up to D may count short.

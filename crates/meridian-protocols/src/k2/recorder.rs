@@ -27,6 +27,8 @@ enum Entry {
     },
     Decided {
         committed: bool,
+        /// The commit epoch (§6.3).
+        epoch: u64,
         unacked: BTreeSet<ShardId>,
         /// Told once every participant finalized (`async_finalize=false`).
         waiting_coordinator: Option<NodeId>,
@@ -44,6 +46,8 @@ pub struct Env<'a> {
     pub cluster: &'a Cluster,
     pub max_txn_age_ns: u64,
     pub async_finalize: bool,
+    /// The host's current epoch: the recorder's proposal (§6.3, Fig. 10 line 18).
+    pub epoch: u64,
 }
 
 impl Recorder {
@@ -60,6 +64,7 @@ impl Recorder {
             d.txn,
             Entry::Decided {
                 committed: d.committed,
+                epoch: d.epoch,
                 unacked: d.unacked.iter().copied().collect(),
                 waiting_coordinator: None,
             },
@@ -86,10 +91,14 @@ impl Recorder {
             .iter()
             .filter_map(|(txn, e)| match e {
                 Entry::Decided {
-                    committed, unacked, ..
+                    committed,
+                    epoch,
+                    unacked,
+                    ..
                 } => Some(DecisionRecord {
                     txn: *txn,
                     committed: *committed,
+                    epoch: *epoch,
                     unacked: unacked.iter().copied().collect(),
                 }),
                 Entry::Open { .. } => None,
@@ -116,18 +125,22 @@ impl Recorder {
             return arm_deadline(ctx, env, txn);
         }
         ctx.count("k2.recorder_timeouts", 1);
-        self.decide(ctx, env, txn, false, Vec::new());
+        self.decide(ctx, env, txn, false, Vec::new(), 0);
     }
 
-    /// The decision, if made.
-    pub fn decision(&self, txn: TxnTs) -> Option<bool> {
+    /// The decision (committed?, commit epoch), if made.
+    pub fn decision(&self, txn: TxnTs) -> Option<(bool, u64)> {
         match self.entries.get(&txn) {
-            Some(Entry::Decided { committed, .. }) => Some(*committed),
+            Some(Entry::Decided {
+                committed, epoch, ..
+            }) => Some((*committed, *epoch)),
             _ => None,
         }
     }
 
-    /// Coordinator's Commit or Abort.
+    /// Coordinator's Commit or Abort; `proposed` is the largest epoch the participants
+    /// proposed (§6.3).
+    #[allow(clippy::too_many_arguments)]
     pub fn on_end(
         &mut self,
         ctx: &mut Ctx<'_, K2Node>,
@@ -136,11 +149,13 @@ impl Recorder {
         txn: TxnTs,
         commit: bool,
         participants: Vec<ShardId>,
+        proposed: u64,
     ) {
         if let Some(Entry::Decided {
             committed,
             unacked,
             waiting_coordinator,
+            ..
         }) = self.entries.get_mut(&txn)
         {
             let committed = *committed;
@@ -158,7 +173,14 @@ impl Recorder {
             ctx.count("k2.recorder_refused_old", 1);
         }
         let committed = commit && !too_old;
-        self.decide(ctx, env, txn, committed, participants);
+        // Fig. 10 lines 18-19: the commit epoch is the largest proposed, the recorder's own
+        // included.
+        let epoch = if committed {
+            proposed.max(env.epoch)
+        } else {
+            0
+        };
+        self.decide(ctx, env, txn, committed, participants, epoch);
         ctx.send(coordinator, Msg::Decision { txn, committed });
         if committed && !env.async_finalize {
             if let Some(Entry::Decided {
@@ -178,14 +200,17 @@ impl Recorder {
             Entry::Open { pushers } => {
                 pushers.insert(from);
             }
-            Entry::Decided { committed, .. } => {
-                let committed = *committed;
+            Entry::Decided {
+                committed, epoch, ..
+            } => {
+                let (committed, epoch) = (*committed, *epoch);
                 ctx.send(
                     from,
                     Msg::Resolve {
                         txn,
                         committed,
                         ack: false,
+                        epoch,
                     },
                 );
             }
@@ -198,6 +223,7 @@ impl Recorder {
             unacked,
             committed,
             waiting_coordinator,
+            ..
         }) = self.entries.get_mut(&txn)
         else {
             return;
@@ -223,11 +249,13 @@ impl Recorder {
         txn: TxnTs,
         committed: bool,
         participants: Vec<ShardId>,
+        epoch: u64,
     ) {
         let unacked: BTreeSet<ShardId> = participants.into_iter().collect();
         ctx.persist(Record::Decided(DecisionRecord {
             txn,
             committed,
+            epoch,
             unacked: unacked.iter().copied().collect(),
         }));
         ctx.count(
@@ -242,6 +270,7 @@ impl Recorder {
             txn,
             Entry::Decided {
                 committed,
+                epoch,
                 unacked: unacked.clone(),
                 waiting_coordinator: None,
             },
@@ -254,6 +283,7 @@ impl Recorder {
                         txn,
                         committed,
                         ack: false,
+                        epoch,
                     },
                 );
             }
@@ -266,6 +296,7 @@ impl Recorder {
                     txn,
                     committed,
                     ack,
+                    epoch,
                 },
             );
         }
@@ -284,7 +315,7 @@ impl Recorder {
             .collect();
         for txn in stale {
             ctx.count("k2.recorder_timeouts", 1);
-            self.decide(ctx, env, txn, false, Vec::new());
+            self.decide(ctx, env, txn, false, Vec::new(), 0);
         }
         self.entries.retain(|t, e| match e {
             Entry::Decided {
@@ -296,7 +327,10 @@ impl Recorder {
         });
         for (txn, entry) in &self.entries {
             if let Entry::Decided {
-                committed, unacked, ..
+                committed,
+                epoch,
+                unacked,
+                ..
             } = entry
             {
                 for shard in unacked {
@@ -304,6 +338,7 @@ impl Recorder {
                         txn: *txn,
                         committed: *committed,
                         ack: true,
+                        epoch: *epoch,
                     };
                     ctx.send(env.cluster.initial_leader(*shard), msg);
                 }

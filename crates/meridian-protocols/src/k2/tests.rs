@@ -9,7 +9,7 @@ use meridian_core::txn::{
     Procedures, Txn,
 };
 use meridian_core::value::{decode_list, encode_int};
-use meridian_core::ShardId;
+use meridian_core::{NodeId, ShardId};
 
 type Driver = crate::testkit::Driver<K2Node>;
 
@@ -27,6 +27,9 @@ impl MsgKind for Msg {
             Msg::Resolve { .. } => "resolve",
             Msg::Finalized { .. } => "finalized",
             Msg::AllFinalized { .. } => "all-finalized",
+            Msg::RepRead { .. } => "rep-read",
+            Msg::Pull { .. } => "pull",
+            Msg::Replicate { .. } => "replicate",
         }
     }
 }
@@ -421,4 +424,92 @@ fn random_loss_duplication_and_reordering_keep_appends_atomic_and_exactly_once()
             _ => {}
         }
     }
+}
+
+// ---- K2-VCR (§6) ----------------------------------------------------------------------
+
+fn first_version_epoch(d: &Driver, shard: u32, name: &str) -> u64 {
+    let state = d.key_state(shard, &d.key_on(shard, name));
+    assert_eq!(state.versions.len(), 1, "one committed version of {name}");
+    state.versions[0].epoch
+}
+
+/// §6.3: every write of a transaction gets the one commit epoch the recorder assigned,
+/// even when one participant finalizes epochs later; the broken variant
+/// (`unsafe_no_collab_epoch`) lets that participant use its own epoch, so a replica would
+/// show one write of the transaction epochs before the other.
+#[test]
+fn collaborative_assignment_puts_a_transactions_writes_in_one_epoch_and_the_broken_variant_does_not(
+) {
+    let base = "replica_reads=linearizable,epoch_ms=5";
+    for (options, same_epoch) in [
+        (base.to_string(), true),
+        (format!("{base},unsafe_no_collab_epoch=true"), false),
+    ] {
+        let mut d = driver(&options);
+        d.run_for(20 * MS);
+        let late = d.server_node(1);
+        d.hold(move |_, to, m| to == late && matches!(m, Msg::Resolve { ack: true, .. }));
+        let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1), append(&d, 1, "j", 1)]));
+        assert!(d.run_until_answered(&[writer], 100 * MS));
+        assert_eq!(committed(&d, writer).1, CommitPath::TwoPhase);
+        d.run_for(30 * MS);
+        d.release_held();
+        d.run_for(20 * MS);
+        let (on_k, on_j) = (
+            first_version_epoch(&d, 0, "k"),
+            first_version_epoch(&d, 1, "j"),
+        );
+        assert!(on_k > 0, "{options}: epochs are cut");
+        assert_eq!(
+            on_k == on_j,
+            same_epoch,
+            "{options}: epochs {on_k} and {on_j}"
+        );
+    }
+}
+
+/// Coordinators in region B, where each shard has a read replica: read-only transactions
+/// go to the replicas.
+fn replica_driver(options: &str) -> Driver {
+    let topology =
+        crate::testkit::TOPOLOGY.replace("region = \"A\"\ncount = 2", "region = \"B\"\ncount = 2");
+    Driver::on_topology::<K2>(&topology, options, Procedures::new(), 7, 0)
+}
+
+#[test]
+fn a_linearizable_replica_read_waits_for_its_epoch_and_sees_what_committed_before_it() {
+    let mut d = replica_driver("replica_reads=linearizable,epoch_ms=5");
+    d.run_for(20 * MS);
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1), append(&d, 1, "j", 2)]));
+    assert!(d.run_until_answered(&[writer], 1000 * MS));
+    committed(&d, writer);
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k"), read(&d, 1, "j")]));
+    assert!(d.run_until_answered(&[reader], 1000 * MS));
+    let (results, path) = committed(&d, reader);
+    assert_eq!(path, CommitPath::ReadOnly);
+    assert_eq!((list(&results[0]), list(&results[1])), (vec![1], vec![2]));
+    assert!(d.counters.get("k2.replica_reads").is_some_and(|n| *n >= 2));
+    let replica = match d.node(NodeId(1)) {
+        Some(K2Node::Replica(r)) => r,
+        other => panic!("n1 is {other:?}"),
+    };
+    assert!(replica.complete() > 0, "the replica replayed epochs");
+    assert!(d
+        .counters
+        .get("k2.visible_versions")
+        .is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn with_replica_reads_off_no_epochs_are_cut_and_replicas_stay_idle() {
+    let mut d = replica_driver("");
+    d.run_for(20 * MS);
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[writer], 1000 * MS));
+    let reader = d.submit(1, txn(vec![read(&d, 0, "k")]));
+    assert!(d.run_until_answered(&[reader], 1000 * MS));
+    assert_eq!(list(&committed(&d, reader).0[0]), vec![1]);
+    assert!(!d.counters.contains_key("k2.epoch_cuts"));
+    assert!(!d.counters.contains_key("k2.replica_reads"));
 }

@@ -1,8 +1,16 @@
 //! Messages, timers and durable records of `k2`.
 
+use super::write_stream::Version;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
 use meridian_core::{NodeId, ShardId, Timestamp};
 use serde::{Deserialize, Serialize};
+
+/// How a transaction ended on a primary: committed in which epoch, or aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    pub committed: bool,
+    pub epoch: u64,
+}
 
 /// A transaction's start timestamp: its identity, its place in the serial order and the
 /// version of everything it writes (§5.1).
@@ -30,17 +38,20 @@ pub enum Msg {
     OracleTs { req: u64, high_ns: u64, oracle: u32 },
     /// Coordinator → primary.
     Execute(Box<Execute>),
-    /// Primary → coordinator: the piece's result, or why the transaction must abort.
+    /// Primary → coordinator: the piece's result, or why the transaction must abort, and
+    /// the epoch the primary proposes for it (§6.3, Fig. 10 line 10; 0 with K2-VCR off).
     Executed {
         txn: TxnTs,
         step: u16,
         outcome: Result<PieceResult, AbortReason>,
+        epoch: u64,
     },
     /// Coordinator → recorder: commit (Fig. 9 line 7); `participants` are the shards
-    /// holding the transaction's write intents.
+    /// holding the transaction's write intents; `epoch` the largest epoch they proposed.
     Commit {
         txn: TxnTs,
         participants: Vec<ShardId>,
+        epoch: u64,
     },
     /// Coordinator → recorder: abort.
     Abort {
@@ -57,11 +68,33 @@ pub enum Msg {
         txn: TxnTs,
         committed: bool,
         ack: bool,
+        /// The commit epoch (§6.3; 0 for an abort or with K2-VCR off).
+        epoch: u64,
     },
     /// Primary → recorder: the transaction's intents on `shard` are finalized.
     Finalized { txn: TxnTs, shard: ShardId },
     /// Recorder → coordinator (only with `async_finalize=false`): every participant finalized.
     AllFinalized { txn: TxnTs },
+    /// Coordinator → a copy of `piece.shard` (replica or primary): run a read-only piece
+    /// in the read view of every epoch up to `epoch` (§6.4), once that epoch is complete.
+    RepRead {
+        txn: TxnTs,
+        step: u16,
+        epoch: u64,
+        piece: Piece,
+        inputs: Vec<(u16, PieceResult)>,
+    },
+    /// Replica → primary: the committed versions of epochs after `after` (§6.2's
+    /// asynchronous replication, pulled so that a lost message or a restarted replica
+    /// only costs a retry).
+    Pull { after: u64 },
+    /// Primary → replica: every version committed in epochs `after+1 ..= complete`, and
+    /// `complete`, the last epoch no later transaction can write in here.
+    Replicate {
+        after: u64,
+        complete: u64,
+        versions: Vec<(Key, Version)>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +105,10 @@ pub enum Timer {
     BatchTtl { req: u64 },
     /// Coordinator: oracle request `req` went unanswered; ask the next oracle.
     OracleRetry { req: u64 },
+    /// Primary: time to ask the oracle whether the next epoch can be cut (Fig. 12).
+    EpochCut { gen: u64 },
+    /// Replica: pull from the primary.
+    ReplicaTick,
     /// Coordinator: the commit wait of this transaction has passed (§4.4).
     CommitWait { txn: TxnTs },
     /// Primary: re-push, re-finalize, sweep stale intents, expire recorder entries.
@@ -89,6 +126,8 @@ pub struct IntentRecord {
     pub step: u16,
     pub writes: Vec<(Key, Value)>,
     pub result: PieceResult,
+    /// The epoch this primary proposed when the intents were created (§6.3).
+    pub epoch: u64,
 }
 
 /// A recorder's durable decision.
@@ -96,6 +135,8 @@ pub struct IntentRecord {
 pub struct DecisionRecord {
     pub txn: TxnTs,
     pub committed: bool,
+    /// The commit epoch (§6.3).
+    pub epoch: u64,
     /// Participants still to acknowledge finalization (committed decisions only; the
     /// recorder keeps them until every one has).
     pub unacked: Vec<ShardId>,
@@ -106,6 +147,8 @@ pub struct DecisionRecord {
 pub struct TxnSnapshot {
     pub txn: TxnTs,
     pub recorder: NodeId,
+    /// The lowest epoch this primary proposed for it.
+    pub epoch: u64,
     pub results: Vec<(u16, PieceResult)>,
     pub writes: Vec<(Key, Value)>,
 }
@@ -117,7 +160,7 @@ pub struct KeySnapshot {
     /// Versions below this were discarded.
     pub pruned_below: Timestamp,
     /// Oldest first.
-    pub versions: Vec<(TxnTs, Value)>,
+    pub versions: Vec<Version>,
 }
 
 /// A primary's state as of a checkpoint.
@@ -125,7 +168,7 @@ pub struct KeySnapshot {
 pub struct Snapshot {
     pub keys: Vec<KeySnapshot>,
     pub txns: Vec<TxnSnapshot>,
-    pub finished: Vec<(TxnTs, bool)>,
+    pub finished: Vec<(TxnTs, Finished)>,
     pub decisions: Vec<DecisionRecord>,
     pub read_floor: Timestamp,
 }
@@ -142,6 +185,7 @@ pub enum Record {
     Finalized {
         txn: TxnTs,
         committed: bool,
+        epoch: u64,
     },
     /// Primary: reads up to this timestamp may have been served (§5.3 recovery of the read
     /// version tracker).

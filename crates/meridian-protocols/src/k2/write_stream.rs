@@ -6,6 +6,7 @@ use super::wire::TxnTs;
 use meridian_core::txn::{Key, KvAccess, Value};
 use meridian_core::{NodeId, Timestamp};
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// An undetermined write (a write intent).
@@ -16,11 +17,23 @@ pub struct Intent {
     pub recorder: NodeId,
 }
 
+/// A committed version (§5.1: indexed by its writer's start timestamp), with the epoch
+/// K2-VCR assigned its writer (§6.3) and the local time it was finalized here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub ts: TxnTs,
+    pub value: Value,
+    /// The commit epoch (0 with K2-VCR off).
+    pub epoch: u64,
+    /// When the primary finalized it (its local clock): the start of the visibility delay.
+    pub finalized_ns: u64,
+}
+
 /// One key's versions, write stream and read tracker.
 #[derive(Clone, Debug, Default)]
 pub struct KeyState {
     /// Committed versions, oldest first.
-    pub versions: Vec<(TxnTs, Value)>,
+    pub versions: Vec<Version>,
     /// Versions below this were discarded: a read below it cannot be answered.
     pub pruned_below: Timestamp,
     /// The write stream.
@@ -36,8 +49,13 @@ impl KeyState {
         if let Some(own) = self.intents.get(&ts) {
             return Some(own.value.clone());
         }
-        let newer = self.versions.partition_point(|(v, _)| *v <= ts);
-        newer.checked_sub(1).map(|i| self.versions[i].1.clone())
+        let newer = self.versions.partition_point(|v| v.ts <= ts);
+        newer.checked_sub(1).map(|i| self.versions[i].value.clone())
+    }
+
+    /// The newest version in a replica read view (every epoch up to `epoch`, §6.4).
+    pub fn value_in_epoch(&self, epoch: u64) -> Option<&Version> {
+        self.versions.iter().rev().find(|v| v.epoch <= epoch)
     }
 
     /// Other transactions' intents below `ts` (Fig. 10 line 1: what a reader must push).
@@ -50,26 +68,39 @@ impl KeyState {
     /// Whether anything newer than `ts` was written (a single-version reader at `ts`
     /// cannot read this key: Fig. 19 without multi-version reads).
     pub fn newer_than(&self, ts: TxnTs) -> bool {
-        self.versions.last().is_some_and(|(v, _)| *v > ts)
+        self.versions.last().is_some_and(|v| v.ts > ts)
             || self.intents.range(ts..).any(|(t, _)| *t != ts)
     }
 
-    /// Finalizes `txn`'s intent: a committed one becomes a version (§5.2 Phase 3).
-    /// Keeps at most `max_versions` versions.
-    pub fn finalize(&mut self, txn: TxnTs, committed: bool, max_versions: usize) {
+    /// Finalizes `txn`'s intent: a committed one becomes a version (§5.2 Phase 3) of
+    /// commit epoch `epoch`. Keeps at most `max_versions` versions.
+    pub fn finalize(&mut self, txn: TxnTs, committed: Option<(u64, u64)>, max_versions: usize) {
         let Some(intent) = self.intents.remove(&txn) else {
             return;
         };
-        if !committed {
+        let Some((epoch, finalized_ns)) = committed else {
+            return;
+        };
+        let version = Version {
+            ts: txn,
+            value: intent.value,
+            epoch,
+            finalized_ns,
+        };
+        self.insert_version(version, max_versions);
+    }
+
+    /// Inserts a committed version in timestamp order; keeps at most `max_versions`.
+    pub fn insert_version(&mut self, version: Version, max_versions: usize) {
+        let at = self.versions.partition_point(|v| v.ts < version.ts);
+        if self.versions.get(at).is_some_and(|v| v.ts == version.ts) {
             return;
         }
-        let at = self.versions.partition_point(|(v, _)| *v < txn);
-        debug_assert!(self.versions.get(at).is_none_or(|(v, _)| *v != txn));
-        self.versions.insert(at, (txn, intent.value));
+        self.versions.insert(at, version);
         if self.versions.len() > max_versions {
             let drop = self.versions.len() - max_versions;
             self.versions.drain(..drop);
-            self.pruned_below = self.versions[0].0;
+            self.pruned_below = self.versions[0].ts;
         }
     }
 }
@@ -106,13 +137,13 @@ impl Store {
     /// Checks the invariants a bug could break.
     pub fn check(&self) -> Result<(), String> {
         for (key, state) in &self.keys {
-            if !state.versions.windows(2).all(|w| w[0].0 < w[1].0) {
+            if !state.versions.windows(2).all(|w| w[0].ts < w[1].ts) {
                 return Err(format!("versions of {key:?} out of order"));
             }
             if state
                 .versions
                 .first()
-                .is_some_and(|(v, _)| *v < state.pruned_below)
+                .is_some_and(|v| v.ts < state.pruned_below)
             {
                 return Err(format!("{key:?} keeps a version below its pruning point"));
             }
@@ -173,8 +204,8 @@ mod tests {
         let mut s = KeyState::default();
         s.intents.insert(ts(10), intent(1));
         s.intents.insert(ts(20), intent(2));
-        s.finalize(ts(20), true, 8);
-        s.finalize(ts(10), true, 8);
+        s.finalize(ts(20), Some((1, 0)), 8);
+        s.finalize(ts(10), Some((1, 0)), 8);
         assert_eq!(s.value_at(ts(5)), None);
         assert_eq!(s.value_at(ts(15)), Some(val(1)));
         assert_eq!(s.value_at(ts(25)), Some(val(2)));
@@ -187,7 +218,7 @@ mod tests {
         s.intents.insert(ts(30), intent(3));
         let below: Vec<_> = s.undetermined_below(ts(20)).map(|(t, _)| t).collect();
         assert_eq!(below, vec![ts(10)]);
-        s.finalize(ts(10), false, 8);
+        s.finalize(ts(10), None, 8);
         assert_eq!(s.undetermined_below(ts(20)).count(), 0);
         assert_eq!(s.value_at(ts(20)), None, "an aborted intent leaves nothing");
         assert_eq!(
@@ -202,7 +233,7 @@ mod tests {
         let mut s = KeyState::default();
         for t in 1..=5u8 {
             s.intents.insert(ts(t.into()), intent(t));
-            s.finalize(ts(t.into()), true, 3);
+            s.finalize(ts(t.into()), Some((1, 0)), 3);
         }
         assert_eq!(s.versions.len(), 3);
         assert_eq!(s.pruned_below, ts(3));
