@@ -53,18 +53,39 @@ impl Recovered {
                     state.others.insert(body.id, (**body).clone());
                 }
                 Record::Synced { pos, body } => {
-                    // Positions follow each other within one snapshot's list; one below
-                    // the list's end was written again (a resend), one beyond it cannot be.
-                    let end = state.checkpoint.pos + state.synced.len() as u64;
-                    if *pos == end {
+                    if *pos == state.synced_end() {
                         state.others.remove(&body.id);
                         state.synced.push((**body).clone());
+                    }
+                }
+                &Record::SyncedHeld {
+                    pos,
+                    id,
+                    ts,
+                    aborted,
+                } => {
+                    // Its `Held` record came after the snapshot, so `others` has the body
+                    // unless a torn log lost it — then so is this record's.
+                    if pos == state.synced_end() {
+                        if let Some(mut body) = state.others.remove(&id) {
+                            body.ts = ts;
+                            body.aborted = aborted;
+                            body.decided = true;
+                            state.synced.push(body);
+                        }
                     }
                 }
                 Record::ServerStarted | Record::CoordinatorStarted | Record::Raft(_) => {}
             }
         }
         state
+    }
+
+    /// The position after the synced list. Positions follow each other within one
+    /// snapshot's list; one below the list's end was written again (a resend), one beyond
+    /// it cannot be.
+    fn synced_end(&self) -> u64 {
+        self.checkpoint.pos + self.synced.len() as u64
     }
 
     /// The report this log list makes in view `g_view` (Algorithm 5 `send-view-change`).
@@ -99,19 +120,21 @@ pub(crate) fn restarted(records: &[Record]) -> bool {
 
 impl Server {
     /// Makes `id`'s current body and timestamp durable as held outside the synced list.
-    pub(super) fn persist_held(&self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+    pub(super) fn persist_held(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if !self.opts.durable {
             return;
         }
-        let e = &self.txns[&id];
+        let e = self.txns.get_mut(&id).expect("held entry");
         debug_assert!(matches!(
             e.state,
             State::Released | State::Sealed | State::Queued
         ));
+        e.held_epoch = self.durable_epoch;
         ctx.persist(Record::Held(Box::new(e.body.clone())));
     }
 
-    /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable.
+    /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable: without
+    /// the body when a `Held` record since the last snapshot carries it.
     pub(super) fn persist_synced(
         &self,
         ctx: &mut Ctx<'_, TigaNode>,
@@ -122,18 +145,34 @@ impl Server {
         if !self.opts.durable {
             return;
         }
-        let body = self.body_at(id, ts);
+        let e = &self.txns[&id];
+        debug_assert!(e.body.decided);
+        if e.held_epoch == self.durable_epoch {
+            ctx.persist(Record::SyncedHeld {
+                pos,
+                id,
+                ts,
+                aborted: e.body.aborted,
+            });
+            return;
+        }
         ctx.persist(Record::Synced {
             pos,
-            body: Box::new(body),
+            body: Box::new(self.body_at(id, ts)),
         });
     }
 
     /// Replaces the durable log with `report` (this server's log list) and the view.
-    pub(super) fn persist_report(&self, ctx: &mut Ctx<'_, TigaNode>, report: &ViewChangeReport) {
+    pub(super) fn persist_report(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        report: &ViewChangeReport,
+    ) {
         if !self.opts.durable {
             return;
         }
+        // Records before the snapshot are gone: bodies held earlier must be written again.
+        self.durable_epoch += 1;
         ctx.checkpoint(Record::ServerSnapshot {
             view: self.view.clone(),
             report: Box::new(report.clone()),
