@@ -199,3 +199,91 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::{NodeId, ShardId, ShardList};
+    use std::sync::Arc;
+
+    fn body(seq: u64, time_ns: u64) -> TxnBody {
+        TxnBody {
+            id: TxnId {
+                coordinator: NodeId(0),
+                seq,
+            },
+            ts: Timestamp::new(time_ns, 0),
+            shards: ShardList::from_slice(&[ShardId(0)]),
+            pieces: Arc::new(Vec::new()),
+            aborted: false,
+            decided: false,
+        }
+    }
+
+    fn view() -> View {
+        View {
+            g_view: 0,
+            l_views: vec![0],
+            preventive: false,
+        }
+    }
+
+    fn synced_held(pos: u64, b: &TxnBody, time_ns: u64, aborted: bool) -> Record {
+        Record::SyncedHeld {
+            pos,
+            id: b.id,
+            ts: Timestamp::new(time_ns, 0),
+            aborted,
+        }
+    }
+
+    /// A `SyncedHeld` record moves the body its `Held` record wrote into the synced list,
+    /// at the synced timestamp and decision: the same list a full `Synced` record makes.
+    #[test]
+    fn a_synced_held_record_takes_its_body_from_the_held_record() {
+        let (a, b) = (body(1, 10), body(2, 20));
+        let records = [
+            Record::Held(Box::new(a.clone())),
+            Record::Held(Box::new(b.clone())),
+            synced_held(0, &a, 15, true),
+        ];
+        let compact = Recovered::from_records(&records, view());
+        let mut decided = a.clone();
+        decided.ts = Timestamp::new(15, 0);
+        decided.aborted = true;
+        decided.decided = true;
+        let full = Recovered::from_records(
+            &[
+                Record::Held(Box::new(a)),
+                Record::Held(Box::new(b.clone())),
+                Record::Synced {
+                    pos: 0,
+                    body: Box::new(decided.clone()),
+                },
+            ],
+            view(),
+        );
+        for state in [&compact, &full] {
+            assert_eq!(state.synced.len(), 1);
+            assert_eq!(state.synced[0].id, decided.id);
+            assert_eq!(state.synced[0].ts, decided.ts);
+            assert!(state.synced[0].aborted && state.synced[0].decided);
+            assert_eq!(state.others.keys().collect::<Vec<_>>(), vec![&b.id]);
+        }
+    }
+
+    /// Without its body (a `Held` record lost), a `SyncedHeld` record adds nothing and the
+    /// list ends there: a later position does not follow on from it.
+    #[test]
+    fn a_synced_held_record_without_its_body_ends_the_list() {
+        let (a, b) = (body(1, 10), body(2, 20));
+        let records = [
+            Record::Held(Box::new(b.clone())),
+            synced_held(0, &a, 10, false),
+            synced_held(1, &b, 20, false),
+        ];
+        let state = Recovered::from_records(&records, view());
+        assert!(state.synced.is_empty());
+        assert_eq!(state.others.len(), 1);
+    }
+}
