@@ -92,7 +92,7 @@ struct Entry {
     sealed_ns: u64,
     /// Shared with the reply sent (and, for a leader, the coordinator's copy); GC drops it.
     last_fast: Option<Arc<FastReply>>,
-    /// Durable server: the snapshot epoch ([`Server::durable_epoch`]) in which a
+    /// Durable server: the snapshot epoch (`Server::durable_epoch`) in which a
     /// `Record::Held` carried this body, 0 if none did: its `Synced` record then need
     /// not carry the body again.
     held_epoch: u64,
