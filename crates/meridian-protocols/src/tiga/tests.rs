@@ -1227,18 +1227,22 @@ fn a_durable_follower_writes_each_body_once() {
     let (a, b) = (body(1, 100, 0, &[0], "x"), body(2, 200, 0, &[0], "y"));
     let mut records = Vec::new();
     for (at, t) in [(10, &a), (20, &b)] {
-        records.extend(persisted(
-            &h.deliver(at, COORD, Msg::Submit(Box::new(t.clone()))),
-        ));
+        records.extend(persisted(&h.deliver(
+            at,
+            COORD,
+            Msg::Submit(Box::new(t.clone())),
+        )));
     }
     records.extend(persisted(&h.wake(250)));
     assert_eq!(records, vec![("held", a.id), ("held", b.id)]);
     // `late` arrives after the follower's clock passed the leader's timestamp for it, and
     // is synced while still queued: no `Held` record carries its body.
     let late = body(3, 5000, 0, &[0], "z");
-    records.extend(persisted(
-        &h.deliver(260, COORD, Msg::Submit(Box::new(late.clone()))),
-    ));
+    records.extend(persisted(&h.deliver(
+        260,
+        COORD,
+        Msg::Submit(Box::new(late.clone())),
+    )));
     let leader = s.cluster.initial_leader(ShardId(0));
     let sync = log_sync(&[&a, &b], (late.id, 300), leader);
     records.extend(persisted(&h.deliver(400, leader, sync)));
