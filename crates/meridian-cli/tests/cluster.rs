@@ -1597,3 +1597,131 @@ fn tapir_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
 fn janus_keeps_every_acknowledged_write_through_a_whole_cluster_sigkill() {
     whole_cluster_sigkill_keeps_acknowledged_writes("janus", "strict-serializable", 1000);
 }
+
+/// A TLS session to `addr` with `credentials` that says `hello`, announces a frame of
+/// `announced` bytes and sends `sent` of them (a write the server refuses midway, or one
+/// it stops reading, is no error here: bounded by 10 s).
+async fn tls_half_frame(
+    credentials: &meridian_client::tls::Credentials,
+    addr: std::net::SocketAddr,
+    hello: &meridian_client::wire::Hello,
+    announced: u32,
+    sent: usize,
+) -> meridian_client::tls::Stream {
+    use tokio::io::AsyncWriteExt;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = credentials
+        .connector()
+        .unwrap()
+        .connect("coord0", tcp)
+        .await
+        .unwrap();
+    let hello = meridian_client::wire::encode(hello);
+    let mut bytes = (hello.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&hello);
+    bytes.extend_from_slice(&announced.to_be_bytes());
+    bytes.resize(bytes.len() + sent, 0x5a);
+    let write = async {
+        stream.write_all(&bytes).await?;
+        stream.flush().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), write).await;
+    stream
+}
+
+/// Whether the server closed `stream` (EOF, an error or a TLS alert) within 5 s.
+async fn tls_closed(stream: &mut meridian_client::tls::Stream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Must-show 5 of issue 22 (memory) over TLS, the way `cluster up` starts a cluster by
+/// default: the 40 × 16 MiB length prefixes of
+/// `forty_sixteen_mib_length_prefixes_do_not_grow_a_coordinator`, each sent through a TLS
+/// session with the cluster's own client or peer certificate (so the handshake passes and
+/// the frame limits are what is tested). Clients are refused at the prefix; the peers'
+/// partial frames are buffered as their bytes arrive and given back when they close.
+#[test]
+fn forty_sixteen_mib_length_prefixes_over_tls_do_not_grow_a_coordinator() {
+    use meridian_client::wire::Hello;
+    use meridian_server::pki;
+    let cluster = Cluster::up_with("local", "clock-si", "0", &[]);
+    let (topology, run) = (cluster.topology(), cluster.run());
+    let put = cluster.client("5s", &["put", "warm", "up"]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    let pid = pid_of(&run, "coord0");
+    let addr = peer_addr(topology, "coord0");
+    let tls = run.join("tls");
+    let client = pki::load(&tls, pki::DEFAULT_CLIENT).expect("the client's certificate");
+    let node0 = meridian_core::NodeId(0);
+    let machine = pki::machine_file_name(&plain_cluster(topology), node0);
+    let peer_credentials = pki::load(&tls, &machine).expect("node 0's machine certificate");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let before = rss_mib(pid);
+        let mut clients = Vec::new();
+        for _ in 0..40 {
+            clients.push(tls_half_frame(&client, addr, &Hello::Client, 16 << 20, 8 << 20).await);
+        }
+        let during = rss_mib(pid);
+        for stream in &mut clients {
+            assert!(tls_closed(stream).await, "refused at the prefix");
+        }
+        drop(clients);
+        let after = rss_mib(pid);
+        eprintln!(
+            "TLS client hellos: RSS {before:.1} MiB before, {during:.1} during, {after:.1} after"
+        );
+        assert!(
+            during < before + 32.0 && after < before + 32.0,
+            "{before} {during} {after}"
+        );
+
+        let peer = Hello::Peer {
+            from: node0,
+            cluster: "local".into(),
+        };
+        let mut peers = Vec::new();
+        for _ in 0..40 {
+            peers.push(tls_half_frame(&peer_credentials, addr, &peer, 16 << 20, 4 << 20).await);
+        }
+        let mut held = before;
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                held = rss_mib(pid);
+                held > before + 100.0
+            }),
+            "the peers' 160 MiB are buffered: {held}"
+        );
+        assert!(
+            held < before + 2.0 * 160.0 + 32.0,
+            "no more than twice what arrived: {held}"
+        );
+        drop(peers);
+        let mut released = held;
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                released = rss_mib(pid);
+                released < before + 32.0
+            }),
+            "memory given back after close: {before:.1} before, {held:.1} held, {released:.1} after"
+        );
+        eprintln!(
+            "TLS peer hellos: RSS {before:.1} MiB before, {held:.1} held, {released:.1} after close"
+        );
+    });
+    let get = cluster.client("5s", &["get", "warm"]);
+    assert!(text(&get).contains("warm = \"up\""), "{}", text(&get));
+}

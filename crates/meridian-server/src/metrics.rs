@@ -209,11 +209,21 @@ impl NodeMetrics {
         out
     }
 
-    /// Adds an event's protocol counts (one read lock per name that counted).
-    pub fn add_protocol_counters(&self, sums: &mut FxHashMap<&'static str, u64>) {
+    /// Adds a batch's protocol counts. `counters` keeps each name's counter (a shared
+    /// handle), so only a name's first count builds its labels and takes the family's lock.
+    pub fn add_protocol_counters(
+        &self,
+        sums: &mut FxHashMap<&'static str, u64>,
+        counters: &mut FxHashMap<&'static str, Counter>,
+    ) {
         for (name, by) in sums.drain() {
-            self.protocol_counters
-                .get_or_create(&vec![("name".to_string(), name.to_string())])
+            counters
+                .entry(name)
+                .or_insert_with(|| {
+                    self.protocol_counters
+                        .get_or_create(&vec![("name".to_string(), name.to_string())])
+                        .clone()
+                })
                 .inc_by(by);
         }
     }
@@ -333,7 +343,10 @@ mod tests {
         metrics.observe_outcome("aborted", Duration::from_millis(300));
         let mut counts = FxHashMap::default();
         counts.insert("fast_path", 2);
-        metrics.add_protocol_counters(&mut counts);
+        let mut counters = FxHashMap::default();
+        metrics.add_protocol_counters(&mut counts, &mut counters);
+        counts.insert("fast_path", 1);
+        metrics.add_protocol_counters(&mut counts, &mut counters);
         let text = metrics.render();
         for needle in [
             "# TYPE meridian_committed counter",
@@ -342,7 +355,7 @@ mod tests {
             "# TYPE meridian_txn_latency_seconds histogram",
             "meridian_txn_latency_seconds_bucket{node=\"coord0\",protocol=\"tiga\",le=\"0.004\",outcome=\"committed\"} 1",
             "meridian_txn_latency_seconds_count{node=\"coord0\",protocol=\"tiga\",outcome=\"aborted\"} 1",
-            "meridian_protocol_events_total{node=\"coord0\",protocol=\"tiga\",name=\"fast_path\"} 2",
+            "meridian_protocol_events_total{node=\"coord0\",protocol=\"tiga\",name=\"fast_path\"} 3",
             "# TYPE meridian_up gauge",
         ] {
             assert!(text.contains(needle), "{needle} in:\n{text}");

@@ -27,6 +27,7 @@ use crate::transport::{Held, Inbound, Reply};
 use meridian_core::host::{Action, NodeAction, NodeHost};
 use meridian_core::txn::{ClientResponse, Outcome};
 use meridian_core::{Node, NodeId, NodeRng, RequestId, TimerId};
+use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashMap;
@@ -94,8 +95,10 @@ pub struct NodeLoop<N: Node> {
     /// Requests awaiting an answer, with when they arrived (for the latency histogram).
     pending: FxHashMap<RequestId, (Reply, Instant)>,
     next_request: u64,
-    /// The protocol's counts since they were last published to `metrics`.
+    /// The protocol's counts since they were last published to `metrics` (at a batch's
+    /// end), and each count's counter there.
     protocol_counts: FxHashMap<&'static str, u64>,
+    protocol_counters: FxHashMap<&'static str, Counter>,
     /// Group commit: messages and responses waiting for the batch's sync, and since when
     /// (None: nothing is held, sends go out at once).
     held: Vec<HeldOut<N::Msg>>,
@@ -134,6 +137,7 @@ impl<N: Node> NodeLoop<N> {
             pending: FxHashMap::default(),
             next_request: 0,
             protocol_counts: FxHashMap::default(),
+            protocol_counters: FxHashMap::default(),
             held: Vec::new(),
             holding_since: None,
             unsynced_bytes: 0,
@@ -237,6 +241,7 @@ impl<N: Node> NodeLoop<N> {
         self.carry_out(actions);
         // Group commit: one sync for the whole batch, then what it held goes out.
         self.commit_group();
+        self.publish_metrics();
     }
 
     fn carry_out(&mut self, mut actions: Vec<NodeAction<N>>) {
@@ -244,8 +249,13 @@ impl<N: Node> NodeLoop<N> {
             self.apply(action);
         }
         self.actions = actions;
+    }
+
+    /// Publishes the batch's protocol counts and the leader this node believes in: once
+    /// per batch, not per handler (a handler's worth of work is a few microseconds).
+    fn publish_metrics(&mut self) {
         self.metrics
-            .add_protocol_counters(&mut self.protocol_counts);
+            .add_protocol_counters(&mut self.protocol_counts, &mut self.protocol_counters);
         let leader = self
             .host
             .node()

@@ -17,7 +17,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
@@ -28,9 +28,12 @@ const MAX_RECORD_BYTES: u32 = 256 << 20;
 /// A node's durable log.
 pub struct Wal<R> {
     dir: PathBuf,
-    file: BufWriter<File>,
+    file: File,
     fsync: bool,
-    dirty: bool,
+    /// Records encoded (header and payload) since the last [`Wal::sync`]: a group commit
+    /// writes them with one `write`, and the buffer is reused, so appending a record
+    /// allocates nothing once the buffer has grown.
+    pending: Vec<u8>,
     /// Records and bytes written since the log was opened (for metrics).
     pub records_written: u64,
     pub bytes_written: u64,
@@ -58,9 +61,9 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
         }
         let wal = Wal {
             dir: dir.to_path_buf(),
-            file: BufWriter::new(file),
+            file,
             fsync,
-            dirty: false,
+            pending: Vec::new(),
             records_written: 0,
             bytes_written: 0,
             _record: PhantomData,
@@ -70,60 +73,67 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
 
     /// Buffers a record; [`Wal::sync`] writes it out.
     pub fn append(&mut self, record: &R) -> io::Result<()> {
-        let payload = postcard::to_stdvec(record).map_err(io::Error::other)?;
-        write_record(&mut self.file, &payload)?;
-        self.dirty = true;
+        let start = self.pending.len();
+        if let Err(e) = encode_record(&mut self.pending, record) {
+            self.pending.truncate(start);
+            return Err(e);
+        }
         self.records_written += 1;
-        self.bytes_written += (payload.len() + HEADER_BYTES) as u64;
+        self.bytes_written += (self.pending.len() - start) as u64;
         Ok(())
     }
 
     /// Replaces the whole log with `record`.
     pub fn checkpoint(&mut self, record: &R) -> io::Result<()> {
-        let payload = postcard::to_stdvec(record).map_err(io::Error::other)?;
+        let mut encoded = Vec::new();
+        encode_record(&mut encoded, record)?;
         let tmp = self.dir.join("wal.tmp");
-        let mut out = BufWriter::new(File::create(&tmp)?);
-        write_record(&mut out, &payload)?;
-        let out = out.into_inner().map_err(|e| e.into_error())?;
+        let mut out = File::create(&tmp)?;
+        out.write_all(&encoded)?;
         if self.fsync {
             out.sync_data()?;
         }
         drop(out);
         // Earlier buffered records are subsumed by the checkpoint: drop them unwritten.
+        self.pending.clear();
         let path = self.dir.join("wal");
         fs::rename(&tmp, &path)?;
-        let file = OpenOptions::new().append(true).open(&path)?;
-        self.file = BufWriter::new(file);
-        self.dirty = false;
+        self.file = OpenOptions::new().append(true).open(&path)?;
         self.records_written += 1;
-        self.bytes_written += (payload.len() + HEADER_BYTES) as u64;
+        self.bytes_written += encoded.len() as u64;
         Ok(())
     }
 
     /// Whether records are buffered but not yet written.
     pub fn is_dirty(&self) -> bool {
-        self.dirty
+        !self.pending.is_empty()
     }
 
     /// Writes buffered records to the OS (and the disk with `fsync`).
     pub fn sync(&mut self) -> io::Result<()> {
-        if !self.dirty {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.file.flush()?;
+        self.file.write_all(&self.pending)?;
+        self.pending.clear();
         if self.fsync {
-            self.file.get_ref().sync_data()?;
+            self.file.sync_data()?;
         }
-        self.dirty = false;
         Ok(())
     }
 }
 
-fn write_record(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+/// Appends `record` to `out` as `[length][CRC-32][payload]`.
+fn encode_record(out: &mut Vec<u8>, record: &impl Serialize) -> io::Result<()> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_BYTES]);
+    postcard::to_io(record, &mut *out).map_err(io::Error::other)?;
+    let payload = &out[start + HEADER_BYTES..];
     let len = u32::try_from(payload.len()).map_err(io::Error::other)?;
-    out.write_all(&len.to_le_bytes())?;
-    out.write_all(&crc32fast::hash(payload).to_le_bytes())?;
-    out.write_all(payload)
+    let crc = crc32fast::hash(payload);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
 }
 
 /// The whole records at the start of `bytes`, and how many bytes they span.

@@ -332,8 +332,10 @@
 //!   other entries it holds (released fast, sealed) with their timestamps — plus its view
 //!   and last-normal-view. Records: [`Record::Held`] when a follower releases fast or a
 //!   leader seals or moves an entry, [`Record::Synced`] when a leader releases or a
-//!   follower syncs one, and [`Record::ServerSnapshot`] (a checkpoint record replacing
-//!   every earlier one) when it sends its report, when it becomes NORMAL in a view, and
+//!   follower syncs one ([`Record::SyncedHeld`], naming the entry by id, when a `Held`
+//!   record since the last snapshot carries its body, so a body is written once), and
+//!   [`Record::ServerSnapshot`] (a checkpoint record replacing every earlier one) when
+//!   it sends its report, when it becomes NORMAL in a view, and
 //!   at a cut at most every `durable_checkpoint_ms` (2000). Each is written in the
 //!   handler that makes the change and the driver syncs records before any later
 //!   message leaves, so no fast reply, sealed notification, log sync, slow reply or

@@ -92,6 +92,10 @@ struct Entry {
     sealed_ns: u64,
     /// Shared with the reply sent (and, for a leader, the coordinator's copy); GC drops it.
     last_fast: Option<Arc<FastReply>>,
+    /// Durable server: the snapshot epoch (`Server::durable_epoch`) in which a
+    /// `Record::Held` carried this body, 0 if none did: its `Synced` record then need
+    /// not carry the body again.
+    held_epoch: u64,
     notified_ns: u64,
     /// When this server first got it (local clock): a leader acts as recovery coordinator
     /// for multi-shard transactions stuck since long ago.
@@ -135,6 +139,7 @@ impl Entry {
             replied: 0,
             sealed_ns: 0,
             last_fast: None,
+            held_epoch: 0,
             notified_ns: 0,
             arrived_ns: now_ns,
             released_ns: now_ns,
@@ -263,6 +268,9 @@ pub struct Server {
     recovered: Option<durable::Recovered>,
     /// When the last durable snapshot was written (local clock).
     durable_snapshot_ns: u64,
+    /// Counts durable snapshots, from 1: records written since the last one are the
+    /// durable log's tail (see `Entry::held_epoch`).
+    durable_epoch: u64,
 }
 
 impl Server {
@@ -340,6 +348,7 @@ impl Server {
             trunc: Default::default(),
             recovered,
             durable_snapshot_ns: 0,
+            durable_epoch: 1,
         };
         server.adopt_view(server.view.clone());
         server

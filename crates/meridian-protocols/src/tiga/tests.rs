@@ -1265,3 +1265,60 @@ fn sessions_are_bounded_and_time_out() {
     ));
     d.begin(0, None);
 }
+
+/// The durable records a handler wrote: which kind, and for which transaction.
+fn persisted(effects: &[NodeEffect<TigaNode>]) -> Vec<(&'static str, TxnId)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist { record } => match record {
+                Record::Held(body) => Some(("held", body.id)),
+                Record::Synced { body, .. } => Some(("synced", body.id)),
+                Record::SyncedHeld { id, .. } => Some(("synced-held", *id)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// A durable follower writes a body once: `Held` when it releases fast, then a
+/// `SyncedHeld` naming it when synced; only an entry synced without a `Held` record since
+/// the last snapshot gets a full `Synced` record, body included.
+#[test]
+fn a_durable_follower_writes_each_body_once() {
+    let s = setup("");
+    let mut h = follower_of_shard_0(&s);
+    let (a, b) = (body(1, 100, 0, &[0], "x"), body(2, 200, 0, &[0], "y"));
+    let mut records = Vec::new();
+    for (at, t) in [(10, &a), (20, &b)] {
+        records.extend(persisted(&h.deliver(
+            at,
+            COORD,
+            Msg::Submit(Box::new(t.clone())),
+        )));
+    }
+    records.extend(persisted(&h.wake(250)));
+    assert_eq!(records, vec![("held", a.id), ("held", b.id)]);
+    // `late` arrives after the follower's clock passed the leader's timestamp for it, and
+    // is synced while still queued: no `Held` record carries its body.
+    let late = body(3, 5000, 0, &[0], "z");
+    records.extend(persisted(&h.deliver(
+        260,
+        COORD,
+        Msg::Submit(Box::new(late.clone())),
+    )));
+    let leader = s.cluster.initial_leader(ShardId(0));
+    let sync = log_sync(&[&a, &b], (late.id, 300), leader);
+    records.extend(persisted(&h.deliver(400, leader, sync)));
+    assert_eq!(
+        records,
+        vec![
+            ("held", a.id),
+            ("held", b.id),
+            ("synced-held", a.id),
+            ("synced-held", b.id),
+            ("synced", late.id),
+        ]
+    );
+}

@@ -351,6 +351,17 @@ pub enum Record {
     /// follower's synced prefix), with its timestamp and decision. Written before the log
     /// sync, slow reply or sync-point report that depends on it.
     Synced { pos: u64, body: Box<TxnBody> },
+    /// Durable server: position `pos` of its synced list is `id`, whose body a [`Record::Held`]
+    /// since the last [`Record::ServerSnapshot`] already carries, now at `ts` and decided
+    /// (`aborted` or committed). The same as [`Record::Synced`] without writing the body a
+    /// second time, which is what the record costs (its pieces' keys and values). Last in
+    /// the enum so that earlier records keep their encoding.
+    SyncedHeld {
+        pos: u64,
+        id: TxnId,
+        ts: Timestamp,
+        aborted: bool,
+    },
 }
 
 /// Most transactions in one [`Msg::Submits`], notifications in one [`Msg::Notes`] and

@@ -53,18 +53,39 @@ impl Recovered {
                     state.others.insert(body.id, (**body).clone());
                 }
                 Record::Synced { pos, body } => {
-                    // Positions follow each other within one snapshot's list; one below
-                    // the list's end was written again (a resend), one beyond it cannot be.
-                    let end = state.checkpoint.pos + state.synced.len() as u64;
-                    if *pos == end {
+                    if *pos == state.synced_end() {
                         state.others.remove(&body.id);
                         state.synced.push((**body).clone());
+                    }
+                }
+                &Record::SyncedHeld {
+                    pos,
+                    id,
+                    ts,
+                    aborted,
+                } => {
+                    // Its `Held` record came after the snapshot, so `others` has the body
+                    // unless a torn log lost it — then so is this record's.
+                    if pos == state.synced_end() {
+                        if let Some(mut body) = state.others.remove(&id) {
+                            body.ts = ts;
+                            body.aborted = aborted;
+                            body.decided = true;
+                            state.synced.push(body);
+                        }
                     }
                 }
                 Record::ServerStarted | Record::CoordinatorStarted | Record::Raft(_) => {}
             }
         }
         state
+    }
+
+    /// The position after the synced list. Positions follow each other within one
+    /// snapshot's list; one below the list's end was written again (a resend), one beyond
+    /// it cannot be.
+    fn synced_end(&self) -> u64 {
+        self.checkpoint.pos + self.synced.len() as u64
     }
 
     /// The report this log list makes in view `g_view` (Algorithm 5 `send-view-change`).
@@ -99,19 +120,21 @@ pub(crate) fn restarted(records: &[Record]) -> bool {
 
 impl Server {
     /// Makes `id`'s current body and timestamp durable as held outside the synced list.
-    pub(super) fn persist_held(&self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
+    pub(super) fn persist_held(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if !self.opts.durable {
             return;
         }
-        let e = &self.txns[&id];
+        let e = self.txns.get_mut(&id).expect("held entry");
         debug_assert!(matches!(
             e.state,
             State::Released | State::Sealed | State::Queued
         ));
+        e.held_epoch = self.durable_epoch;
         ctx.persist(Record::Held(Box::new(e.body.clone())));
     }
 
-    /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable.
+    /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable: without
+    /// the body when a `Held` record since the last snapshot carries it.
     pub(super) fn persist_synced(
         &self,
         ctx: &mut Ctx<'_, TigaNode>,
@@ -122,18 +145,34 @@ impl Server {
         if !self.opts.durable {
             return;
         }
-        let body = self.body_at(id, ts);
+        let e = &self.txns[&id];
+        debug_assert!(e.body.decided);
+        if e.held_epoch == self.durable_epoch {
+            ctx.persist(Record::SyncedHeld {
+                pos,
+                id,
+                ts,
+                aborted: e.body.aborted,
+            });
+            return;
+        }
         ctx.persist(Record::Synced {
             pos,
-            body: Box::new(body),
+            body: Box::new(self.body_at(id, ts)),
         });
     }
 
     /// Replaces the durable log with `report` (this server's log list) and the view.
-    pub(super) fn persist_report(&self, ctx: &mut Ctx<'_, TigaNode>, report: &ViewChangeReport) {
+    pub(super) fn persist_report(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        report: &ViewChangeReport,
+    ) {
         if !self.opts.durable {
             return;
         }
+        // Records before the snapshot are gone: bodies held earlier must be written again.
+        self.durable_epoch += 1;
         ctx.checkpoint(Record::ServerSnapshot {
             view: self.view.clone(),
             report: Box::new(report.clone()),
@@ -158,5 +197,93 @@ impl Server {
         if self.opts.durable && ctx.now_ns() >= due {
             self.persist_snapshot(ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::{NodeId, ShardId, ShardList};
+    use std::sync::Arc;
+
+    fn body(seq: u64, time_ns: u64) -> TxnBody {
+        TxnBody {
+            id: TxnId {
+                coordinator: NodeId(0),
+                seq,
+            },
+            ts: Timestamp::new(time_ns, 0),
+            shards: ShardList::from_slice(&[ShardId(0)]),
+            pieces: Arc::new(Vec::new()),
+            aborted: false,
+            decided: false,
+        }
+    }
+
+    fn view() -> View {
+        View {
+            g_view: 0,
+            l_views: vec![0],
+            preventive: false,
+        }
+    }
+
+    fn synced_held(pos: u64, b: &TxnBody, time_ns: u64, aborted: bool) -> Record {
+        Record::SyncedHeld {
+            pos,
+            id: b.id,
+            ts: Timestamp::new(time_ns, 0),
+            aborted,
+        }
+    }
+
+    /// A `SyncedHeld` record moves the body its `Held` record wrote into the synced list,
+    /// at the synced timestamp and decision: the same list a full `Synced` record makes.
+    #[test]
+    fn a_synced_held_record_takes_its_body_from_the_held_record() {
+        let (a, b) = (body(1, 10), body(2, 20));
+        let records = [
+            Record::Held(Box::new(a.clone())),
+            Record::Held(Box::new(b.clone())),
+            synced_held(0, &a, 15, true),
+        ];
+        let compact = Recovered::from_records(&records, view());
+        let mut decided = a.clone();
+        decided.ts = Timestamp::new(15, 0);
+        decided.aborted = true;
+        decided.decided = true;
+        let full = Recovered::from_records(
+            &[
+                Record::Held(Box::new(a)),
+                Record::Held(Box::new(b.clone())),
+                Record::Synced {
+                    pos: 0,
+                    body: Box::new(decided.clone()),
+                },
+            ],
+            view(),
+        );
+        for state in [&compact, &full] {
+            assert_eq!(state.synced.len(), 1);
+            assert_eq!(state.synced[0].id, decided.id);
+            assert_eq!(state.synced[0].ts, decided.ts);
+            assert!(state.synced[0].aborted && state.synced[0].decided);
+            assert_eq!(state.others.keys().collect::<Vec<_>>(), vec![&b.id]);
+        }
+    }
+
+    /// Without its body (a `Held` record lost), a `SyncedHeld` record adds nothing and the
+    /// list ends there: a later position does not follow on from it.
+    #[test]
+    fn a_synced_held_record_without_its_body_ends_the_list() {
+        let (a, b) = (body(1, 10), body(2, 20));
+        let records = [
+            Record::Held(Box::new(b.clone())),
+            synced_held(0, &a, 10, false),
+            synced_held(1, &b, 20, false),
+        ];
+        let state = Recovered::from_records(&records, view());
+        assert!(state.synced.is_empty());
+        assert_eq!(state.others.len(), 1);
     }
 }
