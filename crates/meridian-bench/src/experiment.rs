@@ -532,13 +532,15 @@ pub fn points(exp: &Experiment, o: &Overrides) -> Result<Vec<(Params, Point)>, S
 }
 
 /// Runs every point and repeat on `target`, writes the results and plots into `out`, and
-/// returns the points and the files written. `progress` receives (point index, points,
-/// fraction of this point done).
+/// returns the points and the files written. `build` names the build doing it (a commit id;
+/// `results.json` records it for [`crate::reproduce`]). `progress` receives (point index,
+/// points, fraction of this point done).
 pub fn run(
     exp: &Experiment,
     target: &mut dyn Target,
     out: &Path,
     o: &Overrides,
+    build: &str,
     progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<(Vec<PointResult>, Vec<PathBuf>), String> {
     let points = points(exp, o)?;
@@ -559,7 +561,7 @@ pub fn run(
         progress(i + 1, total, 0.0);
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut files = write_results(exp, &results, out)?;
+    let mut files = write_results(exp, &results, build, out)?;
     if exp.plots.iter().any(|p| p.kind == "timeline") {
         let path = out.join("timeline.csv");
         std::fs::write(&path, timeline_csv(&results))
@@ -896,11 +898,13 @@ fn timeline_points(spec: &PlotSpec, r: &PointResult) -> Vec<(f64, f64)> {
 fn write_results(
     exp: &Experiment,
     results: &[PointResult],
+    build: &str,
     out: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let json_path = out.join("results.json");
     let json = serde_json::json!({
         "experiment": exp,
+        crate::reproduce::BUILD_KEY: build,
         "points": results,
     });
     std::fs::write(
@@ -1071,7 +1075,15 @@ kind = "cdf"
         target: &mut dyn Target,
         out: &Path,
     ) -> (Vec<PointResult>, Vec<PathBuf>) {
-        run(exp, target, out, &Overrides::default(), &mut |_, _, _| {}).unwrap()
+        run(
+            exp,
+            target,
+            out,
+            &Overrides::default(),
+            "test",
+            &mut |_, _, _| {},
+        )
+        .unwrap()
     }
 
     #[test]

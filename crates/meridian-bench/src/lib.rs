@@ -27,6 +27,7 @@ pub mod experiment;
 pub mod metrics;
 pub mod plot;
 pub mod report;
+pub mod reproduce;
 pub mod results;
 
 pub use driver::{InFlight, LoadCore, Next};

@@ -38,6 +38,35 @@ enum ExperimentCommand {
     Run(RunArgs),
     /// Draw an experiment's plots again from the results.json of an earlier run.
     Plot(PlotArgs),
+    /// Run every experiment of the reproduction manifest on this build and write the
+    /// reproduction page from their results (every number a placeholder filled from them).
+    Reproduce(ReproduceArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReproduceArgs {
+    /// The experiments to run and their overrides.
+    #[arg(long, default_value = "experiments/reproduce.toml")]
+    manifest: PathBuf,
+    /// The page's template: Markdown with `{{EXPERIMENT key=value @REGION METRIC}}` placeholders.
+    #[arg(long, default_value = "docs/REPRODUCTION.template.md")]
+    template: PathBuf,
+    /// The page to write.
+    #[arg(long, default_value = "docs/REPRODUCTION.md")]
+    page: PathBuf,
+    /// Where the results go (`<results>/<name>/`).
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Run only the manifest's experiments with these names (the rest must already have
+    /// results from this build).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Run nothing; render from the results already written by this build.
+    #[arg(long)]
+    render_only: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +103,7 @@ pub fn main(args: ExperimentArgs) -> ExitCode {
     match args.command {
         ExperimentCommand::Run(run) => run_file(run),
         ExperimentCommand::Plot(plot) => plot_file(plot),
+        ExperimentCommand::Reproduce(args) => reproduce(args),
     }
 }
 
@@ -107,22 +137,41 @@ fn ms(flag: &str, text: &Option<String>) -> Result<Option<u64>, String> {
 }
 
 fn run_file(args: RunArgs) -> ExitCode {
-    let exp = match experiment::load(&args.file) {
-        Ok(e) => e,
+    let overrides = match overrides(&args.duration, &args.drain, args.repeats) {
+        Ok(o) => o,
         Err(e) => return bad_input(e),
     };
-    let overrides = match (ms("--duration", &args.duration), ms("--drain", &args.drain)) {
-        (Ok(duration_ms), Ok(drain_ms)) => Overrides {
-            duration_ms,
-            drain_ms,
-            repeats: args.repeats,
-        },
-        (Err(e), _) | (_, Err(e)) => return bad_input(e),
-    };
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("results").join(&exp.name));
-    let bar = if args.quiet {
+    match run_experiment(&args.file, args.out, &overrides, args.quiet, &build_id()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => bad_input(e),
+    }
+}
+
+fn overrides(
+    duration: &Option<String>,
+    drain: &Option<String>,
+    repeats: Option<u32>,
+) -> Result<Overrides, String> {
+    Ok(Overrides {
+        duration_ms: ms("--duration", duration)?,
+        drain_ms: ms("--drain", drain)?,
+        repeats,
+    })
+}
+
+/// Runs one experiment file into `out` (default `results/<name>`) and prints its summary;
+/// `Ok(false)` if a point reported a violation.
+fn run_experiment(
+    file: &std::path::Path,
+    out: Option<PathBuf>,
+    overrides: &Overrides,
+    quiet: bool,
+    build: &str,
+) -> Result<bool, String> {
+    let exp = experiment::load(file)?;
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&exp.name));
+    let bar = if quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(1000)
@@ -136,21 +185,25 @@ fn run_file(args: RunArgs) -> ExitCode {
         "sim" => Box::new(Targets::Sim),
         "runtime" => Box::new(Targets::Runtime),
         other => {
-            return bad_input(format!(
+            return Err(format!(
                 "{}: `target` must be `sim` or `runtime`, not `{other}`",
-                args.file.display()
+                file.display()
             ))
         }
     };
-    let result = experiment::run(&exp, target.as_mut(), &out, &overrides, &mut |i, n, f| {
-        bar.set_position(((i as f64 + f) / n.max(1) as f64 * 1000.0) as u64);
-        bar.set_message(format!("{}: point {}/{n}", exp.name, (i + 1).min(n)));
-    });
+    let result = experiment::run(
+        &exp,
+        target.as_mut(),
+        &out,
+        overrides,
+        build,
+        &mut |i, n, f| {
+            bar.set_position(((i as f64 + f) / n.max(1) as f64 * 1000.0) as u64);
+            bar.set_message(format!("{}: point {}/{n}", exp.name, (i + 1).min(n)));
+        },
+    );
     bar.finish_and_clear();
-    let (results, files) = match result {
-        Ok(r) => r,
-        Err(e) => return bad_input(e),
-    };
+    let (results, files) = result?;
     outln!(
         "{} ({}) on the {}: {} points",
         exp.name,
@@ -159,32 +212,114 @@ fn run_file(args: RunArgs) -> ExitCode {
         results.len()
     );
     for r in &results {
-        let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if let Some(all) = r
-            .metrics
-            .iter()
-            .find(|m| m.region == meridian_bench::metrics::ALL)
-        {
-            outln!(
-                "  {:<40} {:>9.0} txns/s  p50 {:>8} ms  p99 {:>8} ms  aborts {:>6}",
-                params.join(" "),
-                all.throughput_tps,
-                fmt(all.p50_ms),
-                fmt(all.p99_ms),
-                fmt(all.abort_ratio.map(|a| a * 100.0)).to_string() + "%",
-            );
-        }
-        for v in &r.violations {
-            outln!("  VIOLATION at {}: {v}", params.join(" "));
-        }
+        print_point(r);
     }
     for f in &files {
         outln!("wrote {}", f.display());
     }
-    if results.iter().any(|r| !r.violations.is_empty()) {
-        return ExitCode::from(1);
+    Ok(results.iter().all(|r| r.violations.is_empty()))
+}
+
+fn print_point(r: &meridian_bench::experiment::PointResult) {
+    let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if let Some(all) = r
+        .metrics
+        .iter()
+        .find(|m| m.region == meridian_bench::metrics::ALL)
+    {
+        outln!(
+            "  {:<40} {:>9.0} txns/s  p50 {:>8} ms  p99 {:>8} ms  aborts {:>6}",
+            params.join(" "),
+            all.throughput_tps,
+            fmt(all.p50_ms),
+            fmt(all.p99_ms),
+            fmt(all.abort_ratio.map(|a| a * 100.0)).to_string() + "%",
+        );
     }
-    ExitCode::SUCCESS
+    for v in &r.violations {
+        outln!("  VIOLATION at {}: {v}", params.join(" "));
+    }
+}
+
+/// The paths whose content decides what the experiments measure.
+const SOURCE_PATHS: [&str; 5] = [
+    "crates",
+    "experiments",
+    "topologies",
+    "Cargo.toml",
+    "Cargo.lock",
+];
+
+/// This build's name for `results.json`: the commit, with `-dirty-HASH` (FNV-1a of the diff
+/// over [`SOURCE_PATHS`]) when those paths differ from it; `unknown` outside a git checkout.
+fn build_id() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| o.stdout)
+    };
+    let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let commit = String::from_utf8_lossy(&commit).trim().to_string();
+    let mut diff_args = vec!["diff", "HEAD", "--"];
+    diff_args.extend(SOURCE_PATHS);
+    match git(&diff_args) {
+        Some(diff) if diff.is_empty() => commit,
+        Some(diff) => {
+            let hash = diff.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+            format!("{commit}-dirty-{:08x}", hash as u32)
+        }
+        None => format!("{commit}-dirty"),
+    }
+}
+
+fn reproduce(args: ReproduceArgs) -> ExitCode {
+    match reproduce_page(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => bad_input(e),
+    }
+}
+
+fn reproduce_page(args: &ReproduceArgs) -> Result<bool, String> {
+    use meridian_bench::reproduce::{self, Manifest, Written};
+    let manifest = Manifest::load(&args.manifest)?;
+    let template = std::fs::read_to_string(&args.template)
+        .map_err(|e| format!("{}: {e}", args.template.display()))?;
+    reproduce::placeholders(&template)?;
+    let build = build_id();
+    let mut clean = true;
+    let mut names = Vec::new();
+    for run in &manifest.runs {
+        let exp = experiment::load(&run.file)?;
+        names.push(exp.name.clone());
+        if args.render_only || !(args.only.is_empty() || args.only.contains(&exp.name)) {
+            continue;
+        }
+        let o = overrides(&run.duration, &run.drain, run.repeats)?;
+        let out = Some(args.results.join(&exp.name));
+        clean &= run_experiment(&run.file, out, &o, args.quiet, &build)?;
+    }
+    for name in &args.only {
+        if !names.contains(name) {
+            return Err(format!("--only {name}: not in {}", args.manifest.display()));
+        }
+    }
+    let page = reproduce::render(&template, &build, &mut |name| {
+        if !names.iter().any(|n| n == name) {
+            return Err(format!("{name}: not in {}", args.manifest.display()));
+        }
+        Written::read(&args.results.join(name))
+    })?;
+    std::fs::write(&args.page, page).map_err(|e| format!("{}: {e}", args.page.display()))?;
+    outln!("wrote {} from build {build}", args.page.display());
+    Ok(clean)
 }
 
 fn fmt(v: Option<f64>) -> String {

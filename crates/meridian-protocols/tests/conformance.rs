@@ -8,7 +8,7 @@ use meridian_sim::{Broken, Conformance};
 mod two_pl_2pc {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "1b83ae2f83033f02"), (6, "ef3a8747e83a0fb8")],
+        golden: &[(5, "eb110452d7629008"), (6, "a0d254a84c72e3d0")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -24,7 +24,7 @@ mod two_pl_raft {
     const SPEC: Conformance = Conformance {
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "5055c08c335cb630"), (6, "5b4f93c6c633aea9")],
+        golden: &[(5, "3cd05a6d3c8de5c8"), (6, "204b290d0a275588")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -183,7 +183,7 @@ mod aurogon_strong_partition {
 mod tapir {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "3a238a325c4c21b6"), (6, "90cf32ebebdaa4ca")],
+        golden: &[(5, "0b0fceeeac31d97d"), (6, "e208081452f422d1")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_slow_path_validation=true",
             workload: "list-append",
@@ -199,7 +199,7 @@ mod tapir_serializable {
     use super::*;
     const SPEC: Conformance = Conformance {
         protocol_opts: "strict=false",
-        golden: &[(5, "f0281aaa42f3b953")],
+        golden: &[(5, "691a80f1e2de5324")],
         broken: Broken::Swarm {
             protocol_opts: "strict=false,unsafe_skip_slow_path_validation=true",
             workload: "list-append",
@@ -218,7 +218,7 @@ mod tapir_serializable {
 mod janus {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "13de050663d1e80c"), (6, "e64b429b7e5edab4")],
+        golden: &[(5, "bdc05f183dd695c9"), (6, "89922ee0951c4e9d")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_no_dep_union=true",
             workload: "list-append",
