@@ -236,6 +236,14 @@ impl<P: Partition> Member<P> {
         if let Some(limit) = log_limit {
             raft = raft.with_log_limit(limit);
         }
+        // A fresh group (no records anywhere yet) would sit leaderless for the placed
+        // leader's election timeout (≈ 8 ticks of a quarter of the widest RTT, about 0.4 s on
+        // gcp-tiga); the placed leader campaigns at once instead. A restarted member waits
+        // its timeout as usual: the group may have moved on without it.
+        if records.is_empty() && cluster.initial_leader(shard) == id {
+            raft.campaign()
+                .unwrap_or_else(|e| panic!("replica {id} of {shard}: {e}"));
+        }
         Member {
             id,
             tick_ns: tick_ns(cluster, &members),
