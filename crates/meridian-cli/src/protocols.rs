@@ -16,6 +16,7 @@ use meridian_protocols::dast::Dast;
 use meridian_protocols::janus::Janus;
 use meridian_protocols::k2::K2;
 use meridian_protocols::raft_2pc::{OccRaft, TwoPlRaft};
+use meridian_protocols::slog::Slog;
 use meridian_protocols::tapir::Tapir;
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
@@ -38,6 +39,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Janus>(),
     entry::<TwoPlRaft>(),
     entry::<OccRaft>(),
+    entry::<Slog>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

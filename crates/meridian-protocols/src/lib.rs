@@ -15,6 +15,8 @@
 //!   fast path on a super quorum, slow path, RETRY; strict or (`strict=false`) serializable.
 //! * [`janus`] — Janus (OSDI '16): dependency graphs, fast path on identical answers,
 //!   execution by strongly connected components.
+//! * [`slog`] — SLOG (VLDB '19) on DAST's edge deployment: regional logs, a Raft global
+//!   orderer for multi-home transactions, deterministic locking in log order.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
@@ -24,6 +26,7 @@ pub mod janus;
 pub mod k2;
 pub mod kit;
 pub mod raft_2pc;
+pub mod slog;
 pub mod tapir;
 pub mod tiga;
 pub mod two_pl;

@@ -228,3 +228,22 @@ mod janus {
     };
     meridian_sim::conformance_tests!(meridian_protocols::janus::Janus, SPEC);
 }
+
+// SLOG on DAST's edge deployment (DAST §6). Its broken variant lets multi-home
+// transactions skip the global orderer (each region's sequencer logs them as they arrive),
+// so two regions may order two multi-home transactions oppositely: list-append shows the
+// cycle.
+
+mod slog {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "0000000000000000")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_global_order=true",
+            workload: "list-append",
+            workload_opts: "keys=4",
+        },
+        ..Conformance::new("edge-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::slog::Slog, SPEC);
+}
