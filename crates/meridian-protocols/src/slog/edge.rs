@@ -4,7 +4,7 @@
 
 use super::coord::Coordinator;
 use super::exec::Executor;
-use super::options::Options;
+use super::options::{Options, Release};
 use super::wire::{Command, Entry, Msg, Record, Timer, TxnKey};
 use super::{election_ticks, persist, region_edges, SlogNode, ORDERER};
 use crate::raft_group::{RaftGroup, RaftTiming};
@@ -54,7 +54,14 @@ impl Edge {
         let shard = cluster
             .shard_of_node(id)
             .expect("an edge node is a replica of a shard");
-        let mut exec = Executor::new(shard, cluster.clone(), procedures, opts.outputs_kept);
+        let release_on_pieces = opts.release == Release::Pieces;
+        let mut exec = Executor::new(
+            shard,
+            cluster.clone(),
+            procedures,
+            opts.outputs_kept,
+            release_on_pieces,
+        );
         let mut raft_records = Vec::new();
         for record in recovered {
             match record {
@@ -121,6 +128,8 @@ impl Edge {
                 }
             }
             Msg::InputQuery { key, piece } => self.exec.on_query(ctx, from, key, piece),
+            Msg::Finished { key, shard } => self.exec.on_finished(ctx, key, shard),
+            Msg::FinishedQuery { key } => self.exec.on_finished_query(ctx, from, key),
             Msg::Results { key, pieces } => self.results(ctx, key, pieces),
             Msg::Done { .. } | Msg::GlobalAck { .. } => {}
         }

@@ -10,7 +10,7 @@ use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, Key, KvAccess, PieceResult, Procedures, Value};
 use meridian_core::{Cluster, NodeId, ShardId};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// A transaction with pieces on this shard, from its place in the log to its last piece.
@@ -26,8 +26,14 @@ struct Running {
     /// The pieces' writes, applied to the store only if none of them fails.
     writes: FxHashMap<Key, Value>,
     outcomes: Vec<(u16, PieceOutcome)>,
-    /// Since when the next piece has waited for a remote input (0: not waiting).
+    /// Since when the next piece has waited for a remote input, or (once `done`) the
+    /// locks for the other shards to finish (0: not waiting).
     waiting_since_ns: u64,
+    /// All its pieces here ran (their writes are in the store, the coordinator told).
+    done: bool,
+    /// The transaction's other shards, and those known to have run their pieces.
+    others: Vec<ShardId>,
+    heard: BTreeSet<ShardId>,
 }
 
 /// The executor of one edge node: its shard's store and lock manager.
@@ -48,6 +54,10 @@ pub struct Executor {
     finished: FxHashMap<TxnKey, Vec<(u16, PieceOutcome)>>,
     finished_order: VecDeque<TxnKey>,
     kept: usize,
+    /// Locks go when this shard's pieces finish (DAST §6), not when every shard's have.
+    release_on_pieces: bool,
+    /// Shards that finished a transaction not yet scheduled here.
+    early: FxHashMap<TxnKey, BTreeSet<ShardId>>,
 }
 
 /// A piece's view of the store: reads see the transaction's own earlier writes.
@@ -73,6 +83,7 @@ impl Executor {
         cluster: Arc<Cluster>,
         procedures: Arc<Procedures>,
         kept: usize,
+        release_on_pieces: bool,
     ) -> Executor {
         Executor {
             shard,
@@ -87,6 +98,8 @@ impl Executor {
             finished: FxHashMap::default(),
             finished_order: VecDeque::new(),
             kept,
+            release_on_pieces,
+            early: FxHashMap::default(),
         }
     }
 
@@ -112,6 +125,13 @@ impl Executor {
         let seq = self.next_seq;
         let granted = self.locks.acquire(seq, &keys);
         self.seq_of.insert(entry.key, seq);
+        let others: Vec<ShardId> = entry
+            .txn
+            .shards()
+            .into_iter()
+            .filter(|&s| s != self.shard)
+            .collect();
+        let heard = self.early.remove(&entry.key).unwrap_or_default();
         self.running.insert(
             seq,
             Running {
@@ -123,6 +143,9 @@ impl Executor {
                 writes: FxHashMap::default(),
                 outcomes: Vec::new(),
                 waiting_since_ns: 0,
+                done: false,
+                others,
+                heard,
             },
         );
         if granted {
@@ -181,11 +204,17 @@ impl Executor {
     pub fn tick(&mut self, ctx: &mut Ctx<'_, SlogNode>, retry_ns: u64) {
         let now = ctx.now_ns();
         let mut queries = Vec::new();
+        let mut finish_queries = Vec::new();
         for r in self.running.values_mut() {
             if r.waiting_since_ns == 0 || now.saturating_sub(r.waiting_since_ns) < retry_ns {
                 continue;
             }
             r.waiting_since_ns = now;
+            if r.done {
+                let missing = r.others.iter().filter(|s| !r.heard.contains(s));
+                finish_queries.extend(missing.map(|&s| (s, r.entry.key)));
+                continue;
+            }
             let p = r.mine[r.next];
             for d in r.entry.txn.pieces[usize::from(p)].dependencies() {
                 let source = r.entry.txn.pieces[usize::from(d)].shard;
@@ -198,6 +227,39 @@ impl Executor {
             let replicas = self.cluster.replicas(source).to_vec();
             ctx.multicast(replicas, &Msg::InputQuery { key, piece });
         }
+        for (shard, key) in finish_queries {
+            let replicas = self.cluster.replicas(shard).to_vec();
+            ctx.multicast(replicas, &Msg::FinishedQuery { key });
+        }
+    }
+
+    /// Another shard ran its pieces of `key`.
+    pub fn on_finished(&mut self, ctx: &mut Ctx<'_, SlogNode>, key: TxnKey, shard: ShardId) {
+        match self.seq_of.get(&key) {
+            Some(&seq) => {
+                if let Some(r) = self.running.get_mut(&seq) {
+                    r.heard.insert(shard);
+                }
+                self.pump(ctx, vec![seq]);
+            }
+            None if self.finished.contains_key(&key) => {}
+            None => {
+                self.early.entry(key).or_default().insert(shard);
+            }
+        }
+    }
+
+    /// A peer asks whether this shard ran its pieces of `key`.
+    pub fn on_finished_query(&self, ctx: &mut Ctx<'_, SlogNode>, from: NodeId, key: TxnKey) {
+        let running_done = self
+            .seq_of
+            .get(&key)
+            .and_then(|seq| self.running.get(seq))
+            .is_some_and(|r| r.done);
+        if running_done || self.finished.contains_key(&key) {
+            let shard = self.shard;
+            ctx.send(from, Msg::Finished { key, shard });
+        }
     }
 
     /// Runs what can run, starting from `work`, and whatever the locks it frees let run.
@@ -206,7 +268,16 @@ impl Executor {
             if !self.advance(ctx, seq) {
                 continue;
             }
-            let r = self.finish(ctx, seq);
+            if !self.running.get(&seq).is_some_and(|r| r.done) {
+                self.complete(ctx, seq);
+            }
+            if !self.releasable(seq) {
+                continue;
+            }
+            let Some(r) = self.running.remove(&seq) else {
+                continue;
+            };
+            self.seq_of.remove(&r.entry.key);
             for next in self.locks.release(seq, &r.keys).into_iter().rev() {
                 let Some(n) = self.running.get_mut(&next) else {
                     continue;
@@ -227,6 +298,9 @@ impl Executor {
         };
         if !r.granted {
             return false;
+        }
+        if r.done {
+            return true;
         }
         while r.next < r.mine.len() {
             let p = r.mine[r.next];
@@ -266,11 +340,23 @@ impl Executor {
         true
     }
 
+    /// Whether `seq`'s locks may go: its pieces here ran, and (unless locks go with the
+    /// pieces) every other shard's ran too, so the transaction held all its locks at once
+    /// (strong strict 2PL's lock point, which strict serializability needs).
+    fn releasable(&self, seq: u64) -> bool {
+        self.running.get(&seq).is_some_and(|r| {
+            r.done && (self.release_on_pieces || r.others.iter().all(|s| r.heard.contains(s)))
+        })
+    }
+
     /// `seq` ran all its pieces here: its writes go to the store (unless one failed), its
-    /// results to the coordinator.
-    fn finish(&mut self, ctx: &mut Ctx<'_, SlogNode>, seq: u64) -> Running {
-        let mut r = self.running.remove(&seq).expect("finishing a running txn");
-        self.seq_of.remove(&r.entry.key);
+    /// results to the coordinator, the news to its other shards.
+    fn complete(&mut self, ctx: &mut Ctx<'_, SlogNode>, seq: u64) {
+        let Some(r) = self.running.get_mut(&seq) else {
+            return;
+        };
+        r.done = true;
+        r.waiting_since_ns = ctx.now_ns().max(1);
         if r.outcomes.iter().all(|(_, o)| o.is_ok()) {
             self.store.extend(r.writes.drain());
         }
@@ -287,14 +373,22 @@ impl Executor {
                 pieces: r.outcomes.clone(),
             },
         );
-        self.finished.insert(key, std::mem::take(&mut r.outcomes));
+        if !self.release_on_pieces {
+            let msg = Msg::Finished {
+                key,
+                shard: self.shard,
+            };
+            for &s in &r.others {
+                ctx.multicast(self.cluster.replicas(s).iter().copied(), &msg);
+            }
+        }
+        self.finished.insert(key, r.outcomes.clone());
         self.finished_order.push_back(key);
         while self.finished_order.len() > self.kept {
             if let Some(old) = self.finished_order.pop_front() {
                 self.finished.remove(&old);
             }
         }
-        r
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {

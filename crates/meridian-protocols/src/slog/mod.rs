@@ -77,7 +77,7 @@ mod orderer;
 mod wire;
 
 pub use edge::Edge;
-pub use options::{Options, OPTIONS};
+pub use options::{Options, Release, OPTIONS};
 pub use orderer::Orderer;
 pub use wire::{Msg, Record, Timer};
 

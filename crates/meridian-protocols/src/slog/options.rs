@@ -4,8 +4,9 @@ use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 8] = [
+pub const OPTIONS: [&str; 9] = [
     "batch_ms",
+    "release",
     "tick_ms",
     "retry_ms",
     "result_timeout_ms",
@@ -31,6 +32,11 @@ pub struct Options {
     /// A coordinator answers `unknown` if a transaction's results are not all in by then
     /// (`result_timeout_ms`; default 20 × retry).
     pub result_timeout_ns: u64,
+    /// When a shard releases a transaction's locks (`release`): `txn` (default) once every
+    /// shard of the transaction ran its pieces (strict serializability), or `pieces` once
+    /// its own pieces ran, DAST §6's configuration (serializable, not strict: a
+    /// multi-shard transaction's pieces then run at different times at different shards).
+    pub release: Release,
     /// Global batches in flight to one region, and buffered by it ahead of its next one
     /// (`window`; 64).
     pub window: u64,
@@ -62,6 +68,15 @@ impl Options {
             "result_timeout_ms",
             raw.get("result_timeout_ms", 20.0 * retry_ms)?,
         )?;
+        let release = match raw.get("release", "txn".to_string())?.as_str() {
+            "txn" => Release::Txn,
+            "pieces" => Release::Pieces,
+            other => {
+                return Err(format!(
+                    "protocol option `release` must be `txn` or `pieces`, got `{other}`"
+                ))
+            }
+        };
         let window = at_least_one("window", raw.get("window", 64usize)?)? as u64;
         let max_inflight = at_least_one("max_inflight", raw.get("max_inflight", 4096usize)?)?;
         let outputs_kept = at_least_one("outputs_kept", raw.get("outputs_kept", 65536usize)?)?;
@@ -70,10 +85,18 @@ impl Options {
             tick_ns: ms_to_ns(tick_ms),
             retry_ns: ms_to_ns(retry_ms),
             result_timeout_ns: ms_to_ns(result_timeout_ms),
+            release,
             window,
             max_inflight,
             outputs_kept,
             unsafe_skip_global_order: raw.get("unsafe_skip_global_order", false)?,
         })
     }
+}
+
+/// When a shard releases a transaction's locks (see [`Options::release`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    Txn,
+    Pieces,
 }

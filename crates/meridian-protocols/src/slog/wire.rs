@@ -2,7 +2,7 @@
 
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::txn::{AbortReason, Outcome, PieceResult, Txn};
-use meridian_core::{NodeId, RequestId};
+use meridian_core::{NodeId, RequestId, ShardId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -74,6 +74,11 @@ pub enum Msg {
     /// Edge node → a shard's replicas: an input it waited for too long (lost, or sent
     /// while it was down).
     InputQuery { key: TxnKey, piece: u16 },
+    /// Edge node → the replicas of the transaction's other shards: its pieces on `shard`
+    /// ran (a shard keeps the transaction's locks until every shard's have).
+    Finished { key: TxnKey, shard: ShardId },
+    /// Edge node → a shard's replicas: did you run your pieces of `key`?
+    FinishedQuery { key: TxnKey },
     /// Edge node → coordinator: the outcomes of the transaction's pieces on its shard.
     Results {
         key: TxnKey,
