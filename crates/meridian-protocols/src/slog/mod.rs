@@ -1,11 +1,15 @@
 //! # `slog`: SLOG (Ren, Li, Abadi, VLDB '19) on DAST's edge deployment (DAST §6)
 //!
-//! **Guarantee: strict serializability**, checked as `strict-serializable`. Every
-//! transaction is logged before it runs, every shard replica executes its region's log in
-//! order through a deterministic lock manager, and the client hears back only after every
-//! piece ran. A conflict edge T → U means U's piece ran after T's at some shard, so a
-//! cycle, or an edge against real time (U answered before T was even logged), would need a
-//! piece to run before its transaction existed.
+//! **Guarantee: strict serializability**, checked as `strict-serializable`, with the
+//! default `release=txn`. Every transaction is logged before it runs; every shard replica
+//! executes its region's log in order through a deterministic lock manager; a shard keeps
+//! a transaction's locks until *every* shard of the transaction ran its pieces (strong
+//! strict 2PL: the transaction holds all its locks at one instant, its lock point, which
+//! lies between its invocation and the client's answer). With `release=pieces`, DAST §6's
+//! configuration ("a shard releasing locks once its pieces of a transaction finish"), a
+//! multi-shard transaction's pieces run at different times at different shards, and the
+//! checker finds real-time cycles: that mode is serializable only (the conformance suite's
+//! broken variant; `tests/slog.rs` checks it serializable).
 //!
 //! ## Deployment (DAST §6)
 //! `edge-regions`: every shard lives (3 replicas) in its home region, which is the home of
@@ -34,9 +38,12 @@
 //!   (to every region, empty where it has no piece) and the remote reads. A region's log is
 //!   replicated by Raft among its edge nodes, which is the in-region replication SLOG asks
 //!   of a region.
-//! * **Lock release** (DAST §6): a shard releases a transaction's locks once its pieces
-//!   there finish, not at commit. With deterministic execution nothing aborts afterwards,
-//!   so this is still strict serializability (the argument above).
+//! * **Lock release.** `release=txn` (default): a shard that ran its pieces tells the
+//!   replicas of the transaction's other shards (`Finished`, asked again after
+//!   `retry_ms`) and releases once it heard from every one; the client's answer does not
+//!   wait for this. Multi-home transactions hold their locks about one cross-region
+//!   one-way delay longer than their pieces need, which is what strictness costs here.
+//!   `release=pieces` is DAST §6's release.
 //! * **Multi-home order.** The global orderer's batch `g` reaches every region; a region
 //!   puts batch `g` into its log only after `g - 1` (a buffer of `window` batches ahead),
 //!   so all regions log multi-home transactions in the same relative order (SLOG §3.2's
@@ -63,10 +70,12 @@
 //!
 //! ## Options
 //! See [`Options`]: `batch_ms`, `tick_ms`, `retry_ms`, `result_timeout_ms`, `window`,
-//! `max_inflight`, `outputs_kept`, and the **test-only** `unsafe_skip_global_order=true`:
-//! multi-home transactions skip the global orderer and go to each of their regions'
-//! sequencers, which may then log two of them in opposite orders; the conformance suite
-//! shows the checker catching it.
+//! `max_inflight`, `outputs_kept`, `release`, and the **test-only**
+//! `unsafe_skip_global_order=true`: multi-home transactions skip the global orderer and go
+//! to each of their regions' sequencers, which may then log two of them in opposite
+//! orders. With `release=pieces` the checker catches it (`tests/slog.rs`); with
+//! `release=txn` two such transactions deadlock instead (each holds the locks the other
+//! waits for), which is SLOG's other reason for the global order.
 
 mod coord;
 mod edge;
