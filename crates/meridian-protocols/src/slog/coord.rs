@@ -124,7 +124,7 @@ impl Coordinator {
             forwarded: false,
         };
         let pick = |members: Vec<NodeId>, hint: Option<NodeId>| match hint {
-            Some(h) if flight.tries % 2 == 0 => Some(h),
+            Some(h) if flight.tries.is_multiple_of(2) => Some(h),
             _ if members.is_empty() => None,
             _ => Some(members[(flight.tries as usize) % members.len()]),
         };

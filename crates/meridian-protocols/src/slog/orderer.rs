@@ -175,7 +175,7 @@ impl Orderer {
             }
             let members = region_edges(&self.cluster, self.regions[i]);
             let target = match link.leader_hint {
-                Some(h) if link.tries % 2 == 0 => h,
+                Some(h) if link.tries.is_multiple_of(2) => h,
                 _ => members[(link.tries as usize) % members.len()],
             };
             let last = (self.batches.len() as u64).min(link.acked + self.opts.window);
