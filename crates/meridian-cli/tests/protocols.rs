@@ -42,6 +42,7 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("janus", "strict-serializable", "keep_ms"),
         ("2pl-raft", "strict-serializable", "max_waiters_per_key"),
         ("occ-raft", "strict-serializable", "checkpoint_every"),
+        ("slog", "strict-serializable", "batch_ms"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {
