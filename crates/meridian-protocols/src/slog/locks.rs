@@ -92,7 +92,9 @@ mod tests {
         assert!(t.acquire(2, &[(k("a"), false)]), "readers share");
         assert!(!t.acquire(3, &[(k("a"), true), (k("b"), true)]));
         assert!(!t.acquire(4, &[(k("b"), false)]), "behind 3 in log order");
-        assert_eq!(t.release(1, &[(k("a"), false)]), vec![2]);
+        // Candidates only: 3 waits behind reader 2, as `granted` says.
+        assert_eq!(t.release(1, &[(k("a"), false)]), vec![2, 3]);
+        assert!(!t.granted(3, &[(k("a"), true), (k("b"), true)]));
         let next = t.release(2, &[(k("a"), false)]);
         assert_eq!(next, vec![3]);
         assert!(t.granted(3, &[(k("a"), true), (k("b"), true)]));
