@@ -17,6 +17,7 @@ use meridian_protocols::janus::Janus;
 use meridian_protocols::k2::K2;
 use meridian_protocols::p2pl_ttc::P2plTtc;
 use meridian_protocols::raft_2pc::{OccRaft, TwoPlRaft};
+use meridian_protocols::slog::Slog;
 use meridian_protocols::tapir::Tapir;
 use meridian_protocols::tiga::Tiga;
 use meridian_protocols::two_pl::TwoPlTwoPc;
@@ -40,6 +41,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<TwoPlRaft>(),
     entry::<OccRaft>(),
     entry::<P2plTtc>(),
+    entry::<Slog>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -43,6 +43,7 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("2pl-raft", "strict-serializable", "max_waiters_per_key"),
         ("occ-raft", "strict-serializable", "checkpoint_every"),
         ("p2pl-ttc", "strict-serializable", "commit_wait"),
+        ("slog", "strict-serializable", "batch_ms"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {

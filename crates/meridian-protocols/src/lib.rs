@@ -17,6 +17,8 @@
 //!   execution by strongly connected components.
 //! * [`p2pl_ttc`] — `p2pl-ttc`, K2 §7.3's Spanner-like baseline: 2PL (wound-wait), 2PC,
 //!   commit timestamps from the TTC Oracle, commit wait switchable.
+//! * [`slog`] — SLOG (VLDB '19) on DAST's edge deployment: regional logs, a Raft global
+//!   orderer for multi-home transactions, deterministic locking in log order.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
@@ -27,6 +29,7 @@ pub mod k2;
 pub mod kit;
 pub mod p2pl_ttc;
 pub mod raft_2pc;
+pub mod slog;
 pub mod tapir;
 pub mod tiga;
 pub mod two_pl;

@@ -247,3 +247,22 @@ mod p2pl_ttc {
     };
     meridian_sim::conformance_tests!(meridian_protocols::p2pl_ttc::P2plTtc, SPEC);
 }
+
+// SLOG on DAST's edge deployment (DAST §6). Its broken variant is DAST §6's own
+// configuration, `release=pieces`: a shard releases a transaction's locks once its own
+// pieces ran, so a multi-region transaction's pieces run at different times and a chain
+// of them closes against real time (serializable, not strict).
+
+mod slog {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        golden: &[(5, "8602181fa89c1bdf")],
+        broken: Broken::Swarm {
+            protocol_opts: "release=pieces",
+            workload: "list-append",
+            workload_opts: "",
+        },
+        ..Conformance::new("edge-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::slog::Slog, SPEC);
+}

@@ -173,7 +173,7 @@ impl Protocol for Dast {
                 recovered,
             ))),
             NodeRole::Coordinator { .. } => DastNode::Port {
-                edge: port_edge(&cluster, node),
+                edge: crate::kit::placement::port_replica(&cluster, node),
             },
             NodeRole::Service { name, .. } if name == MANAGER => {
                 DastNode::Manager(Box::new(Manager::new(node, cluster.clone(), opts)))
@@ -236,25 +236,6 @@ fn check_regions(cluster: &Cluster) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The edge node a port hands its requests to: the replica on its machine, else one of
-/// its region's (spread by port index).
-fn port_edge(cluster: &Cluster, port: NodeId) -> NodeId {
-    let mate = cluster
-        .machine_mates(port)
-        .iter()
-        .copied()
-        .find(|&n| matches!(cluster.node(n).role, NodeRole::Replica { .. }));
-    if let Some(edge) = mate {
-        return edge;
-    }
-    let edges = node::region_edges(cluster, cluster.region_of(port));
-    if edges.is_empty() {
-        // No edge node in the port's region: the first of the cluster (a CRT coordinator).
-        return cluster.shards[0][0];
-    }
-    edges[port.index() % edges.len()]
 }
 
 impl Node for DastNode {

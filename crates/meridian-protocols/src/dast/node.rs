@@ -942,12 +942,7 @@ pub(super) fn below(ts: Timestamp) -> Timestamp {
 
 /// The edge nodes (replicas) of `region`.
 pub fn region_edges(cluster: &Cluster, region: RegionId) -> Vec<NodeId> {
-    cluster
-        .nodes
-        .iter()
-        .filter(|n| n.region == region && matches!(n.role, NodeRole::Replica { .. }))
-        .map(|n| n.id)
-        .collect()
+    crate::kit::placement::region_replicas(cluster, region)
 }
 
 /// Every replica of every shard the transaction touches.

@@ -11,6 +11,7 @@
 //! | [`owd`] | one-way-delay estimator: per-peer sliding windows of clock-stamped forward (delay + clock offset) and back samples, percentile estimates with the topology as prior | Tiga's coordinators (headroom, §3.1); DAST's managers (anticipation, §4.3); Clock-SI coordinators with `delta_ms=measured` (§III-C's snapshot age from §V-F's t₂ − t₁ samples) |
 //! | [`log`] | a restarted node's log split at its latest checkpoint (`latest_checkpoint`) | `tapir`'s replicas and coordinators; `2pl-2pc`'s and Clock-SI's servers and coordinators |
 //! | [`options`] | option checks (`positive_ms`, `at_least_one`) and `ms_to_ns`, one wording for every protocol | every protocol's options |
+//! | [`placement`] | an edge deployment's places: a region's replicas, a shard's region, the replica a client port hands requests to | `dast`, `slog` |
 //! | [`replicated`] | a partition server run unchanged on its shard's Raft group leader: records proposed, sends held until what they depend on commits (the protocol's release policy), a new leader rebuilding the server from committed records, `NotLeader` hints; coordinators' routing (`Leaders`) | `clock-si` / `conventional-si` (`replicated=true`), `2pl-raft`, `occ-raft` |
 //! | [`ttc`] | the TTC Oracle's answer (`T_high = now + ε`, strictly increasing), oracles nearest first, the check that oracle clocks promise ε, `with_drift` | `k2` (K2-TB), `p2pl-ttc` (commit timestamps) |
 //! | [`hlc`] | a hybrid logical clock (`Hlc`, `HlcTs`): monotonic over a stepped clock, dominating received timestamps, refusing ones beyond the maximum offset | none yet: `mvto-hlc` (K2 §7.3's CockroachDB-like baseline) is not built |
@@ -24,6 +25,7 @@ pub mod hlc;
 pub mod log;
 pub mod options;
 pub mod owd;
+pub mod placement;
 pub mod quorum;
 pub mod raft_group;
 pub mod replicated;

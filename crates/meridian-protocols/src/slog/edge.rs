@@ -1,0 +1,342 @@
+//! An edge node: a replica of one shard, a member of its region's log (a Raft group of the
+//! region's edge nodes, whose leader is the region's sequencer), the executor of that log
+//! for its shard, and the coordinator of its machine's clients.
+
+use super::coord::Coordinator;
+use super::exec::Executor;
+use super::options::{Options, Release};
+use super::wire::{Command, Entry, Msg, Record, Timer, TxnKey};
+use super::{election_ticks, persist, region_edges, SlogNode, ORDERER};
+use crate::raft_group::{RaftGroup, RaftTiming};
+use meridian_core::node::Ctx;
+use meridian_core::{Cluster, NodeId, NodeRole, Procedures, RegionId, RequestId};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Edge {
+    pub id: NodeId,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) opts: Options,
+    raft: RaftGroup,
+    /// The region's log as applied: transactions logged (duplicates of a resent order
+    /// are skipped), the next global batch, and those that came ahead of it.
+    logged: FxHashSet<TxnKey>,
+    next_g: u64,
+    future: BTreeMap<u64, Vec<Entry>>,
+    /// Sequencer (while leading): the batch being filled, global batches proposed (when).
+    pending: Vec<Entry>,
+    pending_keys: FxHashSet<TxnKey>,
+    proposed_g: BTreeMap<u64, u64>,
+    orderer_hint: Option<NodeId>,
+    pub(super) exec: Executor,
+    pub(super) coord: Coordinator,
+}
+
+impl Edge {
+    /// Edge node `id`, fresh or rebuilt from its records: the Raft log (replayed through
+    /// the executor once it commits again) and the remote inputs it had received.
+    pub fn restore(
+        id: NodeId,
+        cluster: Arc<Cluster>,
+        opts: Options,
+        procedures: Arc<Procedures>,
+        recovered: &[Record],
+    ) -> Edge {
+        let region = cluster.region_of(id);
+        let members = region_edges(&cluster, region);
+        let position = members.iter().position(|&m| m == id).unwrap_or(0);
+        let timing = RaftTiming {
+            election_ticks: election_ticks(position),
+            heartbeat_ticks: 2,
+        };
+        let shard = cluster
+            .shard_of_node(id)
+            .expect("an edge node is a replica of a shard");
+        let release_on_pieces = opts.release == Release::Pieces;
+        let mut exec = Executor::new(
+            shard,
+            cluster.clone(),
+            procedures,
+            opts.outputs_kept,
+            release_on_pieces,
+        );
+        let mut raft_records = Vec::new();
+        for record in recovered {
+            match record {
+                Record::Raft(r) => raft_records.push(r.clone()),
+                Record::Input {
+                    key,
+                    piece,
+                    outcome,
+                } => exec.restore_input(*key, *piece, outcome.clone()),
+            }
+        }
+        let raft = RaftGroup::new(id, members, timing, &raft_records)
+            .unwrap_or_else(|e| panic!("slog edge node {id}: {e}"));
+        Edge {
+            id,
+            coord: Coordinator::default(),
+            cluster,
+            opts,
+            raft,
+            logged: FxHashSet::default(),
+            next_g: 1,
+            future: BTreeMap::new(),
+            pending: Vec::new(),
+            pending_keys: FxHashSet::default(),
+            proposed_g: BTreeMap::new(),
+            orderer_hint: None,
+            exec,
+        }
+    }
+
+    pub fn on_start(&mut self, ctx: &mut Ctx<'_, SlogNode>) {
+        self.coord.boot(ctx);
+        ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+        ctx.set_timer(self.opts.batch_ns, Timer::Batch);
+        self.drain(ctx);
+    }
+
+    pub fn on_message(&mut self, ctx: &mut Ctx<'_, SlogNode>, from: NodeId, msg: Msg) {
+        match msg {
+            Msg::Submit { request, txn } => self.submit(ctx, from, request, txn),
+            Msg::Order { entry, forwarded } => self.order(ctx, entry, forwarded),
+            Msg::Logged { key } => self.logged(from, key),
+            Msg::Raft(m) => {
+                // A frame that does not decode or comes from a non-member is dropped.
+                let _ = self.raft.step(from, &m);
+                self.drain(ctx);
+            }
+            Msg::GlobalBatch {
+                g,
+                entries,
+                forwarded,
+            } => self.global_batch(ctx, from, g, entries, forwarded),
+            Msg::Input {
+                key,
+                piece,
+                outcome,
+            } => {
+                if self.exec.on_input(ctx, key, piece, outcome.clone()) {
+                    ctx.persist(Record::Input {
+                        key,
+                        piece,
+                        outcome,
+                    });
+                }
+            }
+            Msg::InputQuery { key, piece } => self.exec.on_query(ctx, from, key, piece),
+            Msg::Finished { key, shard } => self.exec.on_finished(ctx, key, shard),
+            Msg::FinishedQuery { key } => self.exec.on_finished_query(ctx, from, key),
+            Msg::Results { key, pieces } => self.results(ctx, key, pieces),
+            Msg::Done { .. } | Msg::GlobalAck { .. } => {}
+        }
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Ctx<'_, SlogNode>, timer: Timer) {
+        match timer {
+            Timer::Tick => {
+                self.raft.tick();
+                self.coord_tick(ctx);
+                self.exec.tick(ctx, self.opts.retry_ns);
+                ctx.set_timer(self.opts.tick_ns, Timer::Tick);
+            }
+            Timer::Batch => {
+                self.close_batch();
+                ctx.set_timer(self.opts.batch_ns, Timer::Batch);
+            }
+        }
+        self.drain(ctx);
+    }
+
+    /// The sequencer closes its batch into the region's log (SLOG §3.1, every `batch_ms`).
+    fn close_batch(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending_keys.clear();
+        let batch = std::mem::take(&mut self.pending);
+        if self.raft.is_leader() {
+            // A batch lost with a leadership change is ordered again by its coordinators.
+            self.raft.propose(encode(&Command::Batch(batch)));
+        }
+    }
+
+    /// An order of a single-home transaction (or, in the broken variant, of a
+    /// multi-home one's piece for this region).
+    fn order(&mut self, ctx: &mut Ctx<'_, SlogNode>, entry: Entry, forwarded: bool) {
+        if !self.raft.is_leader() {
+            self.forward(
+                ctx,
+                Msg::Order {
+                    entry,
+                    forwarded: true,
+                },
+                forwarded,
+            );
+            return;
+        }
+        if self.logged.contains(&entry.key) {
+            ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
+        } else if self.pending_keys.insert(entry.key) {
+            self.pending.push(entry);
+        }
+    }
+
+    /// A non-leader hands a message on to the leader it knows, once.
+    fn forward(&self, ctx: &mut Ctx<'_, SlogNode>, msg: Msg, forwarded: bool) {
+        if let (false, Some(leader)) = (forwarded, self.raft.leader()) {
+            if leader != self.id {
+                ctx.send(leader, msg);
+            }
+        }
+    }
+
+    /// A global batch from the orderer: the leader puts it into the region's log.
+    fn global_batch(
+        &mut self,
+        ctx: &mut Ctx<'_, SlogNode>,
+        from: NodeId,
+        g: u64,
+        entries: Vec<Entry>,
+        forwarded: bool,
+    ) {
+        if matches!(&self.cluster.node(from).role, NodeRole::Service { name, .. } if name == ORDERER)
+        {
+            self.orderer_hint = Some(from);
+        }
+        if !self.raft.is_leader() {
+            let msg = Msg::GlobalBatch {
+                g,
+                entries,
+                forwarded: true,
+            };
+            self.forward(ctx, msg, forwarded);
+            return;
+        }
+        if g < self.next_g {
+            self.ack_global(ctx);
+            return;
+        }
+        let now = ctx.now_ns();
+        let recent = self
+            .proposed_g
+            .get(&g)
+            .is_some_and(|&at| now.saturating_sub(at) < self.opts.retry_ns);
+        if g < self.next_g + self.opts.window && !recent {
+            self.proposed_g.insert(g, now);
+            self.raft.propose(encode(&Command::Global { g, entries }));
+            self.drain(ctx);
+        }
+    }
+
+    fn ack_global(&self, ctx: &mut Ctx<'_, SlogNode>) {
+        let msg = Msg::GlobalAck { g: self.next_g - 1 };
+        match self.orderer_hint {
+            Some(o) => ctx.send(o, msg),
+            None => ctx.multicast(self.cluster.services(ORDERER), &msg),
+        }
+    }
+
+    /// Persists and sends what Raft asks, then applies the commands that committed.
+    fn drain(&mut self, ctx: &mut Ctx<'_, SlogNode>) {
+        let out = self.raft.drain();
+        for record in out.records {
+            persist(ctx, record);
+        }
+        for (to, m) in out.messages {
+            ctx.send(to, Msg::Raft(m));
+        }
+        for bytes in out.committed {
+            // Only edge nodes of this region propose; an undecodable entry is skipped.
+            if let Ok(command) = serde_json::from_slice::<Command>(&bytes) {
+                self.apply(ctx, command);
+            }
+        }
+    }
+
+    /// The region's log, applied in order at every member: this is what makes replicas
+    /// of a shard execute the same transactions in the same order.
+    fn apply(&mut self, ctx: &mut Ctx<'_, SlogNode>, command: Command) {
+        let leader = self.raft.is_leader();
+        match command {
+            Command::Batch(entries) => {
+                for entry in entries {
+                    if leader {
+                        ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
+                    }
+                    if self.logged.insert(entry.key) {
+                        self.exec.schedule(ctx, entry);
+                    }
+                }
+            }
+            Command::Global { g, entries } => {
+                if g >= self.next_g && g < self.next_g + self.opts.window {
+                    self.future.insert(g, entries);
+                }
+                while let Some(batch) = self.future.remove(&self.next_g) {
+                    self.next_g += 1;
+                    for entry in batch {
+                        self.exec.schedule(ctx, entry);
+                    }
+                }
+                self.proposed_g = self.proposed_g.split_off(&self.next_g);
+                if leader {
+                    self.ack_global(ctx);
+                }
+            }
+        }
+    }
+
+    /// The port of this machine hands a client's transaction to this node, its coordinator.
+    fn submit(
+        &mut self,
+        ctx: &mut Ctx<'_, SlogNode>,
+        port: NodeId,
+        request: RequestId,
+        txn: meridian_core::txn::Txn,
+    ) {
+        let (cluster, opts) = (self.cluster.clone(), self.opts.clone());
+        self.coord.submit(ctx, &cluster, &opts, port, request, txn);
+    }
+
+    fn logged(&mut self, from: NodeId, key: TxnKey) {
+        self.coord.logged(&self.cluster, from, key);
+    }
+
+    fn results(
+        &mut self,
+        ctx: &mut Ctx<'_, SlogNode>,
+        key: TxnKey,
+        pieces: Vec<(u16, super::wire::PieceOutcome)>,
+    ) {
+        self.coord.results(ctx, key, pieces);
+    }
+
+    fn coord_tick(&mut self, ctx: &mut Ctx<'_, SlogNode>) {
+        let (cluster, opts) = (self.cluster.clone(), self.opts.clone());
+        self.coord.tick(ctx, &cluster, &opts);
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.future.keys().any(|&g| g < self.next_g) {
+            return Err(format!(
+                "slog edge {}: a global batch below next {} is buffered",
+                self.id, self.next_g
+            ));
+        }
+        self.exec.check_invariants()
+    }
+
+    pub fn region(&self) -> RegionId {
+        self.cluster.region_of(self.id)
+    }
+}
+
+/// A log command's bytes (JSON: the commands are serde types, as Clock-SI's replicated
+/// records are).
+pub(super) fn encode<T: serde::Serialize>(command: &T) -> Vec<u8> {
+    serde_json::to_vec(command).expect("a log command always encodes")
+}
