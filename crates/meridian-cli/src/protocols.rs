@@ -38,6 +38,8 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Janus>(),
     entry::<TwoPlRaft>(),
     entry::<OccRaft>(),
+    entry::<meridian_protocols::pb_2pc::TwoPlPb>(),
+    entry::<meridian_protocols::pb_2pc::OccPb>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -23,6 +23,7 @@ pub mod dast;
 pub mod janus;
 pub mod k2;
 pub mod kit;
+pub mod pb_2pc;
 pub mod raft_2pc;
 pub mod tapir;
 pub mod tiga;

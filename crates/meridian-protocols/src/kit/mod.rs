@@ -12,6 +12,8 @@
 //! | [`log`] | a restarted node's log split at its latest checkpoint (`latest_checkpoint`) | `tapir`'s replicas and coordinators; `2pl-2pc`'s and Clock-SI's servers and coordinators |
 //! | [`options`] | option checks (`positive_ms`, `at_least_one`) and `ms_to_ns`, one wording for every protocol | every protocol's options |
 //! | [`replicated`] | a partition server run unchanged on its shard's Raft group leader: records proposed, sends held until what they depend on commits (the protocol's release policy), a new leader rebuilding the server from committed records, `NotLeader` hints; coordinators' routing (`Leaders`) | `clock-si` / `conventional-si` (`replicated=true`), `2pl-raft`, `occ-raft` |
+//! | [`promotion`] | a backup promoted by a small consensus of the coordinators (Aurogon §4.5): a coordinator grants each epoch of a shard to the first candidate (`Grants`), a majority of grants makes it primary (`Candidacy`) | `aurogon`, [`primary_backup`] |
+//! | [`primary_backup`] | a partition server run unchanged on its shard's primary: records replicated synchronously to every backup, sends held until every backup acknowledged what they depend on, a promoted backup rebuilding the server from its records | `2pl-pb`, `occ-pb` |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
@@ -20,6 +22,8 @@
 pub mod clock_gate;
 pub mod log;
 pub mod options;
+pub mod primary_backup;
+pub mod promotion;
 pub mod owd;
 pub mod quorum;
 pub mod raft_group;

@@ -2,6 +2,7 @@
 //! durable log (records).
 
 use super::locks::LockMode;
+use crate::kit::primary_backup::{PbMsg, PbRecord};
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
@@ -40,6 +41,8 @@ pub enum Msg {
     ToCoord(ToCoord),
     /// `2pl-raft`: between the members of a shard's Raft group.
     Raft(RaftMsg),
+    /// `2pl-pb`: replication and promotion between a shard's replicas and coordinators.
+    Pb(PbMsg),
 }
 
 /// What a coordinator asks of a server.
@@ -136,7 +139,7 @@ impl Msg {
                 | ToCoord::Query { txn }
                 | ToCoord::NotLeader { txn, .. } => *txn,
             },
-            Msg::Raft(_) => return None,
+            Msg::Raft(_) | Msg::Pb(_) => return None,
         };
         Some(txn)
     }
@@ -161,6 +164,7 @@ impl Msg {
                 ToCoord::NotLeader { .. } => "not-leader",
             },
             Msg::Raft(_) => "raft",
+            Msg::Pb(_) => "pb",
         }
     }
 }
@@ -262,4 +266,6 @@ pub enum Record {
     /// `2pl-raft`: a replica's Raft log and hard state (the server's records travel inside
     /// its entries).
     Raft(RaftRecord),
+    /// `2pl-pb`: a replica's configuration and log, or a coordinator's grant.
+    Pb(PbRecord),
 }
