@@ -228,3 +228,38 @@ mod janus {
     };
     meridian_sim::conformance_tests!(meridian_protocols::janus::Janus, SPEC);
 }
+
+// Aurogon's R2PL and ROCC baselines (§6.1): 2PL and OCC over the same primary-backup
+// replication, on its five servers with Aurogon's 20 µs service time. The broken variant
+// releases a primary's sends before its backup holds their records: a promoted backup
+// then lacks commits clients already saw (lost writes under primary crashes).
+
+mod two_pl_pb {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        service_time_ns: 20_000,
+        golden: &[(5, "0000000000000000")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_release_before_backup_ack=true",
+            workload: "list-append",
+            workload_opts: "keys=8",
+        },
+        ..Conformance::new("rdma-cluster", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::pb_2pc::TwoPlPb, SPEC);
+}
+
+mod occ_pb {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        service_time_ns: 20_000,
+        golden: &[(5, "0000000000000000")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_release_before_backup_ack=true",
+            workload: "list-append",
+            workload_opts: "keys=8",
+        },
+        ..Conformance::new("rdma-cluster", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::pb_2pc::OccPb, SPEC);
+}

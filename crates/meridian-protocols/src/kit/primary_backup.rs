@@ -132,8 +132,9 @@ struct Backup {
     acked: u64,
     /// When it last acknowledged progress or was last caught up.
     progress_ns: u64,
-    /// When it was last sent a `Sync` (rate-limited to one per `failover_ns`).
-    sync_ns: Option<u64>,
+    /// When it was last sent what it misses (after the first, one resend per
+    /// `failover_ns`, so a backup that is down costs little).
+    resent_ns: Option<u64>,
     /// It acknowledged a `Sync` of this epoch (and has not said it lost it since).
     synced: bool,
 }
@@ -435,7 +436,7 @@ impl<P: Backed> Member<P> {
                 node,
                 acked: 0,
                 progress_ns: now,
-                sync_ns: Some(now),
+                resent_ns: Some(now),
                 synced: false,
             })
             .collect();
@@ -469,8 +470,8 @@ impl<P: Backed> Member<P> {
     }
 
     /// Each heartbeat: a backup that made no progress for a whole heartbeat while behind
-    /// gets the proposals it misses again (or, if they are no longer kept, the whole log,
-    /// at most once per `failover_ns`); the others a heartbeat.
+    /// gets the proposals it misses again (or, if they are no longer kept or it lost its
+    /// log, the whole log); the others a heartbeat.
     fn heartbeat(&mut self, cx: &mut PartitionCx<'_, P>, now: u64) {
         let (epoch, timing, log) = (self.config.epoch, self.timing, &self.log);
         let Some(p) = self.primary.as_mut() else {
@@ -480,15 +481,20 @@ impl<P: Backed> Member<P> {
         let oldest = p.pending.front().map_or(proposed + 1, |(seq, _)| *seq);
         for b in &mut p.backups {
             let stuck = now.saturating_sub(b.progress_ns) >= timing.heartbeat_ns;
-            if b.synced && (b.acked >= proposed || !stuck) {
+            let resent_lately = b
+                .resent_ns
+                .is_some_and(|t| now.saturating_sub(t) < timing.failover_ns);
+            if (b.synced && (b.acked >= proposed || !stuck)) || resent_lately {
                 cx.send(b.node, P::pb_msg(PbMsg::Heartbeat { epoch }));
-            } else if b.synced && b.acked + 1 >= oldest {
+                continue;
+            }
+            b.resent_ns = Some(now);
+            if b.synced && b.acked + 1 >= oldest {
                 for (seq, records) in p.pending.iter().filter(|(s, _)| *s > b.acked) {
                     let (seq, records) = (*seq, records.clone());
                     cx.send(b.node, P::pb_msg(PbMsg::Replicate { epoch, seq, records }));
                 }
-            } else if b.sync_ns.is_none_or(|t| now.saturating_sub(t) >= timing.failover_ns) {
-                b.sync_ns = Some(now);
+            } else {
                 let log = encode(log);
                 cx.send(b.node, P::pb_msg(PbMsg::Sync { epoch, seq: proposed, log }));
                 cx.count(PB_SYNCS, 1);
@@ -512,7 +518,7 @@ impl<P: Backed> Member<P> {
             return;
         };
         if seq > b.acked {
-            (b.acked, b.progress_ns, b.sync_ns) = (seq, now, None);
+            (b.acked, b.progress_ns, b.resent_ns) = (seq, now, None);
         }
         let durable = p.backups.iter().map(|b| b.acked).min().unwrap_or(seq);
         while p.pending.front().is_some_and(|(s, _)| *s <= durable) {
