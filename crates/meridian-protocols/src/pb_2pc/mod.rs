@@ -107,30 +107,10 @@ pub struct PbOptions {
 fn parse(raw: &ProtocolConfig, cluster: &Cluster, cc: Concurrency) -> Result<PbOptions, String> {
     let mut raw = raw.clone();
     let unsafe_release: bool = raw.take(UNSAFE_RELEASE, false)?;
-    let two_pl = parse_two_pl(&raw, cluster, cc)?;
+    let two_pl = crate::raft_2pc::parse_replicated(&raw, cluster, cc, Policy::WaitDie)?;
     let mut timing = timing(cluster);
     timing.unsafe_release_before_ack = unsafe_release;
     Ok(PbOptions { two_pl, timing })
-}
-
-fn parse_two_pl(raw: &ProtocolConfig, cluster: &Cluster, cc: Concurrency) -> Result<Options, String> {
-    let mut opts = Options::for_cluster(raw, cluster)?;
-    let unsafe_opt = match cc {
-        Concurrency::Locking => opts
-            .unsafe_skip_validation
-            .then_some("unsafe_skip_validation"),
-        Concurrency::Optimistic => opts.unsafe_early_release.then_some("unsafe_early_release"),
-    };
-    if let Some(name) = unsafe_opt {
-        return Err(format!(
-            "protocol option `{name}` is not one of this protocol's"
-        ));
-    }
-    opts.concurrency = cc;
-    opts.deadlock = Policy::WaitDie;
-    opts.replicated = true;
-    opts.interactive = true;
-    Ok(opts)
 }
 
 /// Heartbeat max(2.5 × the largest RTT, 1 ms); failover after 10 heartbeats.

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::kit::primary_backup::PB_PROMOTIONS;
-use crate::testkit::{Driver, MS};
-use meridian_core::txn::{ClientRequest, ClientResponse, CommitPath, Outcome, Step};
+use crate::testkit::{committed, read_value, Driver, MS};
+use meridian_core::txn::{ClientRequest, CommitPath, Step};
 
 const RDMA: &str = include_str!("../../../../topologies/rdma-cluster.toml");
 
@@ -19,20 +19,6 @@ fn member(d: &Driver<PbNode>, node: NodeId) -> &Member {
     match d.node(node) {
         Some(PbNode::Member(m)) => m,
         other => panic!("{node} is {other:?}"),
-    }
-}
-
-fn read_value(r: &ClientResponse) -> Option<String> {
-    match r {
-        ClientResponse::Read(v) => v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
-        other => panic!("not a read: {other:?}"),
-    }
-}
-
-fn committed(o: &Outcome) -> CommitPath {
-    match o {
-        Outcome::Committed { path, .. } => *path,
-        other => panic!("not committed: {other:?}"),
     }
 }
 
