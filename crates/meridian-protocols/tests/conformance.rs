@@ -238,7 +238,7 @@ mod two_pl_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "52ec06126e3c5e24")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_release_before_backup_ack=true",
             workload: "list-append",
@@ -253,7 +253,7 @@ mod occ_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "82371f29fd7145c6")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_release_before_backup_ack=true",
             workload: "list-append",
