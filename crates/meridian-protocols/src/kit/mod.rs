@@ -22,9 +22,9 @@
 pub mod clock_gate;
 pub mod log;
 pub mod options;
+pub mod owd;
 pub mod primary_backup;
 pub mod promotion;
-pub mod owd;
 pub mod quorum;
 pub mod raft_group;
 pub mod replicated;

@@ -54,7 +54,11 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PbMsg {
     /// Primary → backup: the records of its `seq`-th handler in `epoch`.
-    Replicate { epoch: u64, seq: u64, records: Vec<u8> },
+    Replicate {
+        epoch: u64,
+        seq: u64,
+        records: Vec<u8>,
+    },
     /// Primary → backup: its whole log, which holds proposals up to `seq`.
     Sync { epoch: u64, seq: u64, log: Vec<u8> },
     /// Primary → backup, each heartbeat: it serves `epoch`.
@@ -492,11 +496,25 @@ impl<P: Backed> Member<P> {
             if b.synced && b.acked + 1 >= oldest {
                 for (seq, records) in p.pending.iter().filter(|(s, _)| *s > b.acked) {
                     let (seq, records) = (*seq, records.clone());
-                    cx.send(b.node, P::pb_msg(PbMsg::Replicate { epoch, seq, records }));
+                    cx.send(
+                        b.node,
+                        P::pb_msg(PbMsg::Replicate {
+                            epoch,
+                            seq,
+                            records,
+                        }),
+                    );
                 }
             } else {
                 let log = encode(log);
-                cx.send(b.node, P::pb_msg(PbMsg::Sync { epoch, seq: proposed, log }));
+                cx.send(
+                    b.node,
+                    P::pb_msg(PbMsg::Sync {
+                        epoch,
+                        seq: proposed,
+                        log,
+                    }),
+                );
                 cx.count(PB_SYNCS, 1);
             }
         }
@@ -617,7 +635,10 @@ pub struct Granter {
 impl Granter {
     /// The grants among a coordinator's records; the rest are returned, for the
     /// coordinator's own restore.
-    pub fn restore<P: Backed>(cluster: &Cluster, records: &[P::Record]) -> (Granter, Vec<P::Record>) {
+    pub fn restore<P: Backed>(
+        cluster: &Cluster,
+        records: &[P::Record],
+    ) -> (Granter, Vec<P::Record>) {
         let mut grants = Grants::new(cluster.shard_count() as usize);
         let mut rest = Vec::new();
         for record in records {

@@ -59,7 +59,8 @@ impl Grants {
     /// ([`Grant::newly`]); the same candidate asking again is granted again.
     pub fn request(&mut self, shard: ShardId, epoch: u64, candidate: NodeId) -> Option<Grant> {
         let &(granted_epoch, holder) = self.grants.get(shard.index())?;
-        let granted = epoch > granted_epoch || (epoch == granted_epoch && holder == Some(candidate));
+        let granted =
+            epoch > granted_epoch || (epoch == granted_epoch && holder == Some(candidate));
         let newly = granted && epoch > granted_epoch;
         if newly {
             self.grants[shard.index()] = (epoch, Some(candidate));

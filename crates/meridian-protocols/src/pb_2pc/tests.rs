@@ -45,7 +45,10 @@ fn survives_primary_crashes<P: Protocol<Node = PbNode>>() {
     assert!(member(&d, second).server().is_some());
     d.restart(first);
     d.run_for(100 * MS);
-    assert!(member(&d, first).server().is_none(), "a restarted primary waits");
+    assert!(
+        member(&d, first).server().is_none(),
+        "a restarted primary waits"
+    );
     let t2 = d.begin(1, None);
     assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
     d.put(1, t2, &x, "x2");
@@ -84,7 +87,9 @@ fn answered_without_backup_acks(options: &str) -> bool {
     let answered = d.response(commit).is_some();
     d.release_held();
     d.run_for(5 * MS);
-    assert!(d.outcome(commit).is_some_and(|o| committed(o) == CommitPath::TwoPhase));
+    assert!(d
+        .outcome(commit)
+        .is_some_and(|o| committed(o) == CommitPath::TwoPhase));
     answered
 }
 
