@@ -2,7 +2,7 @@
 //!
 //! **Guarantee: strict serializability**, for both (checked at that level by the
 //! conformance swarms). Aurogon §6.1 compares against "an RDMA version of 2PL and OCC,
-//! called R2PL and ROCC", built on the implementation it cites [45] and replicated like
+//! called R2PL and ROCC", built on the implementation it cites (its ref. 45) and replicated like
 //! Aurogon itself (§4.5: primary-backup, f + 1 copies, a backup promoted when its primary
 //! fails). Here they are this repository's 2PL server and its OCC mode (`two_pl/`), run
 //! unchanged on each shard's primary by the primary-backup kit, with 2PC among the
@@ -10,7 +10,7 @@
 //!
 //! * **`2pl-pb`** ([`TwoPlPb`]): strict two-phase locking with **WAIT-DIE**. The paper does
 //!   not name R2PL's deadlock policy; the implementation it cites for R2PL/ROCC and
-//!   RSundial-CC, Sundial's open-source code (our reading of [45]: the reference list is
+//!   RSundial-CC, Sundial's open-source code (our reading of ref. 45: the reference list is
 //!   not in our copy of the paper), offers WAIT_DIE and NO_WAIT; WAIT-DIE is the one our
 //!   lock table has (`2pl-2pc`'s), NO_WAIT is not implemented.
 //! * **`occ-pb`** ([`OccPb`]): OCC — pieces run without locks noting versions; PREPARE
