@@ -42,6 +42,8 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<OccRaft>(),
     entry::<P2plTtc>(),
     entry::<Slog>(),
+    entry::<meridian_protocols::pb_2pc::TwoPlPb>(),
+    entry::<meridian_protocols::pb_2pc::OccPb>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -286,6 +286,14 @@ impl ProtocolConfig {
         self.options.insert(key.to_string(), value.to_string());
     }
 
+    /// Takes `key` out, parsed as `V` (`default` when absent): for a protocol that reads
+    /// its own options before handing the rest to another's parser.
+    pub fn take<V: FromStr>(&mut self, key: &str, default: V) -> Result<V, String> {
+        let value = self.get(key, default)?;
+        self.options.remove(key);
+        Ok(value)
+    }
+
     /// The value of `key` parsed as `V`, or `default` when absent.
     pub fn get<V: FromStr>(&self, key: &str, default: V) -> Result<V, String> {
         match self.options.get(key) {

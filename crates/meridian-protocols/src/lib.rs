@@ -28,6 +28,7 @@ pub mod janus;
 pub mod k2;
 pub mod kit;
 pub mod p2pl_ttc;
+pub mod pb_2pc;
 pub mod raft_2pc;
 pub mod slog;
 pub mod tapir;

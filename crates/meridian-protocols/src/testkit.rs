@@ -25,6 +25,22 @@ use std::sync::Arc;
 
 pub(crate) const MS: u64 = 1_000_000;
 
+/// The value an interactive `Get` returned, as text.
+pub(crate) fn read_value(r: &ClientResponse) -> Option<String> {
+    match r {
+        ClientResponse::Read(v) => v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
+        other => panic!("not a read: {other:?}"),
+    }
+}
+
+/// The commit path of a committed outcome.
+pub(crate) fn committed(o: &Outcome) -> meridian_core::txn::CommitPath {
+    match o {
+        Outcome::Committed { path, .. } => *path,
+        other => panic!("not committed: {other:?}"),
+    }
+}
+
 /// Three regions A, B, C with the given round trips (ms) between them; two shards with a
 /// replica in each region (f = 1), initial leaders in A; two coordinators in A.
 pub(crate) fn three_regions(name: &str, rtt_ab_ms: f64, rtt_ac_ms: f64, rtt_bc_ms: f64) -> String {

@@ -266,3 +266,38 @@ mod slog {
     };
     meridian_sim::conformance_tests!(meridian_protocols::slog::Slog, SPEC);
 }
+
+// Aurogon's R2PL and ROCC baselines (§6.1): 2PL and OCC over the same primary-backup
+// replication, on its five servers with Aurogon's 20 µs service time. The broken variant
+// releases a primary's sends before its backup holds their records: a promoted backup
+// then lacks commits clients already saw (lost writes under primary crashes).
+
+mod two_pl_pb {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        service_time_ns: 20_000,
+        golden: &[(5, "52ec06126e3c5e24")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_release_before_backup_ack=true",
+            workload: "list-append",
+            workload_opts: "keys=8",
+        },
+        ..Conformance::new("rdma-cluster", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::pb_2pc::TwoPlPb, SPEC);
+}
+
+mod occ_pb {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        service_time_ns: 20_000,
+        golden: &[(5, "82371f29fd7145c6")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_release_before_backup_ack=true",
+            workload: "list-append",
+            workload_opts: "keys=8",
+        },
+        ..Conformance::new("rdma-cluster", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::pb_2pc::OccPb, SPEC);
+}

@@ -6,6 +6,7 @@
 
 use super::options::{ClockMode, Options};
 use super::wire::{Config, Cx, Failure, Msg, Record, Timer};
+use crate::kit::promotion::Grants;
 use meridian_core::txn::{
     execute_piece, AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KvAccess, Op,
     Operand, Outcome, PieceBody, PieceResult, Procedures, Txn, Value,
@@ -82,7 +83,7 @@ pub struct Coordinator {
     /// Each shard's configuration as this coordinator knows it.
     configs: Vec<Config>,
     /// Each shard's highest granted epoch and its candidate.
-    grants: Vec<(u64, Option<NodeId>)>,
+    grants: Grants,
     txns: FxHashMap<TxnId, CoordTxn>,
 }
 
@@ -101,7 +102,7 @@ impl Coordinator {
                 primary: cluster.initial_leader(ShardId(s as u32)),
             })
             .collect();
-        let mut grants = vec![(0, None); shards];
+        let mut grants = Grants::new(shards);
         let mut incarnation = 0;
         for record in records {
             match record {
@@ -110,7 +111,7 @@ impl Coordinator {
                     shard,
                     epoch,
                     candidate,
-                } => grants[shard.index()] = (*epoch, Some(*candidate)),
+                } => grants.replay(*shard, *epoch, *candidate),
                 other => panic!("coordinator {id} logged {other:?}"),
             }
         }
@@ -202,18 +203,17 @@ impl Coordinator {
     /// §4.5's small consensus: an epoch of a shard goes to the first candidate that asks
     /// for it (logged before the answer); a majority of grants makes the candidate primary.
     fn on_request_grant(&mut self, ctx: &mut Cx<'_>, from: NodeId, shard: ShardId, epoch: u64) {
-        let Some(&(granted_epoch, candidate)) = self.grants.get(shard.index()) else {
+        let Some(grant) = self.grants.request(shard, epoch, from) else {
             return;
         };
-        let granted = epoch > granted_epoch || (epoch == granted_epoch && candidate == Some(from));
-        if granted && epoch > granted_epoch {
+        if grant.newly {
             ctx.persist(Record::Granted {
                 shard,
                 epoch,
                 candidate: from,
             });
-            self.grants[shard.index()] = (epoch, Some(from));
         }
+        let granted = grant.granted;
         ctx.send(
             from,
             Msg::Grant {

@@ -124,7 +124,7 @@ pub use options::{ClockMode, Isolation, Options, OPTIONS};
 pub use server::Replica;
 pub use wire::{Config, Msg, Record, Timer};
 
-use meridian_core::fault_model::{FailureGroup, FaultModel};
+use meridian_core::fault_model::FaultModel;
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::{ClientRequest, Procedures};
 use meridian_core::{Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RequestId};
@@ -180,21 +180,7 @@ impl Protocol for Aurogon {
     /// of a shard down at once (`minorities` gives a two-copy shard one) and a minority of
     /// coordinators (promotion needs a majority of them).
     fn fault_model(cluster: &Cluster) -> FaultModel {
-        let mut model = FaultModel::minorities(cluster);
-        let mut machines: Vec<_> = cluster
-            .coordinators
-            .iter()
-            .map(|&c| cluster.machine_of(c))
-            .collect();
-        machines.sort();
-        machines.dedup();
-        let max_down = (machines.len().max(1) - 1) / 2;
-        model.groups.push(FailureGroup {
-            name: "coordinators".to_string(),
-            machines,
-            max_down,
-        });
-        model
+        crate::kit::promotion::fault_model(cluster)
     }
 }
 

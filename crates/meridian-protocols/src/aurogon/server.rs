@@ -7,7 +7,7 @@ use super::mvcc::{Mvcc, ReadResult, Refusal, Rules, Status};
 use super::options::Options;
 use super::wire::{Answer, Config, Cx, Failure, Installed, Msg, Record, Snapshot, Timer};
 use crate::kit::clock_gate::{ClockGate, WakeTimer};
-use crate::kit::quorum::{majority, Votes};
+use crate::kit::promotion::Candidacy;
 use meridian_core::txn::{Key, Value};
 use meridian_core::{Cluster, NodeId, ShardId, ShardList, Timestamp, TxnId};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -56,14 +56,6 @@ enum Decision {
     Aborted,
 }
 
-/// A campaign for an epoch.
-#[derive(Clone, Debug)]
-struct Campaign {
-    epoch: u64,
-    votes: Votes<()>,
-    sent_ns: u64,
-}
-
 /// A replica node.
 #[derive(Debug)]
 pub struct Replica {
@@ -98,7 +90,7 @@ pub struct Replica {
     lease_acks: Vec<(NodeId, u64)>,
     last_heard_ns: u64,
     highest_epoch_seen: u64,
-    campaign: Option<Campaign>,
+    campaign: Candidacy,
     since_checkpoint: usize,
 }
 
@@ -145,7 +137,7 @@ impl Replica {
             lease_acks: Vec::new(),
             last_heard_ns: 0,
             highest_epoch_seen: 0,
-            campaign: None,
+            campaign: Candidacy::default(),
             since_checkpoint: 0,
         };
         let start = records
@@ -309,7 +301,7 @@ impl Replica {
         let was_primary = self.is_primary();
         self.config = config;
         self.persist(ctx, Record::Config(config));
-        self.campaign = None;
+        self.campaign.stop();
         self.last_heard_ns = ctx.now_ns();
         if was_primary && !self.is_primary() {
             self.step_down(ctx);
@@ -344,7 +336,7 @@ impl Replica {
         self.floor_ns = self.floor_ns.max(self.lease_max_ns);
         self.lease_sent_ns = 0;
         self.reset_lease_acks();
-        self.campaign = None;
+        self.campaign.stop();
         let shard = self.shard;
         let config = self.config;
         let others: Vec<NodeId> = self
@@ -408,7 +400,7 @@ impl Replica {
             return;
         }
         self.last_heard_ns = ctx.now_ns();
-        self.campaign = None;
+        self.campaign.stop();
         self.persist_lease(ctx, until_ns);
         ctx.send(
             from,
@@ -959,53 +951,33 @@ impl Replica {
 
     /// Asks the coordinators for the next epoch with this replica as primary.
     fn campaign(&mut self, ctx: &mut Cx<'_>) {
-        let now = ctx.now_ns();
-        let stale = self
-            .campaign
-            .as_ref()
-            .is_none_or(|c| now.saturating_sub(c.sent_ns) >= self.opts.failover_ns);
-        if !stale {
+        let highest = self.highest_epoch_seen.max(self.config.epoch);
+        let Some(ask) = self.campaign.ask(
+            ctx.now_ns(),
+            self.opts.failover_ns,
+            highest,
+            &self.cluster.coordinators,
+        ) else {
             return;
+        };
+        if ask.fresh {
+            ctx.count("aurogon.campaigns", 1);
         }
-        let epoch = match &self.campaign {
-            Some(c) => c.epoch,
-            None => {
-                ctx.count("aurogon.campaigns", 1);
-                self.highest_epoch_seen.max(self.config.epoch) + 1
-            }
-        };
-        let coordinators = self.cluster.coordinators.clone();
-        let need = majority(coordinators.len());
-        let votes = match self.campaign.take() {
-            Some(c) if c.epoch == epoch => c.votes,
-            _ => Votes::new(coordinators.iter().copied(), need),
-        };
-        let shard = self.shard;
-        let missing: Vec<NodeId> = votes.missing().collect();
-        ctx.multicast(missing, &Msg::RequestGrant { shard, epoch });
-        self.campaign = Some(Campaign {
-            epoch,
-            votes,
-            sent_ns: now,
-        });
+        let (shard, epoch) = (self.shard, ask.epoch);
+        ctx.multicast(ask.to, &Msg::RequestGrant { shard, epoch });
     }
 
     fn on_grant(&mut self, ctx: &mut Cx<'_>, from: NodeId, epoch: u64, granted: bool) {
-        let Some(c) = self.campaign.as_mut().filter(|c| c.epoch == epoch) else {
-            return;
-        };
-        if !granted {
-            self.highest_epoch_seen = self.highest_epoch_seen.max(epoch);
-            self.campaign = None;
-            return;
-        }
-        c.votes.record(from, ());
-        if c.votes.complete() && epoch > self.config.epoch {
-            let config = Config {
-                epoch,
-                primary: self.id,
-            };
-            self.learn(ctx, config);
+        match self.campaign.on_grant(from, epoch, granted) {
+            Some(false) => self.highest_epoch_seen = self.highest_epoch_seen.max(epoch),
+            Some(true) if epoch > self.config.epoch => {
+                let config = Config {
+                    epoch,
+                    primary: self.id,
+                };
+                self.learn(ctx, config);
+            }
+            _ => {}
         }
     }
 

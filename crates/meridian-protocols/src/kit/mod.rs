@@ -15,6 +15,8 @@
 //! | [`replicated`] | a partition server run unchanged on its shard's Raft group leader: records proposed, sends held until what they depend on commits (the protocol's release policy), a new leader rebuilding the server from committed records, `NotLeader` hints; coordinators' routing (`Leaders`) | `clock-si` / `conventional-si` (`replicated=true`), `2pl-raft`, `occ-raft` |
 //! | [`ttc`] | the TTC Oracle's answer (`T_high = now + ε`, strictly increasing), oracles nearest first, the check that oracle clocks promise ε, `with_drift` | `k2` (K2-TB), `p2pl-ttc` (commit timestamps) |
 //! | [`hlc`] | a hybrid logical clock (`Hlc`, `HlcTs`): monotonic over a stepped clock, dominating received timestamps, refusing ones beyond the maximum offset | none yet: `mvto-hlc` (K2 §7.3's CockroachDB-like baseline) is not built |
+//! | [`promotion`] | a backup promoted by a small consensus of the coordinators (Aurogon §4.5): a coordinator grants each epoch of a shard to the first candidate (`Grants`), a majority of grants makes it primary (`Candidacy`) | `aurogon`, [`primary_backup`] |
+//! | [`primary_backup`] | a partition server run unchanged on its shard's primary: records replicated synchronously to every backup, sends held until every backup acknowledged what they depend on, a promoted backup rebuilding the server from its records | `2pl-pb`, `occ-pb` |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
@@ -26,6 +28,8 @@ pub mod log;
 pub mod options;
 pub mod owd;
 pub mod placement;
+pub mod primary_backup;
+pub mod promotion;
 pub mod quorum;
 pub mod raft_group;
 pub mod replicated;

@@ -147,25 +147,95 @@ struct Led<P: Partition> {
     epoch: u64,
     /// `None` until the barrier is applied.
     served: Option<(P, P::Release)>,
-    /// Proposals made / known committed, in this term.
-    proposed: u64,
-    committed: u64,
-    /// Sends waiting for proposal `seq` to commit.
-    outbox: Vec<(u64, NodeId, P::Msg)>,
+    outbox: Outbox<P>,
 }
 
-impl<P: Partition> Led<P> {
-    /// Proposal `seq` committed: what waited for it goes out.
-    fn release(&mut self, cx: &mut PartitionCx<'_, P>, seq: u64) {
+/// A leader's (or primary's) sends held until the proposals they depend on are durable
+/// on the replicas. Proposals are numbered 1, 2, … within a leadership.
+#[derive(Debug)]
+pub struct Outbox<P: Partition> {
+    /// Proposals made / known durable, in this leadership.
+    pub proposed: u64,
+    pub committed: u64,
+    /// Sends waiting for proposal `seq`.
+    held: Vec<(u64, NodeId, P::Msg)>,
+}
+
+impl<P: Partition> Default for Outbox<P> {
+    fn default() -> Outbox<P> {
+        Outbox {
+            proposed: 0,
+            committed: 0,
+            held: Vec::new(),
+        }
+    }
+}
+
+impl<P: Partition> Outbox<P> {
+    /// Sorts one server handler's `effects`: its records (returned; if any, they are
+    /// proposal `proposed`, already counted), its sends (out now if what they wait for is
+    /// durable, else held), its timers (tagged with the leadership `epoch`).
+    pub fn handle(
+        &mut self,
+        cx: &mut PartitionCx<'_, P>,
+        release: &mut P::Release,
+        epoch: u64,
+        effects: Vec<Effect<P::Msg, P::Timer, P::Record>>,
+    ) -> Vec<P::Record> {
+        let mut records = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Persist { record } | Effect::Checkpoint { record } => {
+                    release.note(self.proposed + 1, &record);
+                    records.push(record);
+                }
+                Effect::Send { to, msg } => {
+                    let after = release.wait_for(&msg, self.proposed, !records.is_empty());
+                    if after <= self.committed {
+                        cx.send(to, msg);
+                    } else {
+                        self.held.push((after, to, msg));
+                    }
+                }
+                Effect::SetTimer {
+                    id,
+                    after_ns,
+                    timer,
+                } => {
+                    let timer = P::led_timer(epoch, timer);
+                    cx.emit(Effect::SetTimer {
+                        id,
+                        after_ns,
+                        timer,
+                    });
+                }
+                other @ (Effect::CancelTimer { .. }
+                | Effect::Count { .. }
+                | Effect::Respond { .. }) => cx.emit(other),
+            }
+        }
+        if !records.is_empty() {
+            self.proposed += 1;
+        }
+        records
+    }
+
+    /// Proposal `seq` is durable: what waited for it goes out.
+    pub fn release(
+        &mut self,
+        cx: &mut PartitionCx<'_, P>,
+        release: Option<&mut P::Release>,
+        seq: u64,
+    ) {
         self.committed = self.committed.max(seq);
         let committed = self.committed;
-        if let Some((_, release)) = self.served.as_mut() {
+        if let Some(release) = release {
             release.committed(committed);
         }
-        let (go, stay) = std::mem::take(&mut self.outbox)
+        let (go, stay) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|(after, _, _)| *after <= committed);
-        self.outbox = stay;
+        self.held = stay;
         for (_, to, msg) in go {
             cx.send(to, msg);
         }
@@ -322,46 +392,14 @@ impl<P: Partition> Member<P> {
             return;
         };
         let effects = cx.capture(|cx| handler(server, cx));
-        let mut records = Vec::new();
-        for effect in effects {
-            match effect {
-                Effect::Persist { record } | Effect::Checkpoint { record } => {
-                    release.note(led.proposed + 1, &record);
-                    records.push(record);
-                }
-                Effect::Send { to, msg } => {
-                    let after = release.wait_for(&msg, led.proposed, !records.is_empty());
-                    if after <= led.committed {
-                        cx.send(to, msg);
-                    } else {
-                        led.outbox.push((after, to, msg));
-                    }
-                }
-                Effect::SetTimer {
-                    id,
-                    after_ns,
-                    timer,
-                } => {
-                    let timer = P::led_timer(led.epoch, timer);
-                    cx.emit(Effect::SetTimer {
-                        id,
-                        after_ns,
-                        timer,
-                    });
-                }
-                other @ (Effect::CancelTimer { .. }
-                | Effect::Count { .. }
-                | Effect::Respond { .. }) => cx.emit(other),
-            }
-        }
+        let records = led.outbox.handle(cx, release, led.epoch, effects);
         if records.is_empty() {
             return;
         }
-        led.proposed += 1;
         let command = Command::Records {
             leader: self.id,
             term: led.term,
-            seq: led.proposed,
+            seq: led.outbox.proposed,
             records,
         };
         if !self.raft.propose(encode(&command)) {
@@ -437,9 +475,7 @@ impl<P: Partition> Member<P> {
             term,
             epoch: self.epochs,
             served: None,
-            proposed: 0,
-            committed: 0,
-            outbox: Vec::new(),
+            outbox: Outbox::default(),
         });
         let barrier = Command::<P::Record>::Barrier {
             leader: self.id,
@@ -472,7 +508,8 @@ impl<P: Partition> Member<P> {
                 }
                 if leader == self.id {
                     if let Some(led) = self.led.as_mut().filter(|l| l.term == term) {
-                        led.release(cx, seq);
+                        let release = led.served.as_mut().map(|(_, r)| r);
+                        led.outbox.release(cx, release, seq);
                     }
                 }
             }

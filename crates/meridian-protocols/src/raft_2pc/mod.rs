@@ -110,8 +110,14 @@ pub enum RaftNode {
     Inert,
 }
 
-/// The options of both: 2PL's, with the concurrency control and deadlock policy fixed.
-fn parse(raw: &ProtocolConfig, cluster: &Cluster, cc: Concurrency) -> Result<Options, String> {
+/// The options of both: 2PL's, with the concurrency control and deadlock policy fixed
+/// (also those of `2pl-pb` / `occ-pb`, with theirs).
+pub(crate) fn parse_replicated(
+    raw: &ProtocolConfig,
+    cluster: &Cluster,
+    cc: Concurrency,
+    deadlock: Policy,
+) -> Result<Options, String> {
     let mut opts = Options::for_cluster(raw, cluster)?;
     let unsafe_opt = match cc {
         Concurrency::Locking => opts
@@ -125,7 +131,7 @@ fn parse(raw: &ProtocolConfig, cluster: &Cluster, cc: Concurrency) -> Result<Opt
         ));
     }
     opts.concurrency = cc;
-    opts.deadlock = Policy::WoundWait;
+    opts.deadlock = deadlock;
     opts.replicated = true;
     opts.interactive = true;
     Ok(opts)
@@ -178,7 +184,7 @@ impl Protocol for TwoPlRaft {
     const OPTIONS: &'static [&'static str] = &OPTIONS;
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        parse(raw, cluster, Concurrency::Locking)
+        parse_replicated(raw, cluster, Concurrency::Locking, Policy::WoundWait)
     }
 
     fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> RaftNode {
@@ -199,7 +205,7 @@ impl Protocol for OccRaft {
     const OPTIONS: &'static [&'static str] = &OPTIONS;
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
-        parse(raw, cluster, Concurrency::Optimistic)
+        parse_replicated(raw, cluster, Concurrency::Optimistic, Policy::WoundWait)
     }
 
     fn build(node: NodeId, setup: &Setup<Self>, recovered: &[Record]) -> RaftNode {

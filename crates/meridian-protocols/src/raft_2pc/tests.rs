@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::kit::replicated::PARTITION_TAKEOVERS;
-use crate::testkit::{Driver, MS};
-use meridian_core::txn::{AbortReason, ClientResponse, CommitPath, Outcome};
+use crate::testkit::{committed, read_value, Driver, MS};
+use meridian_core::txn::{AbortReason, CommitPath, Outcome};
 
 /// Three regions (10 ms apart); two shards replicated in all three, placed leaders in A;
 /// two coordinators in A.
@@ -19,20 +19,6 @@ fn member(d: &Driver<RaftNode>, node: NodeId) -> &Member {
     match d.node(node) {
         Some(RaftNode::Member(m)) => m,
         other => panic!("{node} is {other:?}"),
-    }
-}
-
-fn read_value(r: &ClientResponse) -> Option<String> {
-    match r {
-        ClientResponse::Read(v) => v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
-        other => panic!("not a read: {other:?}"),
-    }
-}
-
-fn committed(o: &Outcome) -> CommitPath {
-    match o {
-        Outcome::Committed { path, .. } => *path,
-        other => panic!("not committed: {other:?}"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! durable log (records).
 
 use super::locks::LockMode;
+use crate::kit::primary_backup::{PbMsg, PbRecord};
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
@@ -48,6 +49,8 @@ pub enum Msg {
         high_ns: u64,
         oracle: u32,
     },
+    /// `2pl-pb`: replication and promotion between a shard's replicas and coordinators.
+    Pb(PbMsg),
 }
 
 /// What a coordinator asks of a server.
@@ -145,7 +148,7 @@ impl Msg {
                 | ToCoord::NotLeader { txn, .. } => *txn,
             },
             Msg::GetTs { txn } | Msg::OracleTs { txn, .. } => *txn,
-            Msg::Raft(_) => return None,
+            Msg::Raft(_) | Msg::Pb(_) => return None,
         };
         Some(txn)
     }
@@ -172,6 +175,7 @@ impl Msg {
             Msg::Raft(_) => "raft",
             Msg::GetTs { .. } => "get-ts",
             Msg::OracleTs { .. } => "oracle-ts",
+            Msg::Pb(_) => "pb",
         }
     }
 }
@@ -273,4 +277,6 @@ pub enum Record {
     /// `2pl-raft`: a replica's Raft log and hard state (the server's records travel inside
     /// its entries).
     Raft(RaftRecord),
+    /// `2pl-pb`: a replica's configuration and log, or a coordinator's grant.
+    Pb(PbRecord),
 }

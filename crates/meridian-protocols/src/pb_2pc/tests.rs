@@ -1,0 +1,116 @@
+//! `2pl-pb` and `occ-pb` against the test driver on `rdma-cluster`: a primary's crash and a
+//! promoted backup, a restarted replica resynced and promoted in turn, and sends held
+//! until the backup acknowledges.
+
+use super::*;
+use crate::kit::primary_backup::PB_PROMOTIONS;
+use crate::testkit::{committed, read_value, Driver, MS};
+use meridian_core::txn::{ClientRequest, CommitPath, Step};
+
+const RDMA: &str = include_str!("../../../../topologies/rdma-cluster.toml");
+
+fn driver<P: Protocol<Node = PbNode>>(options: &str) -> Driver<PbNode> {
+    let mut d = Driver::on_topology::<P>(RDMA, options, Default::default(), 0, 0);
+    d.run_for(50 * MS);
+    d
+}
+
+fn member(d: &Driver<PbNode>, node: NodeId) -> &Member {
+    match d.node(node) {
+        Some(PbNode::Member(m)) => m,
+        other => panic!("{node} is {other:?}"),
+    }
+}
+
+fn promotions(d: &Driver<PbNode>) -> u64 {
+    d.counters.get(PB_PROMOTIONS).copied().unwrap_or(0)
+}
+
+/// A transaction commits over two shards; shard 0's primary crashes, its backup is
+/// promoted with the write (and serves once the old primary is back and resynced: with
+/// f + 1 copies a shard stalls while one is down); the new primary crashes in turn and
+/// the resynced one is promoted — with the second write.
+fn survives_primary_crashes<P: Protocol<Node = PbNode>>() {
+    let mut d = driver::<P>("");
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    assert_eq!(committed(&d.commit(0, t)), CommitPath::TwoPhase);
+    let replicas = d.cluster.replicas(ShardId(0)).to_vec();
+    let (first, second) = (replicas[0], replicas[1]);
+    d.crash(first);
+    d.run_for(100 * MS);
+    assert_eq!(promotions(&d), 1, "the backup took over");
+    assert!(member(&d, second).server().is_some());
+    d.restart(first);
+    d.run_for(100 * MS);
+    assert!(
+        member(&d, first).server().is_none(),
+        "a restarted primary waits"
+    );
+    let t2 = d.begin(1, None);
+    assert_eq!(read_value(&d.get(1, t2, &x)).as_deref(), Some("x1"));
+    d.put(1, t2, &x, "x2");
+    assert_eq!(committed(&d.commit(1, t2)), CommitPath::TwoPhase);
+    d.crash(second);
+    d.run_for(100 * MS);
+    assert_eq!(promotions(&d), 2, "the resynced replica took over");
+    d.restart(second);
+    d.run_for(100 * MS);
+    let t3 = d.begin(2, None);
+    assert_eq!(read_value(&d.get(2, t3, &x)).as_deref(), Some("x2"));
+    assert_eq!(read_value(&d.get(2, t3, &y)).as_deref(), Some("y1"));
+}
+
+#[test]
+fn two_pl_pb_survives_primary_crashes() {
+    survives_primary_crashes::<TwoPlPb>();
+}
+
+#[test]
+fn occ_pb_survives_primary_crashes() {
+    survives_primary_crashes::<OccPb>();
+}
+
+/// With the backup's acknowledgements held, a commit is not answered (its vote waits);
+/// once they flow, it is. The broken variant answers without them.
+fn answered_without_backup_acks(options: &str) -> bool {
+    let mut d = driver::<TwoPlPb>(options);
+    let (x, y) = (d.key_on(0, "x"), d.key_on(1, "y"));
+    let t = d.begin(0, None);
+    d.put(0, t, &x, "x1");
+    d.put(0, t, &y, "y1");
+    d.hold(|_, _, m| matches!(m, Msg::Pb(PbMsg::Ack { .. })));
+    let commit = d.request(0, ClientRequest::Interactive(Step::Commit { txn: t }));
+    d.run_for(20 * MS);
+    let answered = d.response(commit).is_some();
+    d.release_held();
+    d.run_for(5 * MS);
+    assert!(d
+        .outcome(commit)
+        .is_some_and(|o| committed(o) == CommitPath::TwoPhase));
+    answered
+}
+
+#[test]
+fn sends_wait_for_every_backup() {
+    assert!(!answered_without_backup_acks(""));
+    assert!(answered_without_backup_acks(
+        "unsafe_release_before_backup_ack=true"
+    ));
+}
+
+#[test]
+fn each_protocol_refuses_the_other_ones_broken_variant() {
+    let topology = meridian_core::Topology::parse("rdma", RDMA).expect("topology");
+    let cluster = Cluster::new(topology, &[]).expect("cluster");
+    let raw = ProtocolConfig::parse("unsafe_skip_validation=true").expect("parses");
+    let err = TwoPlPb::parse_options(&raw, &cluster).unwrap_err();
+    assert!(err.contains("unsafe_skip_validation"), "{err}");
+    let raw = ProtocolConfig::parse("unsafe_early_release=true").expect("parses");
+    let err = OccPb::parse_options(&raw, &cluster).unwrap_err();
+    assert!(err.contains("unsafe_early_release"), "{err}");
+    let raw = ProtocolConfig::parse("heartbeat=1").expect("parses");
+    assert!(OccPb::parse_options(&raw, &cluster).is_err());
+}
