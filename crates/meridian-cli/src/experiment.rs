@@ -17,7 +17,6 @@ use meridian_bench::experiment::{self, Overrides};
 use meridian_bench::{Load, Point, Results, RunOutput, Target, TimeBucket};
 use meridian_core::node::RunSummary;
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
-use meridian_core::topology::ClockProfile;
 use meridian_core::{Cluster, Protocol, ProtocolConfig, Topology};
 use meridian_server::LoadOptions;
 use meridian_sim::{FaultPlan, OpenLoop, SimOptions, SimReport};
@@ -236,8 +235,9 @@ pub(crate) fn simulate<P: Protocol>(
     }
     let mut topology = Topology::load(&point.topology).map_err(|e| e.to_string())?;
     if let Some(name) = &point.clock {
-        let profile =
-            ClockProfile::builtin(name).ok_or_else(|| format!("unknown clock profile `{name}`"))?;
+        let profile = topology
+            .clock_profile(name)
+            .ok_or_else(|| format!("unknown clock profile `{name}`"))?;
         topology.set_all_clocks(profile);
     }
     let config = ProtocolConfig::parse(&protocol_opts(point))
