@@ -30,6 +30,8 @@
 //! drift_ppm = 20.0
 //! resync_ms = 1000.0
 //! error_bound_ms = 5.0               # optional: a guaranteed bound (TrueTime-style ε)
+//! # model = "2lclock"                # or "farmv2", "dst": Aurogon's clocks, with their own
+//! #                                  # parameters ([`ClockParams`]; rdma-cluster.toml has all three)
 //!
 //! [machines]                       # optional: machines per region; roles share them
 //! SC = 3                             # (see "Deployment" below)
