@@ -1777,6 +1777,28 @@ count = 2
         );
     }
 
+    #[test]
+    fn clock_model_kinds_parse_and_refuse_what_they_cannot_use() {
+        let custom =
+            |body: &str| format!("{MINIMAL}\n[clocks.custom.c]\nerror_ms = 0.00005\n{body}");
+        let text = custom("model = \"2lclock\"\ncpu_sync_ms = 1.0\nvirtual_ms = 2100.0\n");
+        let topology = Topology::parse("t", &text).unwrap();
+        let params = topology.clock_profile("c").unwrap().params;
+        assert_eq!(params.model, ClockKind::TwoLClock);
+        assert_eq!((params.cpu_sync_ms, params.virtual_ms), (1.0, 2100.0));
+        assert_eq!(topology.clock_profile("chrony").unwrap().name, "chrony");
+        assert!(topology.clock_profile("nope").is_none());
+
+        let e = error_of(&custom("model = \"2lclock\"\n"));
+        assert!(e.message.contains("cpu_sync_ms"), "{e}");
+        let e = error_of(&custom("model = \"dst\"\nerror_bound_ms = 1.0\n"));
+        assert!(e.message.contains("error_bound_ms"), "{e}");
+        let e = error_of(&custom("model = \"farmv2\"\ninterference_rate = 2.0\n"));
+        assert!(e.message.contains("interference_rate"), "{e}");
+        let e = error_of(&custom("model = \"huygens2\"\n"));
+        assert!(e.to_string().contains("huygens2"), "{e}");
+    }
+
     fn cluster_of(text: &str, services: &[(String, RegionId)]) -> Result<Cluster, TopologyError> {
         Cluster::new(Topology::parse("t.toml", text)?, services)
     }
