@@ -182,18 +182,18 @@ impl ClockErrorSampler {
     pub(crate) fn record(&mut self, errors_ns: &[f64]) {
         let at_ns = self.next_ns;
         self.next_ns += CLOCK_SAMPLE_NS;
-        let (low, high) = errors_ns
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), &e| (l.min(e), h.max(e)));
         if errors_ns.is_empty() {
             return;
         }
+        let (low, high) = errors_ns
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), &e| (l.min(e), h.max(e)));
         let spread = high - low;
         let worst = errors_ns.iter().fold(0.0f64, |m, e| m.max(e.abs()));
         self.abs_ns.extend(errors_ns.iter().map(|e| e.abs()));
         self.spread_max_ns = self.spread_max_ns.max(spread);
-        if self.bucket_ns > 0 {
-            let index = (at_ns / self.bucket_ns) as usize;
+        if let Some(index) = at_ns.checked_div(self.bucket_ns) {
+            let index = index as usize;
             if self.buckets.len() <= index {
                 self.buckets.resize(index + 1, (0.0, 0.0));
             }
@@ -349,5 +349,26 @@ mod tests {
             .finish()
             .buckets
             .is_empty());
+    }
+
+    #[test]
+    fn clock_error_reports_mean_p99_max_spread_and_per_bucket_worst() {
+        // Buckets of 20 ms: instants 0 and 10 ms fall in the first, 20 ms in the second.
+        let mut sampler = ClockErrorSampler::new(20 * NS_PER_MS);
+        sampler.record(&[100.0, -300.0]);
+        sampler.record(&[50.0, 50.0]);
+        sampler.record(&[-1000.0, 200.0]);
+        let r = sampler.finish();
+        let ms = |ns: f64| ns / NS_PER_MS as f64;
+        assert_eq!(r.samples, 6);
+        assert!((r.mean_ms - ms(1700.0 / 6.0)).abs() < 1e-12);
+        assert_eq!((r.p99_ms, r.max_ms), (ms(1000.0), ms(1000.0)));
+        assert_eq!(r.spread_max_ms, ms(1200.0));
+        assert_eq!(r.buckets.len(), 2);
+        assert_eq!(
+            (r.buckets[0].max_ms, r.buckets[0].spread_ms),
+            (ms(300.0), ms(400.0))
+        );
+        assert_eq!(r.buckets[1].start_ms, 20.0);
     }
 }
