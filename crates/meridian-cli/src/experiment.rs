@@ -17,7 +17,6 @@ use meridian_bench::experiment::{self, Overrides};
 use meridian_bench::{Load, Point, Results, RunOutput, Target, TimeBucket};
 use meridian_core::node::RunSummary;
 use meridian_core::time::{parse_duration_ns, NS_PER_MS, NS_PER_S};
-use meridian_core::topology::ClockProfile;
 use meridian_core::{Cluster, Protocol, ProtocolConfig, Topology};
 use meridian_server::LoadOptions;
 use meridian_sim::{FaultPlan, OpenLoop, SimOptions, SimReport};
@@ -371,8 +370,9 @@ pub(crate) fn simulate<P: Protocol>(
     }
     let mut topology = Topology::load(&point.topology).map_err(|e| e.to_string())?;
     if let Some(name) = &point.clock {
-        let profile =
-            ClockProfile::builtin(name).ok_or_else(|| format!("unknown clock profile `{name}`"))?;
+        let profile = topology
+            .clock_profile(name)
+            .ok_or_else(|| format!("unknown clock profile `{name}`"))?;
         topology.set_all_clocks(profile);
     }
     let config = ProtocolConfig::parse(&protocol_opts(point))
@@ -435,13 +435,30 @@ pub(crate) fn simulate<P: Protocol>(
             })
             .collect(),
         marks: fault_marks(&point.faults),
-        counters: report
-            .counters
-            .iter()
-            .map(|(k, v)| (k.to_string(), *v))
-            .collect(),
+        counters: with_clock_error(&report),
         model: P::predict(&run_summary(point, &setup.cluster, &report), &setup.options),
     })
+}
+
+/// The protocol's counters plus the run's measured clock error, in ns (`clock_error_mean_ns`,
+/// `_p99_ns`, `_max_ns`, `clock_spread_max_ns`), so a plot can put them on an axis.
+fn with_clock_error(report: &meridian_sim::SimReport) -> std::collections::BTreeMap<String, u64> {
+    let mut counters: std::collections::BTreeMap<String, u64> = report
+        .counters
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    let e = &report.clock_error;
+    let ns = |ms: f64| (ms * NS_PER_MS as f64).round() as u64;
+    for (name, ms) in [
+        ("clock_error_mean_ns", e.mean_ms),
+        ("clock_error_p99_ns", e.p99_ms),
+        ("clock_error_max_ns", e.max_ms),
+        ("clock_spread_max_ns", e.spread_max_ms),
+    ] {
+        counters.insert(name.to_string(), ns(ms));
+    }
+    counters
 }
 
 /// Each scheduled fault's time and text (`crash:shard0/replica0@10s`).

@@ -82,7 +82,8 @@ pub struct RunArgs {
     /// A client reports a transaction unknown after this long without an answer.
     #[arg(long, default_value = "5s")]
     client_timeout: String,
-    /// Override every node's clock profile (perfect, huygens, chrony, ntpd, bad).
+    /// Override every node's clock profile (perfect, huygens, chrony, ntpd, bad, or a
+    /// `[clocks.custom.X]` profile of the topology).
     #[arg(long)]
     clock: Option<String>,
     /// Per-node processing time of each event, e.g. `20us` (default: none).
@@ -137,9 +138,10 @@ pub fn main(args: SimArgs) -> ExitCode {
 fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
     let mut topology = Topology::load(&args.topology).map_err(|e| e.to_string())?;
     if let Some(profile) = &args.clock {
-        let profile = ClockProfile::builtin(profile).ok_or_else(|| {
+        let profile = topology.clock_profile(profile).ok_or_else(|| {
             format!(
-                "--clock: unknown profile `{profile}` (known: {})",
+                "--clock: unknown profile `{profile}` (built in: {}; or one of the topology's \
+                 [clocks.custom.X])",
                 ClockProfile::BUILTIN_NAMES.join(", ")
             )
         })?;
@@ -370,6 +372,8 @@ struct ReportJson {
     leaders_at_end: std::collections::BTreeMap<String, String>,
     /// Outcomes per bucket of virtual time, each transaction where it finished.
     timeline: meridian_sim::Timeline,
+    /// The clocks' sampled |local − true| and spread, ms (per timeline bucket too).
+    clock_error: meridian_sim::ClockErrorReport,
     events: u64,
     messages_delivered: u64,
     messages_dropped: u64,
@@ -412,6 +416,7 @@ fn json_report(plan: &Plan, result: &RunResult) -> ReportJson {
         faults_applied: r.faults_applied.clone(),
         leaders_at_end: r.leaders_at_end.clone(),
         timeline: r.timeline.clone(),
+        clock_error: r.clock_error.clone(),
         events: r.events,
         messages_delivered: r.messages_delivered,
         messages_dropped: r.messages_dropped,
@@ -432,6 +437,21 @@ fn print_counts<K: std::fmt::Display>(label: &str, counts: &std::collections::BT
     if !counts.is_empty() {
         let items: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         outln!("{label}: {}", items.join(", "));
+    }
+}
+
+/// One line: the clocks' measured error, in µs (clock errors of µs and below matter here).
+fn print_clock_error(e: &meridian_sim::ClockErrorReport) {
+    if e.samples > 0 {
+        let us = |ms: f64| ms * 1000.0;
+        outln!(
+            "clock error |local − true| over {} samples: mean {:.3} us, p99 {:.3} us, max {:.3} us; largest spread {:.3} us",
+            e.samples,
+            us(e.mean_ms),
+            us(e.p99_ms),
+            us(e.max_ms),
+            us(e.spread_max_ms)
+        );
     }
 }
 
@@ -467,6 +487,7 @@ fn print_table(plan: &Plan, result: &RunResult) {
     out!("{}", meridian_bench::report::table(&regions, &all));
     print_counts("protocol counters", &r.counters);
     print_counts("faults applied", &r.faults_applied);
+    print_clock_error(&r.clock_error);
     let wall = result.wall_s.max(1e-9);
     outln!(
         "simulated {} events ({} messages delivered, {} dropped) in {:.2} s: {:.0} events/s, {:.0} messages/s",

@@ -35,7 +35,8 @@ pub use partition::Partitioner;
 pub use small_bytes::SmallBytes;
 pub use time::Timestamp;
 pub use topology::{
-    ClockProfile, Cluster, Machine, MachineId, NodeRole, ReplicaKind, Topology, TopologyError,
+    ClockKind, ClockProfile, Cluster, Machine, MachineId, NodeRole, ReplicaKind, Topology,
+    TopologyError,
 };
 pub use txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, KeyList, Op, Operand, Outcome,

@@ -30,6 +30,8 @@
 //! drift_ppm = 20.0
 //! resync_ms = 1000.0
 //! error_bound_ms = 5.0               # optional: a guaranteed bound (TrueTime-style ε)
+//! # model = "2lclock"                # or "farmv2", "dst": Aurogon's clocks, with their own
+//! #                                  # parameters ([`ClockParams`]; rdma-cluster.toml has all three)
 //!
 //! [machines]                       # optional: machines per region; roles share them
 //! SC = 3                             # (see "Deployment" below)
@@ -123,6 +125,84 @@ pub struct ClockParams {
     /// the software time daemon of an ordinary server) does not reach it.
     #[serde(default)]
     pub truetime: bool,
+    /// Which synchronization the simulator models (see [`ClockKind`]); the parameters
+    /// below are read only by the kinds that name them.
+    #[serde(default)]
+    pub model: ClockKind,
+    /// `2lclock`: the CPU–NIC timeslice (Aurogon §5.2.1); one fitted point per slice.
+    #[serde(default)]
+    pub cpu_sync_ms: f64,
+    /// `2lclock`: |error| of a CPU–NIC fit once outlier probes are filtered (§5.2.1).
+    #[serde(default)]
+    pub cpu_error_ms: f64,
+    /// CPU interference (Aurogon §2.3, Table 2): the fraction of CPU clock probes delayed
+    /// by foreground work…
+    #[serde(default)]
+    pub interference_rate: f64,
+    /// …and the largest such delay. A delayed probe misplaces its sync point by up to half
+    /// of it; `2lclock` filters those probes out, `farmv2` does not.
+    #[serde(default)]
+    pub interference_ms: f64,
+    /// Root failover (§5.3): how long a child free-runs on its last mapping (the virtual
+    /// phase) before the mapping to the new root is warm; each node draws 1–1.5× this.
+    #[serde(default)]
+    pub virtual_ms: f64,
+    /// Root failover: how long the correction value takes to fade (the smoothing phase).
+    #[serde(default)]
+    pub smoothing_ms: f64,
+}
+
+/// The clock synchronization a profile models (Aurogon §2.2, §5, §6.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum ClockKind {
+    /// Today's model: an offset in ±`error_ms` re-drawn every `resync_ms`, drift between
+    /// resyncs, random and scheduled steps.
+    #[default]
+    #[serde(rename = "offset")]
+    Offset,
+    /// Aurogon's 2LClock (§5): NIC–NIC sync to a root NIC every `resync_ms` with fit error
+    /// `error_ms`, CPU–NIC sync every `cpu_sync_ms` with error `cpu_error_ms`, interference
+    /// filtered, root failover with virtual and smoothing phases. `drift_ppm` is the rate
+    /// error of a mapping extrapolated past its last sync.
+    #[serde(rename = "2lclock")]
+    TwoLClock,
+    /// A FaRMv2-style clock (§6.5): one level, CPU clocks synced to a master every
+    /// `resync_ms` with error `error_ms`; interference is not filtered.
+    #[serde(rename = "farmv2")]
+    FarmV2,
+    /// DST's chasing clocks as DST-TO uses them (§2.2, §6.2): an offset in ±`error_ms` (one-way
+    /// delay not accounted for) and an uncorrected drift in ±`drift_ppm`; the catching up
+    /// is the protocol's.
+    #[serde(rename = "dst")]
+    Dst,
+}
+
+impl ClockKind {
+    /// The kinds whose clocks follow a root (and fail over when it crashes).
+    pub fn has_root(self) -> bool {
+        matches!(self, ClockKind::TwoLClock | ClockKind::FarmV2)
+    }
+}
+
+impl Default for ClockParams {
+    /// A perfect clock of today's model.
+    fn default() -> Self {
+        ClockParams {
+            error_ms: 0.0,
+            drift_ppm: 0.0,
+            resync_ms: default_resync_ms(),
+            steps_per_minute: 0.0,
+            error_bound_ms: None,
+            truetime: false,
+            model: ClockKind::Offset,
+            cpu_sync_ms: 0.0,
+            cpu_error_ms: 0.0,
+            interference_rate: 0.0,
+            interference_ms: 0.0,
+            virtual_ms: 0.0,
+            smoothing_ms: 0.0,
+        }
+    }
 }
 
 fn default_resync_ms() -> f64 {
@@ -146,7 +226,7 @@ impl ClockProfile {
                 resync_ms,
                 steps_per_minute,
                 error_bound_ms,
-                truetime: false,
+                ..ClockParams::default()
             };
         let params = match name {
             "perfect" => params(0.0, 0.0, 1000.0, 0.0, Some(0.0)),
@@ -332,6 +412,8 @@ pub struct Topology {
     pub default_clock: ClockProfile,
     clock_overrides: Vec<(NodeSelector, ClockProfile)>,
     clock_steps: Vec<(NodeSelector, f64, f64)>,
+    /// The `[clocks.custom.X]` profiles, by name (for `--clock X`).
+    custom_clocks: BTreeMap<String, ClockParams>,
     pub runtime: RuntimeSpec,
 }
 
@@ -669,6 +751,7 @@ impl Topology {
             default_clock: ClockProfile::builtin("perfect").expect("builtin"),
             clock_overrides: Vec::new(),
             clock_steps: Vec::new(),
+            custom_clocks: BTreeMap::new(),
             runtime,
         };
         if let Some(clocks) = &raw.clocks {
@@ -949,6 +1032,23 @@ impl Topology {
         }
     }
 
+    /// What a profile's `model` cannot work with, if anything.
+    fn clock_kind_problem(params: &ClockParams) -> Option<&'static str> {
+        let kind = params.model;
+        if kind != ClockKind::Offset && (params.truetime || params.steps_per_minute > 0.0) {
+            return Some("`truetime` and `steps_per_minute` belong to model = \"offset\"");
+        }
+        if kind != ClockKind::Offset && params.error_bound_ms.is_some() {
+            return Some(
+                "`error_bound_ms` belongs to model = \"offset\" (the others are not clipped)",
+            );
+        }
+        if kind == ClockKind::TwoLClock && params.cpu_sync_ms <= 0.0 {
+            return Some("model = \"2lclock\" needs a positive `cpu_sync_ms`");
+        }
+        None
+    }
+
     fn parse_clocks(&mut self, p: &Parser<'_>, clocks: &RawClocks) -> Result<(), TopologyError> {
         for (name, params) in &clocks.custom {
             let bad = |v: f64| !v.is_finite() || v < 0.0;
@@ -957,13 +1057,28 @@ impl Topology {
                 || bad(params.steps_per_minute)
                 || params.resync_ms <= 0.0
                 || params.error_bound_ms.is_some_and(bad)
+                || [
+                    params.cpu_sync_ms,
+                    params.cpu_error_ms,
+                    params.interference_ms,
+                    params.virtual_ms,
+                    params.smoothing_ms,
+                ]
+                .into_iter()
+                .any(bad)
+                || !(0.0..=1.0).contains(&params.interference_rate)
             {
                 return Err(p.error(
                     None,
                     &format!("clocks.custom.{name}"),
-                    "parameters must be non-negative (resync_ms positive)",
+                    "parameters must be non-negative (resync_ms positive, interference_rate \
+                     at most 1)",
                 ));
             }
+            if let Some(problem) = Self::clock_kind_problem(params) {
+                return Err(p.error(None, &format!("clocks.custom.{name}"), problem));
+            }
+            self.custom_clocks.insert(name.clone(), params.clone());
         }
         if let Some(name) = &clocks.profile {
             self.default_clock = Self::profile(p, &clocks.custom, name, "clocks.profile")?;
@@ -1034,6 +1149,18 @@ impl Topology {
 
     pub fn region_name(&self, region: RegionId) -> &str {
         &self.regions[region.index()]
+    }
+
+    /// A clock profile by name: one of this topology's `[clocks.custom.X]`, else a
+    /// built-in one.
+    pub fn clock_profile(&self, name: &str) -> Option<ClockProfile> {
+        match self.custom_clocks.get(name) {
+            Some(params) => Some(ClockProfile {
+                name: name.to_string(),
+                params: params.clone(),
+            }),
+            None => ClockProfile::builtin(name),
+        }
     }
 
     /// Sets every node's clock profile (the CLI's `--clock` override).
@@ -1648,6 +1775,28 @@ count = 2
                 step_ms: -5.0
             }]
         );
+    }
+
+    #[test]
+    fn clock_model_kinds_parse_and_refuse_what_they_cannot_use() {
+        let custom =
+            |body: &str| format!("{MINIMAL}\n[clocks.custom.c]\nerror_ms = 0.00005\n{body}");
+        let text = custom("model = \"2lclock\"\ncpu_sync_ms = 1.0\nvirtual_ms = 2100.0\n");
+        let topology = Topology::parse("t", &text).unwrap();
+        let params = topology.clock_profile("c").unwrap().params;
+        assert_eq!(params.model, ClockKind::TwoLClock);
+        assert_eq!((params.cpu_sync_ms, params.virtual_ms), (1.0, 2100.0));
+        assert_eq!(topology.clock_profile("chrony").unwrap().name, "chrony");
+        assert!(topology.clock_profile("nope").is_none());
+
+        let e = error_of(&custom("model = \"2lclock\"\n"));
+        assert!(e.message.contains("cpu_sync_ms"), "{e}");
+        let e = error_of(&custom("model = \"dst\"\nerror_bound_ms = 1.0\n"));
+        assert!(e.message.contains("error_bound_ms"), "{e}");
+        let e = error_of(&custom("model = \"farmv2\"\ninterference_rate = 2.0\n"));
+        assert!(e.message.contains("interference_rate"), "{e}");
+        let e = error_of(&custom("model = \"huygens2\"\n"));
+        assert!(e.to_string().contains("huygens2"), "{e}");
     }
 
     fn cluster_of(text: &str, services: &[(String, RegionId)]) -> Result<Cluster, TopologyError> {

@@ -4,7 +4,7 @@ use crate::clock::ClockModel;
 use crate::faults::{ms_to_ns, Fault, FaultPlan};
 use crate::network::{Fate, Network};
 use crate::queue::Queue;
-use crate::report::{Finished, SimReport, TimelineBuilder};
+use crate::report::{ClockErrorSampler, Finished, SimReport, TimelineBuilder};
 use meridian_bench::driver::{entry_type, LoadCore, Next};
 use meridian_bench::Results;
 use meridian_core::host::{Action, BrokenInvariant, Handled, MemoryLog, NodeAction, NodeHost};
@@ -13,8 +13,8 @@ use meridian_core::time::NS_PER_S;
 use meridian_core::topology::NodeRole;
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome};
 use meridian_core::{
-    ClientId, Cluster, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig, RequestId,
-    TimerId, Topology,
+    ClientId, Cluster, MachineId, Node, NodeId, NodeRng, Procedures, Protocol, ProtocolConfig,
+    RequestId, TimerId, Topology,
 };
 use meridian_workload::Workload;
 use rand::{Rng, SeedableRng};
@@ -194,6 +194,9 @@ struct Sim<'w, P: Protocol> {
     slots: Vec<Slot<P::Node>>,
     /// One clock per machine (`Cluster::machines`): colocated nodes read the same clock.
     clocks: Vec<ClockModel>,
+    /// The machine whose clock is the reference, for kinds that have one (Aurogon §5.3).
+    clock_root: Option<MachineId>,
+    clock_errors: ClockErrorSampler,
     network: Network,
     net_rng: ChaCha8Rng,
     /// The clients and their transactions in flight (the load driver's core, shared with
@@ -236,6 +239,7 @@ pub fn run<P: Protocol>(
             sim.resume_ns = at_ns;
             break;
         }
+        sim.sample_clocks_until(at_ns);
         sim.now_ns = at_ns;
         sim.dispatch(event);
         sim.report.events += 1;
@@ -248,6 +252,7 @@ pub fn run<P: Protocol>(
             });
         }
     }
+    sim.sample_clocks_until(end_ns);
     sim.now_ns = end_ns;
     sim.finish()
 }
@@ -282,17 +287,25 @@ impl<'w, P: Protocol> Sim<'w, P> {
             })
             .collect();
         // Seeded by the machine's first node, so a machine per node keeps each node's clock.
-        let clocks = cluster
+        // The first machine holds the first root clock (Aurogon §5.2.2 picks one at random;
+        // a fixed pick lets a fault plan name it: `crash:` any of machine 0's nodes).
+        let clocks: Vec<ClockModel> = cluster
             .machines
             .iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(i, m)| {
                 let first = m.nodes[0];
-                ClockModel::new(
+                ClockModel::with_root(
                     &cluster.node(first).clock.params,
                     mix(options.seed, 0xC10C, u64::from(first.0)),
+                    i == 0,
                 )
             })
             .collect();
+        let clock_root = clocks
+            .first()
+            .is_some_and(ClockModel::has_root)
+            .then_some(MachineId(0));
         let slots_per_coordinator = match options.open_loop {
             Some(open) => open.max_outstanding,
             None => options.clients_per_coordinator,
@@ -310,6 +323,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 options.timeline_bucket_ns,
                 options.duration_ns + options.drain_ns,
             ),
+            clock_errors: ClockErrorSampler::new(options.timeline_bucket_ns),
             arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
             storage_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x5707, 0)),
             network: Network::new(&cluster),
@@ -322,6 +336,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             dead_timers: 0,
             slots,
             clocks,
+            clock_root,
             client_requests: vec![None; load.len()],
             load,
             results: Results::for_cluster(&cluster),
@@ -373,6 +388,47 @@ impl<'w, P: Protocol> Sim<'w, P> {
             }
         }
         self.push(self.options.duration_ns, Event::EndOfLoad);
+    }
+
+    /// Samples every clock at each sampling instant up to `at_ns` (never before a reading
+    /// already taken: the previous event was at or before the next instant).
+    fn sample_clocks_until(&mut self, at_ns: u64) {
+        let end_ns = self.options.duration_ns + self.options.drain_ns;
+        let mut errors = Vec::with_capacity(self.clocks.len());
+        while self.clock_errors.next_ns <= at_ns.min(end_ns) {
+            let t = self.clock_errors.next_ns;
+            errors.clear();
+            errors.extend(self.clocks.iter_mut().map(|c| c.sample_error_ns(t)));
+            self.clock_errors.record(&errors);
+        }
+    }
+
+    /// The root clock's machine crashed: the next machine up (in index order) whose clock
+    /// can be a root takes over and every other clock fails over to it (Aurogon §5.3).
+    fn fail_over_clock_root(&mut self, crashed: MachineId) {
+        if self.clock_root != Some(crashed) {
+            return;
+        }
+        let machines = self.clocks.len();
+        let candidate = (1..machines)
+            .map(|k| MachineId(((crashed.index() + k) % machines) as u32))
+            .find(|m| {
+                let first = self.setup.cluster.machines[m.index()].nodes[0];
+                self.slots[first.index()].host.is_up() && self.clocks[m.index()].has_root()
+            });
+        let Some(new_root) = candidate else {
+            return; // Nobody left to follow: the clocks free-run on their last mapping.
+        };
+        let Some(reference) = self.clocks[new_root.index()].take_root(self.now_ns) else {
+            return;
+        };
+        for (i, clock) in self.clocks.iter_mut().enumerate() {
+            if i != new_root.index() {
+                clock.follow_root(self.now_ns, reference);
+            }
+        }
+        self.clock_root = Some(new_root);
+        self.count_fault("clock root failover");
     }
 
     fn local_now(&mut self, node: NodeId) -> u64 {
@@ -690,6 +746,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     }
                     self.crash_node(*mate);
                 }
+                self.fail_over_clock_root(self.setup.cluster.machine_of(node));
             }
             Fault::Restart(node) => {
                 for mate in self.setup.cluster.clone().machine_mates(node) {
@@ -917,6 +974,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.report.regions = std::mem::take(&mut self.results.regions);
         let timeline = std::mem::take(&mut self.timeline);
         self.report.timeline = timeline.finish();
+        self.report.clock_error = std::mem::take(&mut self.clock_errors).finish();
         self.report.virtual_ns = self.now_ns;
         self.report.trace_hash = self.trace.finish();
         self.report.leaders_at_end = self.leader_beliefs();

@@ -18,6 +18,13 @@
 //! `random` draws a seeded mix of every kind over the run, overlapping, inside the
 //! protocol's [`FaultModel`] (see [`FaultPlan::random`]). A crash takes the named node's
 //! whole machine down (every role it hosts).
+//!
+//! **Root-clock failover.** With a clock kind that follows a root (`2lclock`, `farmv2`;
+//! see [`crate::clock`]), crashing the root clock's machine — machine 0 (the first node's)
+//! until a failover moves the root — makes the next live machine the root and every other
+//! clock switch to it through Aurogon §5.3's virtual and smoothing phases (counted as
+//! `clock root failover`). `random` picks it like any crash target (a third of its picks
+//! are shard leaders, and shard 0's initial leader sits on machine 0).
 //! At the end of the run the simulator heals everything and restarts crashed nodes before the
 //! drain, so in-flight transactions can finish.
 //!

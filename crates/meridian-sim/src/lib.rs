@@ -39,7 +39,7 @@ pub use conformance::{Broken, Conformance};
 pub use driver::{run, setup, OpenLoop, Progress, SimOptions};
 pub use faults::{Fault, FaultKinds, FaultPlan};
 pub use meridian_bench::{path_name, RegionResults, Stats};
-pub use report::{SimReport, TimeBucket, Timeline};
+pub use report::{ClockErrorBucket, ClockErrorReport, SimReport, TimeBucket, Timeline};
 
 pub use meridian_core::Protocol;
 pub use meridian_workload::Workload;

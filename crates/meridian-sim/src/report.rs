@@ -129,6 +129,108 @@ impl TimelineBuilder {
     }
 }
 
+/// How far the clocks were from true time (Tiga Table 3's last row, Aurogon Figs. 12 and
+/// 13): every machine's |local − true| sampled every [`CLOCK_SAMPLE_NS`] of virtual time
+/// from 0 to the end of the drain, down machines included (their clocks run on).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClockErrorReport {
+    /// Machine readings sampled.
+    pub samples: u64,
+    pub mean_ms: f64,
+    /// Nearest-rank 99th percentile of |local − true| over all samples.
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// The largest spread (fastest − slowest clock) at one sampling instant: what orders
+    /// timestamps wrongly.
+    pub spread_max_ms: f64,
+    /// Per bucket of the run's timeline (same length): the largest |local − true| and the
+    /// largest spread sampled in it, ms.
+    pub buckets: Vec<ClockErrorBucket>,
+}
+
+/// One timeline bucket of a [`ClockErrorReport`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClockErrorBucket {
+    pub start_ms: f64,
+    pub max_ms: f64,
+    pub spread_ms: f64,
+}
+
+/// Virtual time between two samples of every clock.
+pub const CLOCK_SAMPLE_NS: u64 = 10 * NS_PER_MS;
+
+/// Accumulates a [`ClockErrorReport`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClockErrorSampler {
+    pub(crate) next_ns: u64,
+    abs_ns: Vec<f64>,
+    spread_max_ns: f64,
+    bucket_ns: u64,
+    /// Per timeline bucket: (max |error|, max spread), ns.
+    buckets: Vec<(f64, f64)>,
+}
+
+impl ClockErrorSampler {
+    pub(crate) fn new(bucket_ns: u64) -> Self {
+        ClockErrorSampler {
+            bucket_ns,
+            ..ClockErrorSampler::default()
+        }
+    }
+
+    /// One sampling instant: every machine's error (local − true), ns.
+    pub(crate) fn record(&mut self, errors_ns: &[f64]) {
+        let at_ns = self.next_ns;
+        self.next_ns += CLOCK_SAMPLE_NS;
+        if errors_ns.is_empty() {
+            return;
+        }
+        let (low, high) = errors_ns
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), &e| (l.min(e), h.max(e)));
+        let spread = high - low;
+        let worst = errors_ns.iter().fold(0.0f64, |m, e| m.max(e.abs()));
+        self.abs_ns.extend(errors_ns.iter().map(|e| e.abs()));
+        self.spread_max_ns = self.spread_max_ns.max(spread);
+        if let Some(index) = at_ns.checked_div(self.bucket_ns) {
+            let index = index as usize;
+            if self.buckets.len() <= index {
+                self.buckets.resize(index + 1, (0.0, 0.0));
+            }
+            let bucket = &mut self.buckets[index];
+            *bucket = (bucket.0.max(worst), bucket.1.max(spread));
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> ClockErrorReport {
+        let ms = |ns: f64| ns / NS_PER_MS as f64;
+        self.abs_ns.sort_unstable_by(f64::total_cmp);
+        let n = self.abs_ns.len();
+        let p99 = if n == 0 {
+            0.0
+        } else {
+            self.abs_ns[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1]
+        };
+        ClockErrorReport {
+            samples: n as u64,
+            mean_ms: ms(self.abs_ns.iter().sum::<f64>() / n.max(1) as f64),
+            p99_ms: ms(p99),
+            max_ms: ms(self.abs_ns.last().copied().unwrap_or(0.0)),
+            spread_max_ms: ms(self.spread_max_ns),
+            buckets: self
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, &(worst, spread))| ClockErrorBucket {
+                    start_ms: ms((i as u64 * self.bucket_ns) as f64),
+                    max_ms: ms(worst),
+                    spread_ms: ms(spread),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Everything a run measured.
 #[derive(Clone, Debug)]
 pub struct SimReport {
@@ -170,6 +272,8 @@ pub struct SimReport {
     pub audited_keys: u64,
     /// Outcomes per bucket of virtual time ([`SimOptions::timeline_bucket_ns`](crate::SimOptions)).
     pub timeline: Timeline,
+    /// The clocks' measured error over the run.
+    pub clock_error: ClockErrorReport,
 }
 
 impl SimReport {
@@ -201,6 +305,7 @@ impl Default for SimReport {
             audited_keys: 0,
             throttled: 0,
             timeline: Timeline::default(),
+            clock_error: ClockErrorReport::default(),
         }
     }
 }
@@ -244,5 +349,26 @@ mod tests {
             .finish()
             .buckets
             .is_empty());
+    }
+
+    #[test]
+    fn clock_error_reports_mean_p99_max_spread_and_per_bucket_worst() {
+        // Buckets of 20 ms: instants 0 and 10 ms fall in the first, 20 ms in the second.
+        let mut sampler = ClockErrorSampler::new(20 * NS_PER_MS);
+        sampler.record(&[100.0, -300.0]);
+        sampler.record(&[50.0, 50.0]);
+        sampler.record(&[-1000.0, 200.0]);
+        let r = sampler.finish();
+        let ms = |ns: f64| ns / NS_PER_MS as f64;
+        assert_eq!(r.samples, 6);
+        assert!((r.mean_ms - ms(1700.0 / 6.0)).abs() < 1e-12);
+        assert_eq!((r.p99_ms, r.max_ms), (ms(1000.0), ms(1000.0)));
+        assert_eq!(r.spread_max_ms, ms(1200.0));
+        assert_eq!(r.buckets.len(), 2);
+        assert_eq!(
+            (r.buckets[0].max_ms, r.buckets[0].spread_ms),
+            (ms(300.0), ms(400.0))
+        );
+        assert_eq!(r.buckets[1].start_ms, 20.0);
     }
 }
