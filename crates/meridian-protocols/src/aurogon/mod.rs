@@ -26,7 +26,7 @@
 //! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`: stale read, immortal write, and the late-read rule the paper lacks), `server.rs` `run_exec` (reads below the floor), `coordinator.rs` (acknowledgement after commit acks) |
 //! | §4.5 primary-backup replication, coordinator and participant failures | `server.rs` (holds, recovery, leases, promotion), `coordinator.rs` (replication, grants) |
 //! | §6.1's DST-TO baseline (`dst-to`: chasing clocks, §2.2; techniques off) | [`DstTo`] here, `coordinator.rs` (`chase_ns`) |
-//! | §5 2LClock | not modelled: the simulator's clock model (`[clocks]` of the topology) stands in |
+//! | §5 2LClock | the simulator's clock models: `--clock 2lclock` (or `farmv2`, `dst`) on `rdma-cluster`, root-clock failover on a crash of machine 0 (`meridian_sim` `clock/synced.rs`); the default `rdma` profile is the plain offset model |
 //!
 //! ## Deployment
 //! Each shard has a primary (the topology's initial leader) and backups (its other
