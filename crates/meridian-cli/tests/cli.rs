@@ -122,9 +122,9 @@ fn sim_reports_json_with_per_region_latency_and_bound() {
         assert!(hk.get(field).is_some(), "missing regions[].{field}");
     }
     // HK's coordinators reach every shard's single copy in SC: bound = HK-SC round trip.
-    assert_eq!(hk["bound_ms"], 238.0);
+    assert_eq!(hk["bound_ms"], 201.0);
     let wrtt = hk["p50_wrtt"].as_f64().unwrap();
-    assert!((wrtt - hk["p50_ms"].as_f64().unwrap() / 238.0).abs() < 1e-3);
+    assert!((wrtt - hk["p50_ms"].as_f64().unwrap() / 201.0).abs() < 1e-3);
 }
 
 #[test]

@@ -1680,7 +1680,7 @@ count = 2
         let gcp = Cluster::new(Topology::load("gcp-tiga").unwrap(), &[]).unwrap();
         let sc = gcp.topology.region_id("SC").unwrap();
         let hk = gcp.topology.region_id("HK").unwrap();
-        assert_eq!(gcp.topology.rtt_ms(sc, hk), 238.0);
+        assert_eq!(gcp.topology.rtt_ms(sc, hk), 201.0);
         assert_eq!(gcp.shards.len(), 3);
         assert!(gcp.shards.iter().all(|s| s.len() == 3));
         assert_eq!(gcp.coordinators.len(), 8);

@@ -76,12 +76,12 @@ fn options_parse_refuse_unknown_and_auto_delta_follows_section_iii_c() {
     assert!(parse("retry_ms=0").is_err());
     assert!(parse("bogus=1").unwrap_err().contains("bogus"));
     // gcp-tiga, HK coordinator: CW = the largest round trip to a partition (all data in
-    // SC: 238 ms) dominates SK_max − RRD/2 for huygens clocks.
+    // SC: 201 ms) dominates SK_max − RRD/2 for huygens clocks.
     let topology = Topology::load("gcp-tiga").unwrap();
     let cluster = Cluster::new(topology, &[]).unwrap();
     let hk = *cluster.coordinators.last().unwrap();
     let auto = parse("delta_ms=auto").unwrap();
-    assert_eq!(auto.delta_for(&cluster, hk), 238 * MS);
+    assert_eq!(auto.delta_for(&cluster, hk), 201 * MS);
     let sc = cluster.coordinators[0];
     assert_eq!(auto.delta_for(&cluster, sc), MS / 2);
 }
