@@ -24,7 +24,7 @@ mod two_pl_raft {
     const SPEC: Conformance = Conformance {
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "3cd05a6d3c8de5c8"), (6, "204b290d0a275588")],
+        golden: &[(5, "0bc55d3e8330b228"), (6, "81c3b0669ec110e9")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -41,7 +41,7 @@ mod occ_raft {
         workload_opts: "interactive=true",
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "1ff48530d48d856a"), (6, "064e3f49475982f6")],
+        golden: &[(5, "b397b7e9f90a51ab"), (6, "1fb3fb5f493b64a9")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_validation=true",
             workload: "bank",

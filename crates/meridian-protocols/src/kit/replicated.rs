@@ -566,9 +566,16 @@ fn persist<P: Partition>(cx: &mut PartitionCx<'_, P>, records: Vec<RaftRecord>) 
 /// A coordinator's routing to replicated partitions: which replica of each shard it
 /// believes leads. A partition is named by its shard's initial leader (the partition id),
 /// whichever replica leads it now.
+///
+/// Silence, not a retry timer, is what moves the belief ([`Leaders::rotate_if_silent`]): a
+/// coordinator whose transaction outlives one retry period (HK's 2PC over SC's Raft groups
+/// on `gcp-tiga` comes close) must not turn away from a leader that is answering, or every
+/// later transaction pays a `NotLeader` round trip and outlives its own retry period too.
 #[derive(Clone, Debug)]
 pub struct Leaders {
     leaders: Vec<NodeId>,
+    /// Per shard, when the replica believed to lead last answered (or became believed).
+    heard_ns: Vec<u64>,
 }
 
 impl Leaders {
@@ -578,6 +585,7 @@ impl Leaders {
             leaders: (0..cluster.shard_count())
                 .map(|s| cluster.initial_leader(ShardId(s)))
                 .collect(),
+            heard_ns: vec![0; cluster.shard_count() as usize],
         }
     }
 
@@ -591,6 +599,37 @@ impl Leaders {
     /// The node that serves `shard` now.
     pub fn of_shard(&self, shard: ShardId) -> NodeId {
         self.leaders[shard.index()]
+    }
+
+    /// `sender` answered a request at `now_ns` (a `NotLeader` is no answer): if it is
+    /// believed to lead its shard, it is alive.
+    pub fn heard(&mut self, cluster: &Cluster, sender: NodeId, now_ns: u64) {
+        if let Some(shard) = cluster.shard_of_node(sender) {
+            if self.leaders[shard.index()] == sender {
+                self.heard_ns[shard.index()] = now_ns;
+            }
+        }
+    }
+
+    /// [`Leaders::rotate`], but only if the replica believed to lead `partition` has not
+    /// answered for `silent_ns` (since it became believed); a moved belief gets the same
+    /// grace. True if the belief moved.
+    pub fn rotate_if_silent(
+        &mut self,
+        cluster: &Cluster,
+        partition: NodeId,
+        now_ns: u64,
+        silent_ns: u64,
+    ) -> bool {
+        let Some(shard) = cluster.shard_of_node(partition) else {
+            return false;
+        };
+        if now_ns.saturating_sub(self.heard_ns[shard.index()]) < silent_ns {
+            return false;
+        }
+        self.rotate(cluster, partition);
+        self.heard_ns[shard.index()] = now_ns;
+        true
     }
 
     /// Believe the next replica of `partition`'s shard leads it (its leader did not answer).

@@ -58,6 +58,11 @@
 //!   Every interactive commit runs 2PC, even on one shard (its shard set is only known at
 //!   commit). Each step has `exec_timeout_ms` to complete; a transaction left idle longer
 //!   than that between steps is aborted (`Timeout`), its next step told so.
+//! * **Routing.** A coordinator turns from the replica it believes leads a shard (to the
+//!   next replica) only once that replica has not answered for a retry period (`retry_ms`),
+//!   not on every retry tick: a slow transaction is no lost leader. Turning on every tick
+//!   made HK's transactions on `gcp-tiga`, which come close to one period, send the next
+//!   transaction to followers and pay `NotLeader` round trips, so it outlived its period too.
 //! * **Raft log** compaction past 1,024 entries (Clock-SI's replicated default); timing as
 //!   in [`crate::kit::replicated`].
 //!

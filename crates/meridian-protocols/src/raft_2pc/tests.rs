@@ -120,3 +120,28 @@ fn each_protocol_refuses_the_other_ones_broken_variant() {
     let err = OccRaft::parse_options(&raw, &cluster).unwrap_err();
     assert!(err.contains("unsafe_early_release"), "{err}");
 }
+
+/// A coordinator's retry tick must not turn it from a leader that answered within the last
+/// retry period (a slow transaction, not a lost leader); one silent for a period it leaves.
+#[test]
+fn leaders_turn_from_a_leader_only_after_it_was_silent() {
+    use crate::kit::replicated::Leaders;
+    let topology = crate::testkit::three_regions("raft-2pc-test", 10.0, 10.0, 10.0);
+    let topology = meridian_core::Topology::parse("test", &topology).expect("topology");
+    let cluster = Cluster::new(topology, &[]).expect("cluster");
+    let shard = ShardId(0);
+    let mut leaders = Leaders::new(&cluster);
+    let placed = leaders.of_shard(shard);
+    let period_ns = 100 * MS;
+    leaders.heard(&cluster, placed, 1_000 * MS);
+    assert!(!leaders.rotate_if_silent(&cluster, placed, 1_050 * MS, period_ns));
+    assert_eq!(leaders.of_shard(shard), placed, "it answered 50 ms ago");
+    assert!(leaders.rotate_if_silent(&cluster, placed, 1_100 * MS, period_ns));
+    let next = leaders.of_shard(shard);
+    assert_ne!(next, placed, "silent for a whole period");
+    assert!(
+        !leaders.rotate_if_silent(&cluster, placed, 1_150 * MS, period_ns),
+        "the new belief gets its own period"
+    );
+    assert_eq!(leaders.of_shard(shard), next);
+}

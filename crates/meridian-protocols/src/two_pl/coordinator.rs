@@ -246,6 +246,9 @@ impl Coordinator {
                 self.id
             );
         };
+        if !matches!(body, ToCoord::NotLeader { .. }) {
+            self.leaders.heard(&self.cluster, sender, ctx.now_ns());
+        }
         match body {
             ToCoord::Executed {
                 txn,
@@ -842,9 +845,10 @@ impl Coordinator {
             Phase::CommitWaiting { commit_ts } => TickStep::Decide(commit_ts),
         };
         if self.opts.replicated && !matches!(step, TickStep::Abort | TickStep::GiveUp) {
-            // A partition that does not answer may have lost its leader: try another replica.
+            // A partition that does not answer may have lost its leader: try another replica,
+            // unless its leader answered lately (this transaction is just slow).
             for partition in self.awaited(id) {
-                self.leaders.rotate(&self.cluster, partition);
+                self.rotate_if_silent(ctx, partition);
             }
         }
         match step {
@@ -913,13 +917,21 @@ impl Coordinator {
         let after = self.commits.resend_after(id, resend);
         if self.opts.replicated {
             for partition in self.commits.waiting(id).to_vec() {
-                self.leaders.rotate(&self.cluster, partition);
+                self.rotate_if_silent(ctx, partition);
             }
         }
         self.send_commits(ctx, id, after);
     }
 
     // ---- routing (replicated mode) -----------------------------------------------------
+
+    /// Moves the belief about who leads `partition` if its leader has been silent for a
+    /// retry period.
+    fn rotate_if_silent(&mut self, ctx: &mut Cx<'_>, partition: NodeId) {
+        let (now_ns, silent_ns) = (ctx.now_ns(), self.opts.retry_ns);
+        self.leaders
+            .rotate_if_silent(&self.cluster, partition, now_ns, silent_ns);
+    }
 
     /// The partitions whose answer the transaction's current phase waits for.
     fn awaited(&self, id: TxnId) -> Vec<NodeId> {
