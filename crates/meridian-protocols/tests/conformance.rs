@@ -237,7 +237,7 @@ mod p2pl_ttc {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
-        golden: &[(5, "51cfb5ed65b2f7a8"), (6, "67c44fbc880209b5")],
+        golden: &[(5, "03aec9730102a0a1"), (6, "bec15be4a58cac89")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -276,7 +276,7 @@ mod two_pl_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "52ec06126e3c5e24")],
+        golden: &[(5, "e4fb1e321e717f54")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_release_before_backup_ack=true",
             workload: "list-append",
@@ -291,7 +291,7 @@ mod occ_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "82371f29fd7145c6")],
+        golden: &[(5, "5c91c33996fd765a")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_release_before_backup_ack=true",
             workload: "list-append",
