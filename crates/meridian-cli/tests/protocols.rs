@@ -44,8 +44,8 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("occ-raft", "strict-serializable", "checkpoint_every"),
         ("p2pl-ttc", "strict-serializable", "commit_wait"),
         ("slog", "strict-serializable", "batch_ms"),
-        ("2pl-pb", "strict-serializable", "unsafe_release_before_backup_ack"),
-        ("occ-pb", "strict-serializable", "unsafe_release_before_backup_ack"),
+        ("2pl-pb", "strict-serializable", "max_inflight"),
+        ("occ-pb", "strict-serializable", "max_inflight"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {
