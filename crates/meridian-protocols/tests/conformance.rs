@@ -292,8 +292,11 @@ mod occ_pb {
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
         golden: &[(5, "5c91c33996fd765a")],
+        // OCC's own safety step, skipped. (Releasing before the backup acks, 2pl-pb's broken
+        // variant, trips the server's commit assertion here on the current traces before the
+        // checker sees a history.)
         broken: Broken::Swarm {
-            protocol_opts: "unsafe_release_before_backup_ack=true",
+            protocol_opts: "unsafe_skip_validation=true",
             workload: "list-append",
             workload_opts: "keys=8",
         },
