@@ -103,7 +103,7 @@ impl DataNode {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> DataNode {
-        let oracles = super::nearest_first(&cluster, id, cluster.services(super::ORACLE_SERVICE));
+        let oracles = crate::kit::ttc::oracles_nearest_first(&cluster, id);
         let mut node = DataNode {
             id,
             shard,

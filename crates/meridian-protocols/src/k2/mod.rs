@@ -176,13 +176,7 @@ use meridian_core::{
 
 /// `nodes` ordered by round trip from `me`, nearest first (ties by id): whom to ask
 /// first, and next when a request goes unanswered.
-pub(crate) fn nearest_first(cluster: &Cluster, me: NodeId, mut nodes: Vec<NodeId>) -> Vec<NodeId> {
-    nodes.sort_by(|a, b| {
-        let (ra, rb) = (cluster.rtt_ms(me, *a), cluster.rtt_ms(me, *b));
-        ra.total_cmp(&rb).then(a.cmp(b))
-    });
-    nodes
-}
+pub(crate) use crate::kit::ttc::nearest_first;
 
 /// The name of the oracle service (topology `[[services]] name`).
 pub use crate::kit::ttc::ORACLE_SERVICE;
@@ -214,9 +208,7 @@ impl Protocol for K2 {
 
     /// One oracle per region unless the topology places them.
     fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
-        (0..cluster.topology.regions.len() as u16)
-            .map(|r| (ORACLE_SERVICE.to_string(), RegionId(r)))
-            .collect()
+        crate::kit::ttc::one_oracle_per_region(cluster)
     }
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {

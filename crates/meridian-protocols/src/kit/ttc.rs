@@ -39,14 +39,25 @@ impl OracleClock {
     }
 }
 
-/// The oracles of `cluster`, nearest to `node` first (ties by node id).
-pub fn oracles_nearest_first(cluster: &Cluster, node: NodeId) -> Vec<NodeId> {
-    let mut oracles = cluster.services(ORACLE_SERVICE);
-    oracles.sort_by(|a, b| {
-        let (ra, rb) = (cluster.rtt_ms(node, *a), cluster.rtt_ms(node, *b));
+/// `nodes` ordered nearest to `me` first (ties by node id).
+pub fn nearest_first(cluster: &Cluster, me: NodeId, mut nodes: Vec<NodeId>) -> Vec<NodeId> {
+    nodes.sort_by(|a, b| {
+        let (ra, rb) = (cluster.rtt_ms(me, *a), cluster.rtt_ms(me, *b));
         ra.total_cmp(&rb).then(a.cmp(b))
     });
-    oracles
+    nodes
+}
+
+/// The oracles of `cluster`, nearest to `node` first (ties by node id).
+pub fn oracles_nearest_first(cluster: &Cluster, node: NodeId) -> Vec<NodeId> {
+    nearest_first(cluster, node, cluster.services(ORACLE_SERVICE))
+}
+
+/// The default oracle placement: one per region (a topology's `[[services]]` overrides it).
+pub fn one_oracle_per_region(cluster: &Cluster) -> Vec<(String, meridian_core::RegionId)> {
+    (0..cluster.topology.regions.len() as u16)
+        .map(|r| (ORACLE_SERVICE.to_string(), meridian_core::RegionId(r)))
+        .collect()
 }
 
 /// Refuses a deployment whose oracles' clocks do not promise ε: a protocol whose

@@ -89,9 +89,7 @@ impl Protocol for P2plTtc {
 
     /// One oracle per region unless the topology places them.
     fn services(cluster: &Cluster) -> Vec<(String, RegionId)> {
-        (0..cluster.topology.regions.len() as u16)
-            .map(|r| (ORACLE_SERVICE.to_string(), RegionId(r)))
-            .collect()
+        crate::kit::ttc::one_oracle_per_region(cluster)
     }
 
     fn parse_options(raw: &ProtocolConfig, cluster: &Cluster) -> Result<Options, String> {
