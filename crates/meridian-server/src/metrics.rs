@@ -113,7 +113,7 @@ counters! {
     reconnects: "Outbound link connections (re)established",
     records_persisted: "Durable records written (checkpoints included)",
     bytes_persisted: "Bytes written to the durable log",
-    wal_syncs: "Durable log syncs (one per batch of handlers: group commit)",
+    wal_syncs: "Durable log syncs (with fsync one per batch of handlers, group commit; without, one write per handler that persisted)",
     records_recovered: "Durable records read back at start",
 }
 

@@ -109,6 +109,11 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
         !self.pending.is_empty()
     }
 
+    /// Whether [`Wal::sync`] forces records to the disk (`fsync`), not only to the OS.
+    pub fn forces(&self) -> bool {
+        self.fsync
+    }
+
     /// Writes buffered records to the OS (and the disk with `fsync`).
     pub fn sync(&mut self) -> io::Result<()> {
         if self.pending.is_empty() {

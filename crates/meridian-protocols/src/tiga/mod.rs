@@ -336,7 +336,9 @@
 //!   record since the last snapshot carries its body, so a body is written once), and
 //!   [`Record::ServerSnapshot`] (a checkpoint record replacing every earlier one) when
 //!   it sends its report, when it becomes NORMAL in a view, and
-//!   at a cut at most every `durable_checkpoint_ms` (2000). Each is written in the
+//!   at a cut at most every `durable_checkpoint_ms` (2000) and only once the records
+//!   written since the last one outnumber its entries (a snapshot rewrites the whole
+//!   store: this keeps its cost per record constant). Each is written in the
 //!   handler that makes the change and the driver syncs records before any later
 //!   message leaves, so no fast reply, sealed notification, log sync, slow reply or
 //!   sync-point report leaves ahead of what it vouches for: a restarted server's log list

@@ -271,6 +271,12 @@ pub struct Server {
     /// Counts durable snapshots, from 1: records written since the last one are the
     /// durable log's tail (see `Entry::held_epoch`).
     durable_epoch: u64,
+    /// Records written since the last durable snapshot, and the entries that snapshot
+    /// held (checkpointed versions plus log-list entries): a snapshot rewrites the whole
+    /// store, so one is due only once the records since outnumber it (see
+    /// `snapshot_at_cut`).
+    durable_records_since_snapshot: u64,
+    durable_snapshot_entries: u64,
 }
 
 impl Server {
@@ -349,6 +355,8 @@ impl Server {
             recovered,
             durable_snapshot_ns: 0,
             durable_epoch: 1,
+            durable_records_since_snapshot: 0,
+            durable_snapshot_entries: 0,
         };
         server.adopt_view(server.view.clone());
         server

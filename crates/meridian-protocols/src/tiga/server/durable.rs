@@ -131,12 +131,13 @@ impl Server {
         ));
         e.held_epoch = self.durable_epoch;
         ctx.persist(Record::Held(Box::new(e.body.clone())));
+        self.durable_records_since_snapshot += 1;
     }
 
     /// Makes position `pos` of the synced list (`id` at `ts`, decided) durable: without
     /// the body when a `Held` record since the last snapshot carries it.
     pub(super) fn persist_synced(
-        &self,
+        &mut self,
         ctx: &mut Ctx<'_, TigaNode>,
         pos: u64,
         id: TxnId,
@@ -145,6 +146,7 @@ impl Server {
         if !self.opts.durable {
             return;
         }
+        self.durable_records_since_snapshot += 1;
         let e = &self.txns[&id];
         debug_assert!(e.body.decided);
         if e.held_epoch == self.durable_epoch {
@@ -173,6 +175,10 @@ impl Server {
         }
         // Records before the snapshot are gone: bodies held earlier must be written again.
         self.durable_epoch += 1;
+        self.durable_records_since_snapshot = 0;
+        self.durable_snapshot_entries = (report.checkpoint.store.versions.len()
+            + report.synced.len()
+            + report.others.len()) as u64;
         ctx.checkpoint(Record::ServerSnapshot {
             view: self.view.clone(),
             report: Box::new(report.clone()),
@@ -190,14 +196,30 @@ impl Server {
         self.durable_snapshot_ns = ctx.now_ns();
     }
 
-    /// At a cut: a new snapshot if the last one is `durable_checkpoint_ms` old, which
-    /// bounds the durable log (the snapshot starts at the cut's checkpoint).
+    /// At a cut: a new snapshot if the last one is `durable_checkpoint_ms` old *and* the
+    /// records written since outnumber the entries it held, which bounds the durable log
+    /// (the snapshot starts at the cut's checkpoint). A snapshot rewrites the whole
+    /// store, so a fixed period alone would cost O(store) per period however little
+    /// changed — at a million keys a shard, more than the records themselves; the count
+    /// makes its cost at most one entry per record written (as Raft's rule of compacting
+    /// once the log outgrows the snapshot), and the log at most the snapshot's size.
     pub(super) fn snapshot_at_cut(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
-        let due = self.durable_snapshot_ns + self.opts.durable_checkpoint_ns;
-        if self.opts.durable && ctx.now_ns() >= due {
+        let due = snapshot_due(
+            ctx.now_ns(),
+            self.durable_snapshot_ns + self.opts.durable_checkpoint_ns,
+            self.durable_records_since_snapshot,
+            self.durable_snapshot_entries,
+        );
+        if self.opts.durable && due {
             self.persist_snapshot(ctx);
         }
     }
+}
+
+/// Whether a new durable snapshot is due at `now_ns`: its period is over (`not_before_ns`)
+/// and the records written since the last one number at least the entries it held.
+fn snapshot_due(now_ns: u64, not_before_ns: u64, records_since: u64, entries: u64) -> bool {
+    now_ns >= not_before_ns && records_since >= entries
 }
 
 #[cfg(test)]
@@ -285,5 +307,24 @@ mod tests {
         let state = Recovered::from_records(&records, view());
         assert!(state.synced.is_empty());
         assert_eq!(state.others.len(), 1);
+    }
+
+    /// A snapshot waits for its period, and then for the log to outgrow it: a store of a
+    /// million entries is not rewritten after a handful of records.
+    #[test]
+    fn a_snapshot_waits_for_its_period_and_for_the_log_to_outgrow_it() {
+        assert!(!snapshot_due(1_999, 2_000, 10, 0), "period not over");
+        assert!(
+            snapshot_due(2_000, 2_000, 10, 0),
+            "small store, period over"
+        );
+        assert!(
+            !snapshot_due(9_000, 2_000, 10, 1_000_000),
+            "log far smaller"
+        );
+        assert!(
+            snapshot_due(9_000, 2_000, 1_000_000, 1_000_000),
+            "log as large"
+        );
     }
 }
