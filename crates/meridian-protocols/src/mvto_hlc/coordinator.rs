@@ -116,6 +116,7 @@ impl CTxn {
         let shards: BTreeSet<ShardId> = self.writes.values().map(|(s, _)| *s).collect();
         shards.into_iter().collect()
     }
+}
 
 fn ts_of(ts: HlcTs) -> Timestamp {
     Timestamp::new(ts.wall_ns, ts.logical)
@@ -150,7 +151,9 @@ impl Coordinator {
             opts,
             cluster,
             txns: BTreeMap::new(),
-            next_seq: 1,
+            // Client-visible ids carry the incarnation (`TxnId::new`), so a step of a
+            // session from before a restart never reaches a new transaction.
+            next_seq: TxnId::new(id, incarnation, 1).seq,
             next_step: 1,
         }
     }
