@@ -39,6 +39,10 @@ struct Pend {
     piece: Piece,
     inputs: Vec<(u16, PieceResult)>,
     kind: Kind,
+    /// The read and write timestamps it was sent with: a resend carries the same, so
+    /// every copy of a step gets the same answer (a step answered `Retry` at one
+    /// timestamp and evaluated at another would run twice under two steps).
+    sent_ts: (HlcTs, HlcTs),
 }
 
 impl Pend {
@@ -136,14 +140,10 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn restore(id: NodeId, opts: Options, cluster: Arc<Cluster>, recovered: &[Record]) -> Coordinator {
-        let incarnation = recovered
-            .iter()
-            .filter_map(|r| match r {
-                Record::Started { incarnation } => Some(*incarnation + 1),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let incarnation = crate::kit::log::next_incarnation(recovered, |r| match r {
+            Record::Started { incarnation } => Some(*incarnation),
+            _ => None,
+        });
         Coordinator {
             id,
             incarnation,
@@ -318,6 +318,7 @@ impl Coordinator {
             piece,
             inputs: Vec::new(),
             kind,
+            sent_ts: Default::default(),
         });
         self.advance(ctx, seq);
     }
@@ -391,6 +392,8 @@ impl Coordinator {
                 t.writes.insert(key, (p.piece.shard, step));
             }
         }
+        let mut p = p;
+        p.sent_ts = (t.read_ts, t.write_ts.max(t.read_ts));
         let eval = Eval {
             txn: TxnMeta {
                 id: t.id,
@@ -400,8 +403,8 @@ impl Coordinator {
             step,
             piece: p.piece.clone(),
             inputs: p.inputs.clone(),
-            read_ts: t.read_ts,
-            write_ts: t.write_ts.max(t.read_ts),
+            read_ts: p.sent_ts.0,
+            write_ts: p.sent_ts.1,
             limit: t.limit,
         };
         let primary = self.cluster.initial_leader(p.piece.shard);
@@ -435,6 +438,7 @@ impl Coordinator {
                 piece: piece.clone(),
                 inputs,
                 kind: Kind::Piece(i),
+                sent_ts: Default::default(),
             });
         }
         for p in go {
@@ -797,8 +801,8 @@ impl Coordinator {
                 step: *step,
                 piece: p.piece.clone(),
                 inputs: p.inputs.clone(),
-                read_ts: t.read_ts,
-                write_ts: t.write_ts.max(t.read_ts),
+                read_ts: p.sent_ts.0,
+                write_ts: p.sent_ts.1,
                 limit: t.limit,
             };
             ctx.send(self.cluster.initial_leader(p.piece.shard), Msg::Eval(Box::new(eval)));

@@ -106,11 +106,9 @@ impl Primary {
             floor_reserved: HlcTs::default(),
             records: 0,
         };
-        let start = recovered
-            .iter()
-            .rposition(|r| matches!(r, Record::Checkpoint(_)))
-            .unwrap_or(0);
-        for record in &recovered[start..] {
+        let (checkpoint, tail) =
+            crate::kit::log::latest_checkpoint(recovered, |r| matches!(r, Record::Checkpoint(_)));
+        for record in checkpoint.into_iter().chain(tail) {
             node.replay(record);
         }
         node.store.floor = node.floor_reserved;
