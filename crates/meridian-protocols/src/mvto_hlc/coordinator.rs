@@ -576,7 +576,9 @@ impl Coordinator {
         if t.aborting.is_some() {
             return;
         }
-        let writing = t.pending.values().filter(|p| p.writes()).map(|p| p.piece.shard);
+        // Pieces sent once may have laid intents even if their answer said otherwise.
+        let sent = t.pending.values().chain(&t.deferred);
+        let writing = sent.filter(|p| p.writes()).map(|p| p.piece.shard);
         let mut participants: BTreeSet<ShardId> = writing.collect();
         participants.extend(t.participants());
         if t.anchor.is_some() && !participants.is_empty() {

@@ -320,17 +320,19 @@ impl Primary {
                     return self.reply(ctx, from, txn, step, outcome);
                 }
                 ctx.count("mvto_hlc.intent_waits", 1);
-                let wound = |h: &TxnMeta| (eval.txn.orig, txn) < (h.orig, h.id);
-                for h in &holders {
-                    self.push(ctx, *h, wound(h));
-                }
+                let orig = eval.txn.orig;
                 let blockers = holders.iter().map(|h| h.id).collect();
+                // Parked before pushing: a push to an anchor on this node may decide (and
+                // wake it) at once.
                 self.waiting.push(Waiting {
                     from,
                     eval,
                     blockers,
                     since_ns,
                 });
+                for h in &holders {
+                    self.push(ctx, *h, (orig, txn) < (h.orig, h.id));
+                }
             }
         }
     }

@@ -210,7 +210,8 @@ fn the_client_hears_before_the_commit_is_explicit_and_recovery_finds_it_committe
         seq: txn.seq,
     };
     assert!(matches!(anchor.anchor.status(id), Some(Status::Staging { .. })));
-    // A reader meets the intents, waits, and the anchor recovers the record.
+    // The record stays STAGING until the anchor recovers it: every write is there.
+    d.run_for(1_500 * MS);
     assert_eq!(d.read_list(1, &y, 1), vec![2]);
     assert_eq!(d.read_list(1, &x, 0), vec![1]);
     assert_eq!(d.counters.get("mvto_hlc.recovered_committed"), Some(&1));
