@@ -313,7 +313,7 @@ mod mvto_hlc {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "5255290d1960de45")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_read_refresh=true",
             workload: "list-append",
