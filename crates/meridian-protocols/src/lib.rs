@@ -29,6 +29,7 @@ pub mod dast;
 pub mod janus;
 pub mod k2;
 pub mod kit;
+pub mod mvto_hlc;
 pub mod p2pl_ttc;
 pub mod pb_2pc;
 pub mod raft_2pc;
@@ -36,7 +37,6 @@ pub mod slog;
 pub mod tapir;
 pub mod tiga;
 pub mod two_pl;
-pub mod mvto_hlc;
 
 #[cfg(test)]
 mod testkit;

@@ -89,7 +89,12 @@ fn shards_of(writes: &[StagedWrite]) -> BTreeSet<ShardId> {
 }
 
 impl Primary {
-    pub(super) fn on_anchor_message(&mut self, ctx: &mut Ctx<'_, MvtoNode>, from: NodeId, msg: Msg) {
+    pub(super) fn on_anchor_message(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        from: NodeId,
+        msg: Msg,
+    ) {
         match msg {
             Msg::Stage { txn, ts, writes } => self.on_stage(ctx, from, txn, ts, writes),
             Msg::Commit { txn, ts } => self.on_commit(ctx, txn, ts),
@@ -135,7 +140,14 @@ impl Primary {
             if self.too_old(ctx, &txn) {
                 ctx.count("mvto_hlc.stage_too_old", 1);
                 self.decide(ctx, txn, false, HlcTs::default(), BTreeSet::new(), None);
-                return ctx.send(from, Msg::Staged { txn: txn.id, ts, ok: false });
+                return ctx.send(
+                    from,
+                    Msg::Staged {
+                        txn: txn.id,
+                        ts,
+                        ok: false,
+                    },
+                );
             }
             let rec = Rec {
                 txn,
@@ -147,15 +159,34 @@ impl Primary {
             };
             self.anchor.records.insert(txn.id, rec);
             self.write_record(ctx, txn.id);
-            return ctx.send(from, Msg::Staged { txn: txn.id, ts, ok: true });
+            return ctx.send(
+                from,
+                Msg::Staged {
+                    txn: txn.id,
+                    ts,
+                    ok: true,
+                },
+            );
         }
         let rec = self.anchor.records.get_mut(&txn.id).expect("present");
         let reply = match &rec.status {
-            Status::Aborted => Msg::Staged { txn: txn.id, ts, ok: false },
-            Status::Committed { ts: at } => Msg::Staged { txn: txn.id, ts: *at, ok: true },
+            Status::Aborted => Msg::Staged {
+                txn: txn.id,
+                ts,
+                ok: false,
+            },
+            Status::Committed { ts: at } => Msg::Staged {
+                txn: txn.id,
+                ts: *at,
+                ok: true,
+            },
             Status::Staging { ts: at, .. } if *at >= ts => {
                 // A duplicate, or a late copy of an earlier staging: never move back.
-                Msg::Staged { txn: txn.id, ts: *at, ok: true }
+                Msg::Staged {
+                    txn: txn.id,
+                    ts: *at,
+                    ok: true,
+                }
             }
             Status::Staging { .. } => {
                 // Re-staged higher after a write was pushed; a recovery at the old
@@ -164,7 +195,11 @@ impl Primary {
                 rec.touched_ns = now;
                 rec.recovery = None;
                 self.write_record(ctx, txn.id);
-                Msg::Staged { txn: txn.id, ts, ok: true }
+                Msg::Staged {
+                    txn: txn.id,
+                    ts,
+                    ok: true,
+                }
             }
         };
         ctx.send(from, reply);
@@ -208,21 +243,40 @@ impl Primary {
                 self.start_recovery(ctx, txn.id);
             }
             Status::Committed { ts } => {
-                ctx.send(from, Msg::Decided { txn: txn.id, committed: true, ts });
+                ctx.send(
+                    from,
+                    Msg::Decided {
+                        txn: txn.id,
+                        committed: true,
+                        ts,
+                    },
+                );
             }
             Status::Aborted => {
                 let fresh: Vec<ShardId> = participants.difference(&rec.unacked).copied().collect();
                 rec.unacked.extend(fresh.iter().copied());
                 self.resolve_participants(ctx, txn.id);
                 let ts = HlcTs::default();
-                ctx.send(from, Msg::Decided { txn: txn.id, committed: false, ts });
+                ctx.send(
+                    from,
+                    Msg::Decided {
+                        txn: txn.id,
+                        committed: false,
+                        ts,
+                    },
+                );
             }
         }
     }
 
     fn on_push(&mut self, ctx: &mut Ctx<'_, MvtoNode>, from: NodeId, txn: TxnMeta, abort: bool) {
         let answer = |ctx: &mut Ctx<'_, MvtoNode>, me: &mut Primary, committed, ts| {
-            let msg = Msg::Resolve { txn: txn.id, committed, ts, ack: false };
+            let msg = Msg::Resolve {
+                txn: txn.id,
+                committed,
+                ts,
+                ack: false,
+            };
             if from == me.id {
                 let id = me.id;
                 me.on_resolve(ctx, id, txn.id, committed, ts, false);
@@ -238,7 +292,8 @@ impl Primary {
             }
             return;
         };
-        let (status, touched_ns, idle) = (rec.status.clone(), rec.touched_ns, rec.recovery.is_none());
+        let (status, touched_ns, idle) =
+            (rec.status.clone(), rec.touched_ns, rec.recovery.is_none());
         match status {
             Status::Committed { ts } => answer(ctx, self, true, ts),
             Status::Aborted => answer(ctx, self, false, HlcTs::default()),
@@ -281,7 +336,14 @@ impl Primary {
         let waiters = std::mem::take(&mut rec.waiters);
         self.write_record(ctx, txn.id);
         for w in waiters {
-            ctx.send(w, Msg::Decided { txn: txn.id, committed, ts });
+            ctx.send(
+                w,
+                Msg::Decided {
+                    txn: txn.id,
+                    committed,
+                    ts,
+                },
+            );
         }
         self.resolve_participants(ctx, txn.id);
     }
@@ -303,7 +365,15 @@ impl Primary {
                 let me = self.id;
                 self.on_resolve(ctx, me, txn, committed, ts, true);
             } else {
-                ctx.send(to, Msg::Resolve { txn, committed, ts, ack: true });
+                ctx.send(
+                    to,
+                    Msg::Resolve {
+                        txn,
+                        committed,
+                        ts,
+                        ack: true,
+                    },
+                );
             }
         }
     }
@@ -350,7 +420,11 @@ impl Primary {
                 .map(|w| (w.key.clone(), w.step))
                 .collect();
             let to = self.cluster.initial_leader(*shard);
-            let msg = Msg::QueryIntents { txn, ts, writes: keys };
+            let msg = Msg::QueryIntents {
+                txn,
+                ts,
+                writes: keys,
+            };
             if to == self.id {
                 let me = self.id;
                 self.on_message(ctx, me, msg);
@@ -375,7 +449,11 @@ impl Primary {
             Status::Staging { ts, .. } => *ts,
             _ => return,
         };
-        let Some(r) = rec.recovery.as_mut().filter(|r| r.ts == ts && staged_at == ts) else {
+        let Some(r) = rec
+            .recovery
+            .as_mut()
+            .filter(|r| r.ts == ts && staged_at == ts)
+        else {
             return;
         };
         if !r.awaiting.remove(&shard) {

@@ -139,7 +139,12 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn restore(id: NodeId, opts: Options, cluster: Arc<Cluster>, recovered: &[Record]) -> Coordinator {
+    pub fn restore(
+        id: NodeId,
+        opts: Options,
+        cluster: Arc<Cluster>,
+        recovered: &[Record],
+    ) -> Coordinator {
         let incarnation = crate::kit::log::next_incarnation(recovered, |r| match r {
             Record::Started { incarnation } => Some(*incarnation),
             _ => None,
@@ -173,7 +178,12 @@ impl Coordinator {
 
     // ---- client requests ------------------------------------------------------------
 
-    pub fn on_client_request(&mut self, ctx: &mut Ctx<'_, MvtoNode>, request: RequestId, req: ClientRequest) {
+    pub fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
         match req {
             ClientRequest::OneShot(txn) => {
                 if let Err(e) = txn.validate(self.cluster.shard_count()) {
@@ -201,7 +211,12 @@ impl Coordinator {
         }
     }
 
-    fn admit(&mut self, ctx: &mut Ctx<'_, MvtoNode>, request: RequestId, body: Body) -> Option<u64> {
+    fn admit(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        request: RequestId,
+        body: Body,
+    ) -> Option<u64> {
         if self.txns.len() >= self.opts.max_inflight {
             let why = format!("overloaded: {} transactions in flight", self.txns.len());
             ctx.respond_aborted(request, AbortReason::Unsupported(why));
@@ -271,7 +286,11 @@ impl Coordinator {
                 matches!(t.body, Body::Session)
                     && t.request.is_none()
                     && !t.committing
-                    && !t.pending.values().chain(&t.deferred).any(|p| matches!(p.kind, Kind::Get(_)))
+                    && !t
+                        .pending
+                        .values()
+                        .chain(&t.deferred)
+                        .any(|p| matches!(p.kind, Kind::Get(_)))
             });
         if !live {
             return ctx.respond_aborted(request, AbortReason::Failure);
@@ -426,7 +445,8 @@ impl Coordinator {
                 .zip(results.iter())
                 .any(|(p, r)| p.shard == piece.shard && r.is_none());
             let deps = piece.dependencies();
-            if sent[i] || earlier_pending || deps.iter().any(|d| results[usize::from(*d)].is_none()) {
+            if sent[i] || earlier_pending || deps.iter().any(|d| results[usize::from(*d)].is_none())
+            {
                 continue;
             }
             sent[i] = true;
@@ -524,7 +544,13 @@ impl Coordinator {
         if t.stage == Some((commit_ts, true)) && t.pending.is_empty() {
             // Implicitly committed: the record is STAGING at commit_ts and every write
             // is an intent at or below it. Make it explicit; resolution is asynchronous.
-            ctx.send(t.anchor.expect("writer"), Msg::Commit { txn: t.id, ts: commit_ts });
+            ctx.send(
+                t.anchor.expect("writer"),
+                Msg::Commit {
+                    txn: t.id,
+                    ts: commit_ts,
+                },
+            );
             let path = if t.participants().len() == 1 {
                 CommitPath::Local
             } else {
@@ -563,7 +589,10 @@ impl Coordinator {
 
     fn results(&self, seq: u64) -> Vec<PieceResult> {
         match &self.txns[&seq].body {
-            Body::OneShot { results, .. } => results.iter().map(|r| r.clone().unwrap_or_default()).collect(),
+            Body::OneShot { results, .. } => results
+                .iter()
+                .map(|r| r.clone().unwrap_or_default())
+                .collect(),
             Body::Session => Vec::new(),
         }
     }
@@ -598,10 +627,14 @@ impl Coordinator {
 
     fn answer(&mut self, ctx: &mut Ctx<'_, MvtoNode>, seq: u64, outcome: Outcome) {
         let t = self.txns.remove(&seq).expect("live");
-        let gets = t.pending.values().chain(&t.deferred).filter_map(|p| match p.kind {
-            Kind::Get(r) => Some(r),
-            _ => None,
-        });
+        let gets = t
+            .pending
+            .values()
+            .chain(&t.deferred)
+            .filter_map(|p| match p.kind {
+                Kind::Get(r) => Some(r),
+                _ => None,
+            });
         for request in gets {
             ctx.respond(request, ClientResponse::Outcome(outcome.clone()));
         }
@@ -632,10 +665,17 @@ impl Coordinator {
 
     fn live(&self, txn: TxnRef) -> Option<u64> {
         let ours = txn.coordinator == self.id && txn.incarnation == self.incarnation;
-        ours.then_some(txn.seq).filter(|s| self.txns.contains_key(s))
+        ours.then_some(txn.seq)
+            .filter(|s| self.txns.contains_key(s))
     }
 
-    fn on_evaluated(&mut self, ctx: &mut Ctx<'_, MvtoNode>, txn: TxnRef, step: u32, outcome: EvalOutcome) {
+    fn on_evaluated(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        txn: TxnRef,
+        step: u32,
+        outcome: EvalOutcome,
+    ) {
         let Some(seq) = self.live(txn) else {
             return;
         };
@@ -686,7 +726,14 @@ impl Coordinator {
         self.advance(ctx, seq);
     }
 
-    fn on_refreshed(&mut self, ctx: &mut Ctx<'_, MvtoNode>, txn: TxnRef, id: u32, shard: ShardId, ok: bool) {
+    fn on_refreshed(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        txn: TxnRef,
+        id: u32,
+        shard: ShardId,
+        ok: bool,
+    ) {
         let Some(seq) = self.live(txn) else {
             return;
         };
@@ -727,7 +774,13 @@ impl Coordinator {
                     participants: t.participants(),
                 };
                 ctx.send(t.anchor.expect("staged"), msg);
-                self.answer(ctx, seq, Outcome::Aborted { reason: AbortReason::Conflict });
+                self.answer(
+                    ctx,
+                    seq,
+                    Outcome::Aborted {
+                        reason: AbortReason::Conflict,
+                    },
+                );
             }
             return;
         }
@@ -807,7 +860,10 @@ impl Coordinator {
                 write_ts: p.sent_ts.1,
                 limit: t.limit,
             };
-            ctx.send(self.cluster.initial_leader(p.piece.shard), Msg::Eval(Box::new(eval)));
+            ctx.send(
+                self.cluster.initial_leader(p.piece.shard),
+                Msg::Eval(Box::new(eval)),
+            );
         }
         self.send_refresh(ctx, seq);
         self.send_stage(ctx, seq);

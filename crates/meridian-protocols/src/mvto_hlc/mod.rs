@@ -209,7 +209,12 @@ impl Node for MvtoNode {
         }
     }
 
-    fn on_client_request(&mut self, ctx: &mut Ctx<'_, Self>, request: RequestId, req: ClientRequest) {
+    fn on_client_request(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        request: RequestId,
+        req: ClientRequest,
+    ) {
         match self {
             MvtoNode::Coordinator(c) => c.on_client_request(ctx, request, req),
             _ => ctx.refuse_not_coordinator(request),

@@ -68,7 +68,10 @@ impl Options {
         config.check_known(&OPTIONS)?;
         let max_rtt_ms = cluster.topology.max_rtt_ms();
         let max_offset_ms = positive_ms("max_offset_ms", config.get("max_offset_ms", 500.0)?)?;
-        let retry_ms = positive_ms("retry_ms", config.get("retry_ms", (2.0 * max_rtt_ms).max(5.0))?)?;
+        let retry_ms = positive_ms(
+            "retry_ms",
+            config.get("retry_ms", (2.0 * max_rtt_ms).max(5.0))?,
+        )?;
         let txn_timeout_ms = positive_ms(
             "txn_timeout_ms",
             config.get("txn_timeout_ms", (8.0 * retry_ms).max(2000.0))?,

@@ -267,7 +267,14 @@ impl Primary {
 
     // ---- evaluation -----------------------------------------------------------------
 
-    fn reply(&mut self, ctx: &mut Ctx<'_, MvtoNode>, to: NodeId, txn: TxnRef, step: u32, outcome: EvalOutcome) {
+    fn reply(
+        &mut self,
+        ctx: &mut Ctx<'_, MvtoNode>,
+        to: NodeId,
+        txn: TxnRef,
+        step: u32,
+        outcome: EvalOutcome,
+    ) {
         let now = self.hlc.now(ctx.now_ns());
         ctx.send(
             to,
@@ -284,7 +291,13 @@ impl Primary {
         self.observe(ctx, eval.write_ts);
         let (txn, step) = (eval.txn.id, eval.step);
         if self.finished.contains_key(&txn) {
-            return self.reply(ctx, from, txn, step, EvalOutcome::Failed(AbortReason::Failure));
+            return self.reply(
+                ctx,
+                from,
+                txn,
+                step,
+                EvalOutcome::Failed(AbortReason::Failure),
+            );
         }
         if let Some((result, ts, keys)) = self.live.get(&txn).and_then(|l| l.results.get(&step)) {
             let outcome = EvalOutcome::Done {
@@ -294,10 +307,20 @@ impl Primary {
             };
             return self.reply(ctx, from, txn, step, outcome);
         }
-        if self.waiting.iter().any(|w| w.eval.txn.id == txn && w.eval.step == step) {
+        if self
+            .waiting
+            .iter()
+            .any(|w| w.eval.txn.id == txn && w.eval.step == step)
+        {
             return;
         }
-        if eval.txn.orig.wall_ns.saturating_add(self.opts.max_txn_age_ns()) < ctx.now_ns() {
+        if eval
+            .txn
+            .orig
+            .wall_ns
+            .saturating_add(self.opts.max_txn_age_ns())
+            < ctx.now_ns()
+        {
             ctx.count("mvto_hlc.eval_too_old", 1);
             let outcome = EvalOutcome::Failed(AbortReason::Timeout);
             return self.reply(ctx, from, txn, step, outcome);
@@ -309,7 +332,13 @@ impl Primary {
         let (txn, step) = (eval.txn.id, eval.step);
         if self.finished.contains_key(&txn) {
             // Decided (wounded, or recovered) while it waited.
-            return self.reply(ctx, from, txn, step, EvalOutcome::Failed(AbortReason::Failure));
+            return self.reply(
+                ctx,
+                from,
+                txn,
+                step,
+                EvalOutcome::Failed(AbortReason::Failure),
+            );
         }
         match self.attempt(ctx, &eval) {
             Attempt::Done(outcome) => self.reply(ctx, from, txn, step, outcome),
@@ -385,7 +414,14 @@ impl Primary {
             }
             // A read-modify-write must see the newest version; a read, any version in
             // its uncertainty interval.
-            let ceiling = if is_write { HlcTs { wall_ns: u64::MAX, logical: u32::MAX } } else { eval.limit };
+            let ceiling = if is_write {
+                HlcTs {
+                    wall_ns: u64::MAX,
+                    logical: u32::MAX,
+                }
+            } else {
+                eval.limit
+            };
             if let Some(ts) = state.newest_in(eval.read_ts, ceiling) {
                 retry_at = retry_at.max(Some(ts));
             }
@@ -690,10 +726,20 @@ impl Primary {
         });
         for (from, txn, step) in expired {
             ctx.count("mvto_hlc.lock_wait_timeouts", 1);
-            self.reply(ctx, from, txn, step, EvalOutcome::Failed(AbortReason::Conflict));
+            self.reply(
+                ctx,
+                from,
+                txn,
+                step,
+                EvalOutcome::Failed(AbortReason::Conflict),
+            );
         }
         // Pushes still unanswered, and pushes nobody waits for any more.
-        let wanted: BTreeSet<TxnRef> = self.waiting.iter().flat_map(|w| w.blockers.iter().copied()).collect();
+        let wanted: BTreeSet<TxnRef> = self
+            .waiting
+            .iter()
+            .flat_map(|w| w.blockers.iter().copied())
+            .collect();
         self.pushes.retain(|t, _| wanted.contains(t));
         let resend: Vec<(TxnMeta, bool)> = self
             .pushes
@@ -754,7 +800,12 @@ impl Primary {
                 return Err(format!("{txn:?} is both live and finished"));
             }
             for key in &live.keys {
-                if self.store.key(key).and_then(|s| s.own_intent(*txn)).is_none() {
+                if self
+                    .store
+                    .key(key)
+                    .and_then(|s| s.own_intent(*txn))
+                    .is_none()
+                {
                     return Err(format!("{txn:?} lost its intent on {key:?}"));
                 }
             }

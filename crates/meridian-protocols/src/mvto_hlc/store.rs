@@ -196,10 +196,16 @@ mod tests {
     fn a_write_lands_above_other_readers_and_committed_versions_but_not_its_own_read() {
         let mut s = KeyState::default();
         s.mark_read(ts(50), Some(txn(1)));
-        assert_eq!(s.write_floor(txn(2), ts(40), HlcTs::default()), ts(50).next());
+        assert_eq!(
+            s.write_floor(txn(2), ts(40), HlcTs::default()),
+            ts(50).next()
+        );
         assert_eq!(s.write_floor(txn(1), ts(40), HlcTs::default()), ts(40));
         s.insert_version(ts(70), Value::copy_from_slice(b"v"), 8);
-        assert_eq!(s.write_floor(txn(1), ts(40), HlcTs::default()), ts(70).next());
+        assert_eq!(
+            s.write_floor(txn(1), ts(40), HlcTs::default()),
+            ts(70).next()
+        );
         assert_eq!(s.write_floor(txn(1), ts(90), ts(100)), ts(100).next());
     }
 
@@ -212,7 +218,10 @@ mod tests {
         let mut s = KeyState::default();
         s.mark_read(ts(50), Some(txn(1)));
         s.mark_read(ts(60), None);
-        assert_eq!(s.write_floor(txn(1), ts(55), HlcTs::default()), ts(60).next());
+        assert_eq!(
+            s.write_floor(txn(1), ts(55), HlcTs::default()),
+            ts(60).next()
+        );
     }
 
     #[test]

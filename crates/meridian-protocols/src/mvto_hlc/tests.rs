@@ -47,7 +47,12 @@ impl Driver {
     /// The committed value of `key` (as a list) read by a fresh one-shot transaction.
     fn read_list(&mut self, coordinator: usize, key: &Key, shard: u32) -> Vec<i64> {
         let piece = Piece::ops(ShardId(shard), vec![Op::Get(key.clone())]);
-        let r = self.submit(coordinator, Txn { pieces: vec![piece] });
+        let r = self.submit(
+            coordinator,
+            Txn {
+                pieces: vec![piece],
+            },
+        );
         assert!(self.run_until_answered(&[r], 5_000 * MS));
         match self.outcome(r) {
             Some(Outcome::Committed { results, .. }) => results[0].outputs[0]
@@ -95,7 +100,10 @@ fn a_write_below_another_transactions_read_is_pushed_above_it() {
     d.modify(1, writer, &x, append(&x, 1));
     let write_ts = commit_ts(&d.commit(1, writer));
     assert!(d.counters.get("mvto_hlc.writes_pushed") >= Some(&1));
-    assert!(write_ts > read_ts, "{write_ts:?} not above the read at {read_ts:?}");
+    assert!(
+        write_ts > read_ts,
+        "{write_ts:?} not above the read at {read_ts:?}"
+    );
 }
 
 #[test]
@@ -187,7 +195,11 @@ fn writes_are_pipelined_and_the_commit_is_staged_in_parallel_with_them() {
     );
     d.run_for(20 * MS);
     assert!(d.outcome(r).is_none(), "no write acknowledged yet");
-    assert_eq!(d.sent.get("stage"), Some(&1), "staged before the writes were proven");
+    assert_eq!(
+        d.sent.get("stage"),
+        Some(&1),
+        "staged before the writes were proven"
+    );
     d.release_held();
     assert!(d.run_until_answered(&[r], 100 * MS));
     assert!(d.outcome(r).expect("answered").is_committed());
@@ -209,13 +221,19 @@ fn the_client_hears_before_the_commit_is_explicit_and_recovery_finds_it_committe
         incarnation: 0,
         seq: txn.seq,
     };
-    assert!(matches!(anchor.anchor.status(id), Some(Status::Staging { .. })));
+    assert!(matches!(
+        anchor.anchor.status(id),
+        Some(Status::Staging { .. })
+    ));
     // The record stays STAGING until the anchor recovers it: every write is there.
     d.run_for(1_500 * MS);
     assert_eq!(d.read_list(1, &y, 1), vec![2]);
     assert_eq!(d.read_list(1, &x, 0), vec![1]);
     assert_eq!(d.counters.get("mvto_hlc.recovered_committed"), Some(&1));
-    assert!(matches!(d.primary(0).anchor.status(id), Some(Status::Committed { .. })));
+    assert!(matches!(
+        d.primary(0).anchor.status(id),
+        Some(Status::Committed { .. })
+    ));
 }
 
 #[test]
@@ -269,11 +287,12 @@ fn options_are_checked() {
     let cluster = |opts: &str| {
         let topology = Topology::parse("test", crate::testkit::TOPOLOGY).unwrap();
         let config = ProtocolConfig::parse(opts).unwrap();
-        meridian_core::node::Setup::<MvtoHlc>::new(topology, &config, Procedures::new())
-            .map(|_| ())
+        meridian_core::node::Setup::<MvtoHlc>::new(topology, &config, Procedures::new()).map(|_| ())
     };
     assert!(cluster("").is_ok());
-    assert!(cluster("max_offset_ms=0").unwrap_err().contains("max_offset_ms"));
+    assert!(cluster("max_offset_ms=0")
+        .unwrap_err()
+        .contains("max_offset_ms"));
     assert!(cluster("retry_ms=100,txn_timeout_ms=150")
         .unwrap_err()
         .contains("txn_timeout_ms"));

@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A transaction's identity: its coordinator, that coordinator's incarnation and a
 /// sequence number. Unlike K2, the timestamp is not the identity: it moves.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TxnRef {
     pub coordinator: NodeId,
     pub incarnation: u32,
@@ -53,7 +51,9 @@ pub enum EvalOutcome {
     },
     /// Not evaluated: a value in the uncertainty interval, or newer than the read
     /// timestamp on a key it read and writes. Move to `at`, refresh, resend.
-    Retry { at: HlcTs },
+    Retry {
+        at: HlcTs,
+    },
     Failed(AbortReason),
 }
 
