@@ -610,12 +610,12 @@ impl Coordinator {
         let writing = sent.filter(|p| p.writes()).map(|p| p.piece.shard);
         let mut participants: BTreeSet<ShardId> = writing.collect();
         participants.extend(t.participants());
-        if t.anchor.is_some() && !participants.is_empty() {
+        if let Some(anchor) = t.anchor.filter(|_| !participants.is_empty()) {
             let msg = Msg::Abort {
                 txn: t.meta(),
                 participants: participants.into_iter().collect(),
             };
-            ctx.send(t.anchor.expect("checked"), msg);
+            ctx.send(anchor, msg);
         }
         if t.stage.is_some() {
             t.aborting = Some(reason);
