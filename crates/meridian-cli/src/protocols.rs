@@ -44,6 +44,7 @@ pub static PROTOCOLS: &[Entry] = &[
     entry::<Slog>(),
     entry::<meridian_protocols::pb_2pc::TwoPlPb>(),
     entry::<meridian_protocols::pb_2pc::OccPb>(),
+    entry::<meridian_protocols::mvto_hlc::MvtoHlc>(),
 ];
 
 /// A run of an experiment point, reporting its progress (0..=1).

@@ -19,6 +19,8 @@
 //!   commit timestamps from the TTC Oracle, commit wait switchable.
 //! * [`slog`] — SLOG (VLDB '19) on DAST's edge deployment: regional logs, a Raft global
 //!   orderer for multi-home transactions, deterministic locking in log order.
+//! * [`mvto_hlc`] — `mvto-hlc`, K2 §7.3's CockroachDB-like baseline: HLC timestamps at
+//!   the start, read refresh, write pipelining, parallel commits.
 //! * [`kit`] — mechanisms the protocols share (two-phase commit, the Raft group, …).
 
 pub mod aurogon;
@@ -27,6 +29,7 @@ pub mod dast;
 pub mod janus;
 pub mod k2;
 pub mod kit;
+pub mod mvto_hlc;
 pub mod p2pl_ttc;
 pub mod pb_2pc;
 pub mod raft_2pc;

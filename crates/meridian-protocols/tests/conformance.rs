@@ -304,3 +304,22 @@ mod occ_pb {
     };
     meridian_sim::conformance_tests!(meridian_protocols::pb_2pc::OccPb, SPEC);
 }
+
+// K2's CockroachDB-like baseline on K2's deployment, interactive sessions, checked at its
+// promise (strong partition serializability: not strict, see the module doc). Its broken
+// variant moves a transaction's timestamp without refreshing its reads.
+
+mod mvto_hlc {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        workload_opts: "interactive=true",
+        golden: &[(5, "5255290d1960de45")],
+        broken: Broken::Swarm {
+            protocol_opts: "unsafe_skip_read_refresh=true",
+            workload: "list-append",
+            workload_opts: "interactive=true,keys=4",
+        },
+        ..Conformance::new("k2-five-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::mvto_hlc::MvtoHlc, SPEC);
+}

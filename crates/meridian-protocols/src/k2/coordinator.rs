@@ -123,14 +123,10 @@ impl Coordinator {
         cluster: Arc<Cluster>,
         recovered: &[Record],
     ) -> (Coordinator, u32) {
-        let incarnation = recovered
-            .iter()
-            .filter_map(|r| match r {
-                Record::Started { incarnation } => Some(*incarnation + 1),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let incarnation = crate::kit::log::next_incarnation(recovered, |r| match r {
+            Record::Started { incarnation } => Some(*incarnation),
+            _ => None,
+        });
         // Node id and incarnation tell this coordinator's timestamps apart (batch.rs).
         let tag = (id.0 << 12) | (incarnation & 0xfff);
         let batching = opts.timestamps == Timestamps::Batch;

@@ -136,7 +136,7 @@
 //! complete epoch.
 //!
 //! ## Not implemented (yet)
-//! The baselines `p2pl-ttc` and `mvto-hlc`; K2-VCR's fix above; replica PUSHWS.
+//! K2-VCR's fix above; replica PUSHWS. (The baselines are their own modules: `p2pl_ttc`, `mvto_hlc`.)
 //!
 //! ## Options
 //! See [`Options`]; the test-only `unsafe_skip_read_tracking=true` removes the read

@@ -6,7 +6,7 @@
 //! clock: a received timestamp further ahead than that is refused, as CockroachDB refuses
 //! a peer whose clock is too far off.
 //!
-//! Pure state: the caller passes its local clock reading. For `mvto-hlc` (not built yet).
+//! Pure state: the caller passes its local clock reading. Used by `mvto-hlc`.
 
 use serde::{Deserialize, Serialize};
 

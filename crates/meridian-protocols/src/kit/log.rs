@@ -1,6 +1,6 @@
 //! A node's durable log as the driver hands it back after a restart: the latest checkpoint
 //! (which subsumes every record before it) and the records written after it, which the
-//! node replays on top.
+//! node replays on top; and the incarnation a restarting node takes.
 
 /// Splits `records` at the last one `is_checkpoint` accepts: (that checkpoint, the records
 /// after it), or (None, every record) when there is none.
@@ -12,6 +12,17 @@ pub fn latest_checkpoint<R>(
         Some(i) => (Some(&records[i]), &records[i + 1..]),
         None => (None, records),
     }
+}
+
+/// The incarnation a restarting node takes: one more than the largest its records hold
+/// (`started` reads it from a boot record), 0 on its first boot.
+pub fn next_incarnation<R>(records: &[R], started: impl Fn(&R) -> Option<u32>) -> u32 {
+    records
+        .iter()
+        .filter_map(started)
+        .map(|i| i.saturating_add(1))
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -26,5 +37,12 @@ mod tests {
             (Some(&0), &[3, 4][..])
         );
         assert_eq!(latest_checkpoint(&log[..1], |r| *r == 0), (None, &[1][..]));
+    }
+
+    #[test]
+    fn a_restart_takes_the_next_incarnation() {
+        let started = |r: &i32| u32::try_from(*r).ok();
+        assert_eq!(next_incarnation(&[-1, 0, -1, 2], started), 3);
+        assert_eq!(next_incarnation(&[-1], started), 0);
     }
 }
