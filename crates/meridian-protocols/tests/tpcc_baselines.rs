@@ -76,14 +76,3 @@ fn janus_runs_one_shot_tpcc_under_random_faults_and_rollbacks_are_atomic() {
     }
     assert!(rollbacks > 0, "no NewOrder rolled back in three seeds");
 }
-
-#[test]
-fn janus_refuses_interactive_tpcc_sessions() {
-    let report = simulate::<Janus>(1, "warehouses=6,interactive=true,mix=payment", 2);
-    assert_eq!(report.committed, 0);
-    assert!(
-        report.abort_reasons.keys().any(|r| r.contains("unsupported")),
-        "{:?}",
-        report.abort_reasons
-    );
-}
