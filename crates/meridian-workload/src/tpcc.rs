@@ -1045,7 +1045,10 @@ mod tests {
                 .collect();
             if !execute(&txn, &mut store) {
                 rolled_back += 1;
-                assert!(alone.iter().all(|&b| b), "every piece rolls back: {alone:?}");
+                assert!(
+                    alone.iter().all(|&b| b),
+                    "every piece rolls back: {alone:?}"
+                );
                 multi_rolled_back += usize::from(txn.pieces.len() > 1);
             } else {
                 assert!(alone.iter().all(|&b| !b), "no piece rolls back: {alone:?}");

@@ -99,7 +99,12 @@
 //! * NewOrder's 1 % rollback (an unused item number, TPC-C §2.4.2.3): the framework never
 //!   generates it (`GetNewOrderTxnReq` draws valid item ids only). Here it is kept: the
 //!   home piece and every supply shard's stock piece check the order's item numbers, so
-//!   all shards roll back together (the swarm test asserts no split outcome).
+//!   all shards roll back together (`tests/tpcc_baselines.rs` runs it with half the order
+//!   lines remote and asserts no split outcome).
+//! * Measured: `meridian sim --protocol janus --topology gcp-tiga --workload tpcc
+//!   --workload-opts warehouses=6,interactive=false --check strict-serializable --seed 1
+//!   --duration 20s`: 1,248 committed, 5 aborted (NewOrder rollbacks), 0 unknown, the TPC-C
+//!   conditions hold; p50 SC 125.4, FI 183.4, BR 183.2, HK 505.4 ms.
 //!
 //! ## Limits
 //! * A type error (`add` on a non-integer) aborts the failing shard's pieces only; the
