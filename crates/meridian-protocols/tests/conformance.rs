@@ -24,7 +24,7 @@ mod two_pl_raft {
     const SPEC: Conformance = Conformance {
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "0bc55d3e8330b228"), (6, "81c3b0669ec110e9")],
+        golden: &[(5, "640724dbe1cd6a24"), (6, "3e143c31f7498a60")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -41,7 +41,7 @@ mod occ_raft {
         workload_opts: "interactive=true",
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "b397b7e9f90a51ab"), (6, "1fb3fb5f493b64a9")],
+        golden: &[(5, "6be4ce91d0532afc"), (6, "5a688c0fe2e289c0")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_validation=true",
             workload: "bank",

@@ -394,8 +394,17 @@ impl TpcC {
         ];
         keys.extend(stock_keys.remove(&home_shard).unwrap_or_default());
         let mut pieces = vec![procedure(home_shard, "tpcc.new_order", args, keys)];
-        for (shard, args) in stock_by_shard {
+        // Every supply shard's piece checks the order's item numbers too, so the rollback
+        // of §2.4.2.3 is decided alike on every shard from the transaction's inputs alone:
+        // protocols that execute each shard's pieces independently after ordering them
+        // (Janus) roll back atomically with no extra round, and the others abort as before.
+        let items_check: Vec<Operand> = [int(self.items), int(ol_cnt)]
+            .into_iter()
+            .chain(lines.iter().map(|&(i_id, _, _)| int(i_id)))
+            .collect();
+        for (shard, stock_args) in stock_by_shard {
             let keys = stock_keys.remove(&shard).unwrap_or_default();
+            let args = items_check.iter().cloned().chain(stock_args).collect();
             pieces.push(procedure(shard, "tpcc.stock", args, keys));
         }
         Txn { pieces }
@@ -717,8 +726,19 @@ fn update_stock(store: &mut dyn KvAccess, args: &[Value]) -> Result<Vec<(i64, i6
     Ok(updated)
 }
 
+/// NewOrder's piece on a supply shard. Args: `items`, `ol_cnt`, the order's `i_id` per
+/// line, then the shard's stock updates. Rolls back, as the home piece does, if any of the
+/// order's items is not valid (§2.4.2.3).
 fn stock(store: &mut dyn KvAccess, args: &[Value]) -> ProcResult {
-    update_stock(store, args)?;
+    let (items, ol_cnt) = (arg_int(args, 0)?, arg_int(args, 1)?);
+    let updates_at = 2 + usize::try_from(ol_cnt).map_err(|_| AbortReason::TypeMismatch)?;
+    for i in 2..updates_at {
+        let i_id = arg_int(args, i)?;
+        if i_id < 1 || i_id > items {
+            return Err(AbortReason::User);
+        }
+    }
+    update_stock(store, args.get(updates_at..).unwrap_or_default())?;
     Ok(vec![])
 }
 
@@ -1000,6 +1020,7 @@ mod tests {
         let mut multi = 0;
         let mut store = MapStore::default();
         let mut rolled_back = 0;
+        let mut multi_rolled_back = 0;
         for _ in 0..400 {
             let TxnPlan::OneShot(txn) = w.next(&crate::test_support::client(1), &mut r).plan else {
                 panic!()
@@ -1007,10 +1028,33 @@ mod tests {
             txn.validate(4).unwrap();
             assert_eq!(txn.pieces[0].shard, w.shard(2), "home piece first");
             multi += usize::from(txn.shards().len() > 1);
+            // Each piece alone, on its own shard: all roll back or none (every piece checks
+            // the order's items, so shards that execute independently agree).
+            let procedures = crate::procedures();
+            let alone: Vec<bool> = txn
+                .pieces
+                .iter()
+                .map(|piece| {
+                    let mut scratch = store.clone();
+                    match execute_piece(piece, &[], &procedures, &mut scratch) {
+                        Ok(_) => false,
+                        Err(AbortReason::User) => true,
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+                .collect();
             if !execute(&txn, &mut store) {
                 rolled_back += 1;
+                assert!(
+                    alone.iter().all(|&b| b),
+                    "every piece rolls back: {alone:?}"
+                );
+                multi_rolled_back += usize::from(txn.pieces.len() > 1);
+            } else {
+                assert!(alone.iter().all(|&b| !b), "no piece rolls back: {alone:?}");
             }
         }
+        assert!(multi_rolled_back > 0, "a multi-shard order rolled back");
         assert!(multi > 200, "{multi}");
         assert!(
             (1..20).contains(&rolled_back),

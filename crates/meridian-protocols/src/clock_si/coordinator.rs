@@ -264,6 +264,9 @@ impl Coordinator {
         // Partitions are known by their shard's initial leader (the partition id), whichever
         // replica leads it now (replicated mode); `sender` is who to answer.
         let from = self.partition_of(sender);
+        if !matches!(msg, Msg::NotLeader { .. }) {
+            self.leaders.heard(&self.cluster, sender, ctx.now_ns());
+        }
         match msg {
             Msg::ReadReply {
                 txn,
@@ -629,7 +632,7 @@ impl Coordinator {
             s.retries += 1;
             // A partition that does not answer may have lost its leader: try another replica.
             for partition in self.awaited(txn) {
-                self.rotate(partition);
+                self.rotate(ctx, partition);
             }
             return self.send_step(ctx, txn);
         }
@@ -898,7 +901,7 @@ impl Coordinator {
     fn commit_tick(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
         if self.commits.retry(txn) {
             for partition in self.commits.waiting(txn).to_vec() {
-                self.rotate(partition);
+                self.rotate(ctx, partition);
             }
             self.send_commits(ctx, txn);
         }
@@ -951,10 +954,16 @@ impl Coordinator {
         }
     }
 
-    /// Replicated mode: believe the next replica of `partition`'s shard leads it.
-    fn rotate(&mut self, partition: NodeId) {
+    /// Replicated mode: believe the next replica of `partition`'s shard leads it, but only
+    /// if the one believed now has been silent for a retry period. Rotating on every retry
+    /// tick turned coordinators away from leaders that were answering (a session whose
+    /// step outlives one retry period, HK's over SC's groups), so later sessions paid
+    /// `NotLeader` round trips too; the same fix as 2PL-Raft's ([`Leaders::rotate_if_silent`]).
+    fn rotate(&mut self, ctx: &Cx<'_>, partition: NodeId) {
         if self.opts.replicated {
-            self.leaders.rotate(&self.cluster, partition);
+            let (now_ns, silent_ns) = (ctx.now_ns(), self.opts.retry_ns);
+            self.leaders
+                .rotate_if_silent(&self.cluster, partition, now_ns, silent_ns);
         }
     }
 

@@ -126,8 +126,10 @@
 //! prepared transactions. Clock leases are records, so timestamps stay monotone across
 //! leaders; in this mode a lease reaches `clock_lease_ns` = 8 × the largest RTT ahead and is
 //! renewed half-way, so renewals are durable before reads need them. Non-leaders answer
-//! `NotLeader` with a hint; coordinators route by shard, follow hints and, when a
-//! partition does not answer a retry, try its next replica. Coordinators and the oracle are
+//! `NotLeader` with a hint; coordinators route by shard, follow hints and, when the
+//! replica believed to lead a partition has answered nothing for a retry period, try its
+//! next replica (not on every retry tick: a step that merely outlives one retry period
+//! must not turn a coordinator away from a leader that is answering). Coordinators and the oracle are
 //! not replicated (a coordinator shares its client's fate; the oracle is the baseline's
 //! single authority). Raft ticks are a quarter of the group's largest RTT; the placed
 //! leader campaigns after 8 ticks, the others after 16 + 4 × their position.

@@ -37,8 +37,14 @@ struct Inflight {
     path: CommitPath,
     results: Vec<Option<PieceResult>>,
     shards_done: Vec<ShardId>,
+    /// Shards whose pieces ran to the end and applied their writes.
+    shards_applied: usize,
     failure: Option<AbortReason>,
 }
+
+/// Counter: transactions some of whose shards aborted their pieces while others applied
+/// theirs (answered `Unknown`). Zero when every abort is decided from the inputs.
+pub const SPLIT_OUTCOMES: &str = "janus.split_outcomes";
 
 /// One coordinator.
 #[derive(Debug)]
@@ -129,14 +135,17 @@ impl Coordinator {
                 path: CommitPath::Fast,
                 results: vec![None; pieces],
                 shards_done: Vec::new(),
+                shards_applied: 0,
                 failure: None,
             },
         );
     }
 
     /// Refuses what this implementation cannot run: invalid transactions, value dependencies
-    /// across shards, and pieces that may abort by design (Janus's transactions never
-    /// abort; an abort on one shard would have to reach the others, see the module doc).
+    /// across shards, and validation ops (`Op::Check`: an abort decided by one shard's data
+    /// would have to reach the others, and Janus has no round for it). Stored procedures
+    /// run; their user aborts must be decided from the transaction's inputs by every shard
+    /// alike (TPC-C's invalid item), see the module doc.
     fn admit(&self, txn: &Txn) -> Result<(), AbortReason> {
         txn.validate(self.cluster.shard_count())
             .map_err(|e| AbortReason::Invalid(e.to_string()))?;
@@ -153,12 +162,12 @@ impl Coordinator {
                 let why = "janus: value dependencies across shards".to_string();
                 return Err(AbortReason::Unsupported(why));
             }
-            let may_abort = match &piece.body {
-                PieceBody::Procedure(_) => true,
+            let validates = match &piece.body {
+                PieceBody::Procedure(_) => false,
                 PieceBody::Ops(ops) => ops.iter().any(|o| matches!(o, Op::Check(..))),
             };
-            if may_abort {
-                let why = "janus: stored procedures and validation ops (may abort)".to_string();
+            if validates {
+                let why = "janus: validation ops (an abort decided on one shard)".to_string();
                 return Err(AbortReason::Unsupported(why));
             }
         }
@@ -329,6 +338,7 @@ impl Coordinator {
         t.shards_done.push(shard);
         match outcome {
             Ok(results) => {
+                t.shards_applied += 1;
                 for (i, r) in results {
                     if let Some(slot) = t.results.get_mut(usize::from(i)) {
                         *slot = Some(r);
@@ -342,6 +352,13 @@ impl Coordinator {
         if t.body.tag.shards().all(|s| t.shards_done.contains(&s)) {
             let t = self.inflight.remove(&id).expect("inflight");
             let outcome = match t.failure {
+                Some(reason) if t.shards_applied > 0 => {
+                    // Shards disagreed (an abort not decided from the inputs alone): some
+                    // applied their writes, so "aborted" would be a lie.
+                    ctx.count(SPLIT_OUTCOMES, 1);
+                    let reason = format!("janus: shards disagreed ({reason} on one)");
+                    Outcome::Unknown { reason }
+                }
                 Some(reason) => Outcome::Aborted { reason },
                 None => Outcome::Committed {
                     results: t

@@ -377,6 +377,14 @@ impl RaftGroup {
         self.node.raft.state == StateRole::Leader
     }
 
+    /// Campaigning (pre-vote or vote): it may lead in a round trip or two.
+    pub fn is_candidate(&self) -> bool {
+        matches!(
+            self.node.raft.state,
+            StateRole::Candidate | StateRole::PreCandidate
+        )
+    }
+
     pub fn term(&self) -> u64 {
         self.node.raft.term
     }

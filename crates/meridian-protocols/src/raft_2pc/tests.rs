@@ -145,3 +145,31 @@ fn leaders_turn_from_a_leader_only_after_it_was_silent() {
     );
     assert_eq!(leaders.of_shard(shard), next);
 }
+
+/// A transaction submitted at boot, while the placed leaders campaign, is held by them and
+/// served once they take over: it commits well within one retry period (25 ms here). With
+/// `NotLeader` and no hint, the coordinator waited the whole period before resending.
+#[test]
+fn a_transaction_at_boot_waits_for_the_election_not_for_a_retry_period() {
+    let topology = crate::testkit::three_regions("raft-2pc-test", 10.0, 10.0, 10.0);
+    let mut d = Driver::on_topology::<TwoPlRaft>(&topology, "", Default::default(), 0, 0);
+    let x = d.key_on(0, "x");
+    let txn = meridian_core::txn::Txn {
+        pieces: vec![meridian_core::txn::Piece::ops(
+            ShardId(0),
+            vec![meridian_core::txn::Op::Put(
+                x,
+                meridian_core::txn::Operand::Literal(meridian_core::value::encode_int(1)),
+            )],
+        )],
+    };
+    let start = d.now;
+    let request = d.submit(0, txn);
+    assert!(d.run_until_answered(&[request], 1_000 * MS));
+    assert!(matches!(
+        d.outcome(request),
+        Some(Outcome::Committed { .. })
+    ));
+    let took = d.now - start;
+    assert!(took < 25 * MS, "took {} ms", took / MS);
+}
