@@ -394,6 +394,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
     /// already taken: the previous event was at or before the next instant).
     fn sample_clocks_until(&mut self, at_ns: u64) {
         let end_ns = self.options.duration_ns + self.options.drain_ns;
+        if self.clock_errors.next_ns > at_ns.min(end_ns) {
+            return; // the common case: no allocation per event
+        }
         let mut errors = Vec::with_capacity(self.clocks.len());
         while self.clock_errors.next_ns <= at_ns.min(end_ns) {
             let t = self.clock_errors.next_ns;
