@@ -24,7 +24,8 @@
 //! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
-//! warmup = "10s"             # runtime target: load run before `duration` is measured (default 0)
+//! warmup = "10s"             # load run before `duration` is measured (default 0); the sim
+//!                            # then measures what finishes during `duration` (steady state)
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
