@@ -46,7 +46,7 @@
 //!
 //! | offered per coordinator | committed txns/s | p50 ms |
 //! |---|---|---|
-//! | 15 K | 119,592 | 184.2 (unloaded: 183.9) |
+//! | 15 K | 119,592 | 184.2 (183.9 at 1 K without a service time) |
 //! | 20 K | 155,126 | 195.8 |
 //! | 25 K | 170,114 | 258.5 |
 //!
