@@ -40,7 +40,7 @@
 //! coordinator): MicroBench, skew 0.5, on `gcp-tiga`, open loop, cap 8,000 per
 //! coordinator, 400 ms of warm-up and 500 ms measured (`experiments/tiga-table1.toml`'s
 //! setup). Tiga's busiest nodes are the three co-located shard leaders in SC, each handling
-//! every transaction, so its saturation throughput is inversely proportional to the cost.
+//! every transaction, so its saturation throughput falls roughly as 1 / cost.
 //! Measured at 1.7 µs per event (release build; `meridian experiment run` on that file
 //! restricted to `protocol = ["tiga"]`, `rate = [15000, 20000, 25000]`):
 //!
