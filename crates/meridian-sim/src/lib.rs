@@ -50,13 +50,13 @@
 //! | 20 K | 155,126 | 195.8 |
 //! | 25 K | 170,114 | 258.5 |
 //!
-//! so Tiga saturates near 170 K at 1.7 µs; scaling the cost to the paper's 157.3 K gives
-//! 1.85 µs, measured the same way (`rate = [25000, 20000]`): 150,964 txns/s at 25 K per
-//! coordinator (p50 274.2 ms), 150,354 at 20 K (p50 219.5 ms) — a plateau at ≈ 151 K, 4 %
-//! under the paper's 157.3 K, with the latency bend below 20 K per coordinator (the
-//! paper's 157.3 K ÷ 8 = 19.7 K). **1.85 µs per event** it is. Every Tiga figure
+//! so Tiga saturates near 170 K at 1.7 µs. At 1.85 µs (`rate = [25000, 20000]`) it
+//! plateaus at ≈ 151 K: 150,964 txns/s at 25 K per coordinator (p50 274.2 ms), 150,354 at
+//! 20 K (p50 219.5 ms). Between the two, **1.8 µs per event** (`rate = [25000]`): 157,988
+//! txns/s at 25 K per coordinator (p50 269.7 ms), the paper's 157.3 K within 0.5 %, with
+//! the latency bend near 20 K per coordinator (157.3 K ÷ 8 = 19.7 K). Every Tiga figure
 //! experiment at the paper's loads (`experiments/tiga-fig7.toml`, `-fig8`, `-fig9`,
-//! `-fig11`, `-fig12`, `-fig13`, `-table1`, `-table2`) sets `service_time = "1.85us"` for
+//! `-fig11`, `-fig12`, `-fig13`, `-table1`, `-table2`) sets `service_time = "1.8us"` for
 //! every protocol; the baselines are never tuned separately.
 //!
 //! One seeded RNG for the network, one per node (re-seeded per incarnation), one per clock
