@@ -20,11 +20,12 @@
 //! duration = "5s"
 //! drain = "5s"
 //! clock = "huygens"          # optional override of every node's clock profile
-//! service_time = "20us"      # per-event processing time at a node (default 0)
+//! service_time = "1.2us"     # per-event processing time at a node (default 0; ns precision)
 //! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
-//! warmup = "10s"             # runtime target: load run before `duration` is measured (default 0)
+//! warmup = "10s"             # load run before `duration` is measured (default 0); the sim
+//!                            # then measures what finishes during `duration` (steady state)
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -391,20 +392,23 @@ fn parse_ms(key: &str, v: &str, zero_ok: bool) -> Result<u64, String> {
     }
 }
 
-/// A per-event service time in µs (`20us`, `0.5ms`); 0 is allowed.
-fn service_us(v: &str) -> Result<u64, String> {
+/// A per-event service time in ns (`1.25us`, `800ns`, `0.02ms`; a bare number is µs); 0
+/// is allowed. Nanoseconds because the calibrated model's cost is not a whole µs.
+fn service_ns(v: &str) -> Result<u64, String> {
     let v = v.trim();
-    let (number, scale) = if let Some(n) = v.strip_suffix("us") {
+    let (number, scale) = if let Some(n) = v.strip_suffix("ns") {
         (n, 1.0)
+    } else if let Some(n) = v.strip_suffix("us") {
+        (n, 1e3)
     } else if let Some(n) = v.strip_suffix("ms") {
-        (n, 1000.0)
+        (n, 1e6)
     } else {
-        (v, 1.0)
+        (v, 1e3)
     };
     match number.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok((x * scale).round() as u64),
+        Ok(x) if x.is_finite() && x >= 0.0 && x * scale < 1e12 => Ok((x * scale).round() as u64),
         _ => Err(format!(
-            "`service_time`: `{v}` is not a duration such as `20us` or `0.1ms`"
+            "`service_time`: `{v}` is not a duration such as `1.25us`, `800ns` or `0.1ms`"
         )),
     }
 }
@@ -460,9 +464,9 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
             None => duration_ms("drain", &get("drain", "5s"))?,
         },
         seed: number("seed", &get("seed", "1"))?,
-        service_time_us: match params.get("service_time") {
+        service_time_ns: match params.get("service_time") {
             None => 0,
-            Some(t) => service_us(t)?,
+            Some(t) => service_ns(t)?,
         },
         faults: get("faults", "none"),
         timeline_bucket_ms: duration_ms("timeline_bucket", &get("timeline_bucket", "1s"))?,
@@ -1095,7 +1099,7 @@ kind = "cdf"
         assert_eq!(target.runs.len(), 4 * 3);
         assert_eq!(target.runs[0].workload_opts["zipf"], "0.5");
         assert_eq!(target.runs[0].duration_ms, 2000);
-        assert_eq!(target.runs[0].service_time_us, 0);
+        assert_eq!(target.runs[0].service_time_ns, 0);
         assert_eq!(target.runs[0].warmup_ms, 0, "no warm-up unless asked");
         for (text, ms) in [("1.5s", 1500), ("0s", 0)] {
             let warm = parse(&format!("name = \"w\"\n[base]\nwarmup = \"{text}\"")).unwrap();
@@ -1108,8 +1112,15 @@ kind = "cdf"
         assert_eq!(
             points(&timed, &Overrides::default()).unwrap()[0]
                 .1
-                .service_time_us,
-            20
+                .service_time_ns,
+            20_000
+        );
+        let fine = parse("name = \"t\"\n[base]\nservice_time = \"1.25us\"").unwrap();
+        assert_eq!(
+            points(&fine, &Overrides::default()).unwrap()[0]
+                .1
+                .service_time_ns,
+            1_250
         );
         assert_eq!(results.len(), 4);
         // The median of seeds 1, 2, 3 adds 2 ms.

@@ -60,9 +60,10 @@ pub struct Point {
     pub clock: Option<String>,
     pub duration_ms: u64,
     pub drain_ms: u64,
-    /// Processing time of every event at a node, µs (0: infinitely fast nodes). With it,
-    /// throughput saturates as on real servers.
-    pub service_time_us: u64,
+    /// Processing time of every event at a node, ns (0: infinitely fast nodes). With it,
+    /// throughput saturates as on real servers (the calibrated cost: `meridian_sim`'s
+    /// module doc, "Service time").
+    pub service_time_ns: u64,
     pub seed: u64,
     /// Scheduled faults in the simulator's syntax (`crash:shard0/replica0@10s,…`), or `none`.
     pub faults: String,

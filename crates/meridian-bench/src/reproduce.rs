@@ -402,7 +402,7 @@ mod tests {
             clock: None,
             duration_ms: 1,
             drain_ms: 1,
-            service_time_us: 0,
+            service_time_ns: 0,
             seed: 1,
             faults: "none".into(),
             timeline_bucket_ms: 250,

@@ -140,7 +140,15 @@ fn run_file(args: RunArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return bad_input(e),
     };
-    match run_experiment(&args.file, args.out, &overrides, args.quiet, &build_id()) {
+    let mut sim = Targets::sim();
+    match run_experiment(
+        &args.file,
+        args.out,
+        &overrides,
+        args.quiet,
+        &build_id(),
+        &mut sim,
+    ) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => bad_input(e),
@@ -160,13 +168,15 @@ fn overrides(
 }
 
 /// Runs one experiment file into `out` (default `results/<name>`) and prints its summary;
-/// `Ok(false)` if a point reported a violation.
+/// `Ok(false)` if a point reported a violation. Simulator points run on `sim`, whose memo
+/// a caller running several files shares (see [`Targets::Sim`]).
 fn run_experiment(
     file: &std::path::Path,
     out: Option<PathBuf>,
     overrides: &Overrides,
     quiet: bool,
     build: &str,
+    sim: &mut Targets,
 ) -> Result<bool, String> {
     let exp = experiment::load(file)?;
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&exp.name));
@@ -180,9 +190,10 @@ fn run_experiment(
             .expect("template")
             .progress_chars("=> "),
     );
-    let mut target: Box<dyn Target> = match exp.target.as_str() {
-        "sim" => Box::new(Targets::Sim),
-        "runtime" => Box::new(Targets::Runtime),
+    let mut runtime = Targets::Runtime;
+    let target: &mut Targets = match exp.target.as_str() {
+        "sim" => sim,
+        "runtime" => &mut runtime,
         other => {
             return Err(format!(
                 "{}: `target` must be `sim` or `runtime`, not `{other}`",
@@ -190,17 +201,10 @@ fn run_experiment(
             ))
         }
     };
-    let result = experiment::run(
-        &exp,
-        target.as_mut(),
-        &out,
-        overrides,
-        build,
-        &mut |i, n, f| {
-            bar.set_position(((i as f64 + f) / n.max(1) as f64 * 1000.0) as u64);
-            bar.set_message(format!("{}: point {}/{n}", exp.name, (i + 1).min(n)));
-        },
-    );
+    let result = experiment::run(&exp, target, &out, overrides, build, &mut |i, n, f| {
+        bar.set_position(((i as f64 + f) / n.max(1) as f64 * 1000.0) as u64);
+        bar.set_message(format!("{}: point {}/{n}", exp.name, (i + 1).min(n)));
+    });
     bar.finish_and_clear();
     let (results, files) = result?;
     outln!(
@@ -295,6 +299,8 @@ fn reproduce_page(args: &ReproduceArgs) -> Result<bool, String> {
     let build = build_id();
     let mut clean = true;
     let mut names = Vec::new();
+    // One memo for the whole manifest: Figs. 7 and 8 and Table 1 plot the same points.
+    let mut sim = Targets::sim();
     for run in &manifest.runs {
         let exp = experiment::load(&run.file)?;
         names.push(exp.name.clone());
@@ -303,7 +309,7 @@ fn reproduce_page(args: &ReproduceArgs) -> Result<bool, String> {
         }
         let o = overrides(&run.duration, &run.drain, run.repeats)?;
         let out = Some(args.results.join(&exp.name));
-        clean &= run_experiment(&run.file, out, &o, args.quiet, &build)?;
+        clean &= run_experiment(&run.file, out, &o, args.quiet, &build, &mut sim)?;
     }
     for name in &args.only {
         if !names.contains(name) {
@@ -328,14 +334,28 @@ fn fmt(v: Option<f64>) -> String {
 /// Where `meridian experiment` runs points: the simulator, or the runtime with every node
 /// in this process ([`on_runtime`]).
 enum Targets {
-    Sim,
+    /// The simulator is deterministic, so a point (seed included) measured once is the
+    /// same when another experiment asks for it again: `memo` keeps each point's output by
+    /// the point's full description, and `experiment reproduce` runs Figs. 7 and 8 and
+    /// Table 1, which share their points, once.
+    Sim {
+        memo: std::collections::HashMap<String, RunOutput>,
+    },
     Runtime,
+}
+
+impl Targets {
+    fn sim() -> Targets {
+        Targets::Sim {
+            memo: std::collections::HashMap::new(),
+        }
+    }
 }
 
 impl Target for Targets {
     fn name(&self) -> &str {
         match self {
-            Targets::Sim => "sim",
+            Targets::Sim { .. } => "sim",
             Targets::Runtime => "runtime",
         }
     }
@@ -343,7 +363,16 @@ impl Target for Targets {
     fn run(&mut self, point: &Point, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
         let protocol = protocols::find(&point.protocol)?;
         match self {
-            Targets::Sim => (protocol.sim_point)(point, progress),
+            Targets::Sim { memo } => {
+                let key = format!("{point:?}");
+                if let Some(output) = memo.get(&key) {
+                    progress(1.0);
+                    return Ok(output.clone());
+                }
+                let output = (protocol.sim_point)(point, progress)?;
+                memo.insert(key, output.clone());
+                Ok(output)
+            }
             Targets::Runtime => (protocol.runtime_point)(point, progress),
         }
     }
@@ -363,11 +392,6 @@ pub(crate) fn simulate<P: Protocol>(
     point: &Point,
     progress: &mut dyn FnMut(f64),
 ) -> Result<RunOutput, String> {
-    if point.warmup_ms > 0 {
-        // Virtual time has no cold caches or JIT-like warm-up; its estimators converge
-        // within the first round trips, which `duration` already covers.
-        return Err("the simulator target takes no `warmup` (runtime only)".into());
-    }
     let mut topology = Topology::load(&point.topology).map_err(|e| e.to_string())?;
     if let Some(name) = &point.clock {
         let profile = topology
@@ -398,12 +422,16 @@ pub(crate) fn simulate<P: Protocol>(
     };
     let options = SimOptions {
         seed: point.seed,
-        duration_ns: point.duration_ms * NS_PER_MS,
+        // A warm-up runs the load before `duration` is measured, as on the runtime; in
+        // the simulator the measured transactions are those that finish during
+        // `duration` (steady state: no ramp-up, no backlog finished in the drain).
+        duration_ns: (point.warmup_ms + point.duration_ms) * NS_PER_MS,
         drain_ns: point.drain_ms * NS_PER_MS,
+        steady_from_ns: (point.warmup_ms > 0).then_some(point.warmup_ms * NS_PER_MS),
         clients_per_coordinator: clients,
         record_history: false,
         open_loop,
-        service_time_ns: point.service_time_us * 1_000,
+        service_time_ns: point.service_time_ns,
         faults: FaultPlan::parse(&point.faults, &setup.cluster)
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
@@ -500,7 +528,7 @@ pub(crate) fn on_runtime<P: Protocol>(
 where
     P::Node: Send,
 {
-    if point.faults != "none" || point.clock.is_some() || point.service_time_us > 0 {
+    if point.faults != "none" || point.clock.is_some() || point.service_time_ns > 0 {
         return Err(
             "the runtime target takes no `faults`, `clock` or `service_time` (simulator only)"
                 .into(),

@@ -171,6 +171,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
         batch_max: args.batch_max,
         timer_granularity_ns: parse_duration_ns(&args.timer_granularity)
             .map_err(|e| format!("--timer-granularity: {e}"))?,
+        steady_from_ns: None,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());
