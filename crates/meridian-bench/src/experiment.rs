@@ -28,7 +28,8 @@
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
-//! [sweep]                    # cartesian product; `workload.K` / `protocol.K` set options
+//! [sweep]                    # cartesian product; `workload.K` / `protocol.K` set options,
+//!                            # `topology.K` a key of the topology's `[generate]` table
 //! protocol = ["2pl-2pc", "tiga"]
 //! rate = [500, 1000, 2000]
 //!
@@ -234,11 +235,12 @@ pub fn parse(text: &str) -> Result<Experiment, String> {
         let known = PARAMS.contains(&key.as_str())
             || key.starts_with("workload.")
             || key.starts_with("protocol.")
+            || key.starts_with("topology.")
             || key == "workload_opts"
             || key == "protocol_opts";
         if !known {
             return Err(format!(
-                "unknown parameter `{key}` (known: {}, workload.K, protocol.K)",
+                "unknown parameter `{key}` (known: {}, workload.K, protocol.K, topology.K)",
                 PARAMS.join(", ")
             ));
         }
@@ -409,6 +411,16 @@ fn service_us(v: &str) -> Result<u64, String> {
     }
 }
 
+/// `topology.K` parameters set keys of the topology's `[generate]` table: they travel in
+/// its load name (`edge-regions-full.toml:regions=40`, `Topology::load`).
+fn with_generate(topology: String, keys: &BTreeMap<String, String>) -> String {
+    if keys.is_empty() {
+        return topology;
+    }
+    let pairs: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{topology}:{}", pairs.join(","))
+}
+
 fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
     v.parse::<T>()
         .map_err(|_| format!("`{key}`: `{v}` is not a valid number"))
@@ -445,7 +457,7 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
     }
     Ok(Point {
         protocol: get("protocol", "tiga"),
-        topology: get("topology", "gcp-tiga"),
+        topology: with_generate(get("topology", "gcp-tiga"), &options("topology.")),
         workload: get("workload", "microbench"),
         workload_opts: options("workload."),
         protocol_opts: options("protocol."),
@@ -733,6 +745,7 @@ fn axis_label(name: &str) -> String {
         "workload.rmw_ratio" => "read-modify-write ratio".into(),
         "workload.keys_per_shard" => "data items per partition".into(),
         "protocol.headroom_offset_ms" => "headroom offset Δ (ms)".into(),
+        "topology.regions" => "regions".into(),
         other if is_metric(other) => unit(other),
         other => other.to_string(),
     }

@@ -92,6 +92,7 @@ mod dclock;
 mod manager;
 mod node;
 mod options;
+mod pct;
 mod wire;
 
 #[cfg(test)]
