@@ -64,7 +64,26 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn simulate(a: &Args) -> Result<(SimReport, f64), String> {
+/// What the event loop cost up to its last progress report (the run's final audit, which
+/// reads every key back through the protocol, is not part of the simulated load).
+#[derive(Default)]
+struct Cost {
+    virtual_s: f64,
+    wall_s: f64,
+    /// This thread's time on a CPU (Linux `schedstat`; 0 elsewhere): the machine may be
+    /// shared, and wall time then counts other processes' turns.
+    cpu_s: f64,
+    nodes: usize,
+}
+
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |ns| ns / 1e9)
+}
+
+fn simulate(a: &Args) -> Result<(SimReport, Cost), String> {
     let spec = format!("{}:regions={}", a.topology, a.regions);
     let topology = Topology::load(&spec).map_err(|e| e.to_string())?;
     let config = ProtocolConfig::parse(&a.opts).map_err(|e| e.to_string())?;
@@ -79,9 +98,17 @@ fn simulate(a: &Args) -> Result<(SimReport, f64), String> {
         record_history: false,
         ..SimOptions::default()
     };
-    let start = Instant::now();
-    let report = run::<Dast>(&setup, workload.as_mut(), &options, &mut |_| {});
-    Ok((report, start.elapsed().as_secs_f64()))
+    let (start, cpu_start) = (Instant::now(), cpu_s());
+    let mut cost = Cost::default();
+    let report = run::<Dast>(&setup, workload.as_mut(), &options, &mut |p| {
+        cost = Cost {
+            virtual_s: p.virtual_ns as f64 / NS_PER_S as f64,
+            wall_s: start.elapsed().as_secs_f64(),
+            cpu_s: cpu_s() - cpu_start,
+            nodes: setup.cluster.nodes.len(),
+        };
+    });
+    Ok((report, cost))
 }
 
 fn latency(report: &SimReport, class: &str) -> String {
@@ -105,7 +132,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let (report, wall_s) = match simulate(&a) {
+    let (report, cost) = match simulate(&a) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dast_scale: {e}");
@@ -114,10 +141,17 @@ fn main() {
     };
     let virtual_s = report.virtual_ns as f64 / NS_PER_S as f64;
     let tps = report.committed as f64 / a.seconds as f64;
+    let per = |s: f64| s / cost.virtual_s.max(1e-9);
     println!(
-        "regions {}  virtual {virtual_s:.1} s  wall {wall_s:.1} s  wall per virtual second {:.2} s",
+        "regions {} ({} nodes)  event loop: {:.2} virtual s in {:.1} s wall, {:.1} s CPU: \
+         wall per virtual second {:.2} s, CPU per virtual second {:.2} s",
         a.regions,
-        wall_s / virtual_s
+        cost.nodes,
+        cost.virtual_s,
+        cost.wall_s,
+        cost.cpu_s,
+        per(cost.wall_s),
+        per(cost.cpu_s)
     );
     println!(
         "events {}  messages {}  ({:.0} messages per virtual second per region)",
