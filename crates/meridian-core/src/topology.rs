@@ -452,9 +452,9 @@ struct RawTopology {
     machines: BTreeMap<String, Spanned<u32>>,
     #[serde(default)]
     services: Vec<RawService>,
-    /// Expanded before parsing (`topology/generate.rs`).
-    #[serde(default)]
-    generate: Option<toml::Value>,
+    /// Expanded before parsing (`topology/generate.rs`); accepted here, not read again.
+    #[serde(default, rename = "generate")]
+    _generate: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
