@@ -52,6 +52,11 @@
 //! SC = "10.0.0.2"
 //! ```
 //!
+//! A file may instead describe `N` identical regions with a `[generate]` table (DAST §6's
+//! edge deployment at 1 to 100 regions), which writes `regions`, `[[rtt]]`, `[machines]`,
+//! `[[shards]]` and `[[coordinators]]` for it; a load name `FILE:regions=40` overrides its
+//! keys ([`generate`]'s doc).
+//!
 //! Node names (used by clock overrides, steps and fault schedules): `shard{S}/replica{R}`,
 //! `coord{I}`, and `{service}{I}` for protocol services. Every error names the field and,
 //! where the file has one, the line.
@@ -92,7 +97,7 @@ use std::fmt;
 use std::ops::Range;
 use toml::Spanned;
 
-mod generate;
+pub mod generate;
 pub use generate::MAX_REGIONS;
 
 /// A malformed or inconsistent topology.
