@@ -1333,4 +1333,23 @@ y = "throughput_tps"
             assert!(e.contains(needle), "{bad}: {e}");
         }
     }
+
+    /// `topology.K` sets a key of the topology's `[generate]` table: it travels in the
+    /// point's topology name, which `Topology::load` reads, and labels the x axis.
+    #[test]
+    fn topology_parameters_reach_the_topology_name() {
+        let exp = parse(
+            "name = \"x\"\n[base]\ntopology = \"t.toml\"\n[sweep]\n\"topology.regions\" = [10, 100]\n",
+        )
+        .unwrap();
+        let points = points(&exp, &Overrides::default()).unwrap();
+        let names: Vec<&str> = points.iter().map(|(_, p)| p.topology.as_str()).collect();
+        assert_eq!(names, ["t.toml:regions=10", "t.toml:regions=100"]);
+        assert_eq!(axis_label("topology.regions"), "regions");
+        let plain = parse("name = \"x\"\n[base]\ntopology = \"local\"\n").unwrap();
+        assert_eq!(
+            points(&plain, &Overrides::default()).unwrap()[0].1.topology,
+            "local"
+        );
+    }
 }

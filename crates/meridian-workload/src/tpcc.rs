@@ -1200,7 +1200,10 @@ mod home_region_tests {
         assert!(!planned.classes.contains(crate::IRT) && !planned.classes.contains(crate::CRT));
         assert!(!plain.audit_keys().is_empty());
         let unaudited = WorkloadOptions::default().with("audit", "false");
-        assert!(TpcC::new(&cluster, &unaudited).unwrap().audit_keys().is_empty());
+        assert!(TpcC::new(&cluster, &unaudited)
+            .unwrap()
+            .audit_keys()
+            .is_empty());
     }
 
     impl TpcC {
