@@ -71,7 +71,10 @@
 //!   TPC-C: `heartbeat_ms=5` cut the messages per region from 656k to 348k per virtual
 //!   second and moved the IRT p99 from 14.0 to 19.8 ms), so the default stays half the
 //!   intra-region round trip. The simulator's cost per virtual second: the
-//!   `dast_scale` example (`examples/dast_scale.rs`).
+//!   `dast_scale` example (`examples/dast_scale.rs`); on TPC-C (`home_region`, 2 clients
+//!   per edge node, 1 s of load) it measured 370k messages per region per virtual second
+//!   at both 10 and 100 regions, and 4.75 s (10 regions) and 116 s (100 regions, 6300
+//!   nodes) of CPU per virtual second.
 //! * **Manager failover** is the coordinator's: a prep-remote not answered within
 //!   `retry_ms` goes to the region's next manager. No SMR, no view ids.
 //! * **The coordinator's region** counts as a participating region like any other: its
