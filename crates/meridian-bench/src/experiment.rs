@@ -1342,8 +1342,8 @@ y = "throughput_tps"
             "name = \"x\"\n[base]\ntopology = \"t.toml\"\n[sweep]\n\"topology.regions\" = [10, 100]\n",
         )
         .unwrap();
-        let points = points(&exp, &Overrides::default()).unwrap();
-        let names: Vec<&str> = points.iter().map(|(_, p)| p.topology.as_str()).collect();
+        let swept = points(&exp, &Overrides::default()).unwrap();
+        let names: Vec<&str> = swept.iter().map(|(_, p)| p.topology.as_str()).collect();
         assert_eq!(names, ["t.toml:regions=10", "t.toml:regions=100"]);
         assert_eq!(axis_label("topology.regions"), "regions");
         let plain = parse("name = \"x\"\n[base]\ntopology = \"local\"\n").unwrap();
