@@ -227,9 +227,12 @@ impl Generate {
     }
 }
 
+/// `[generate]` keys and values given beside a topology's name.
+pub(super) type Overrides = Vec<(String, String)>;
+
 /// Splits `spec` into a topology name or path and `[generate]` overrides:
 /// `NAME:key=value,key=value`. A spec without `:` (or naming an existing file) has none.
-pub(super) fn split_spec(spec: &str) -> Result<(&str, Vec<(String, String)>), TopologyError> {
+pub(super) fn split_spec(spec: &str) -> Result<(&str, Overrides), TopologyError> {
     let Some((name, params)) = spec.rsplit_once(':') else {
         return Ok((spec, Vec::new()));
     };
