@@ -29,7 +29,8 @@
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
-//! [sweep]                    # cartesian product; `workload.K` / `protocol.K` set options
+//! [sweep]                    # cartesian product; `workload.K` / `protocol.K` set options,
+//!                            # `topology.K` a key of the topology's `[generate]` table
 //! protocol = ["2pl-2pc", "tiga"]
 //! rate = [500, 1000, 2000]
 //!
@@ -235,11 +236,12 @@ pub fn parse(text: &str) -> Result<Experiment, String> {
         let known = PARAMS.contains(&key.as_str())
             || key.starts_with("workload.")
             || key.starts_with("protocol.")
+            || key.starts_with("topology.")
             || key == "workload_opts"
             || key == "protocol_opts";
         if !known {
             return Err(format!(
-                "unknown parameter `{key}` (known: {}, workload.K, protocol.K)",
+                "unknown parameter `{key}` (known: {}, workload.K, protocol.K, topology.K)",
                 PARAMS.join(", ")
             ));
         }
@@ -413,6 +415,16 @@ fn service_ns(v: &str) -> Result<u64, String> {
     }
 }
 
+/// `topology.K` parameters set keys of the topology's `[generate]` table: they travel in
+/// its load name (`edge-regions-full.toml:regions=40`, `Topology::load`).
+fn with_generate(topology: String, keys: &BTreeMap<String, String>) -> String {
+    if keys.is_empty() {
+        return topology;
+    }
+    let pairs: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{topology}:{}", pairs.join(","))
+}
+
 fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
     v.parse::<T>()
         .map_err(|_| format!("`{key}`: `{v}` is not a valid number"))
@@ -449,7 +461,7 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
     }
     Ok(Point {
         protocol: get("protocol", "tiga"),
-        topology: get("topology", "gcp-tiga"),
+        topology: with_generate(get("topology", "gcp-tiga"), &options("topology.")),
         workload: get("workload", "microbench"),
         workload_opts: options("workload."),
         protocol_opts: options("protocol."),
@@ -737,6 +749,7 @@ fn axis_label(name: &str) -> String {
         "workload.rmw_ratio" => "read-modify-write ratio".into(),
         "workload.keys_per_shard" => "data items per partition".into(),
         "protocol.headroom_offset_ms" => "headroom offset Δ (ms)".into(),
+        "topology.regions" => "regions".into(),
         other if is_metric(other) => unit(other),
         other => other.to_string(),
     }
@@ -1330,5 +1343,24 @@ y = "throughput_tps"
             let e = parse(bad).unwrap_err();
             assert!(e.contains(needle), "{bad}: {e}");
         }
+    }
+
+    /// `topology.K` sets a key of the topology's `[generate]` table: it travels in the
+    /// point's topology name, which `Topology::load` reads, and labels the x axis.
+    #[test]
+    fn topology_parameters_reach_the_topology_name() {
+        let exp = parse(
+            "name = \"x\"\n[base]\ntopology = \"t.toml\"\n[sweep]\n\"topology.regions\" = [10, 100]\n",
+        )
+        .unwrap();
+        let swept = points(&exp, &Overrides::default()).unwrap();
+        let names: Vec<&str> = swept.iter().map(|(_, p)| p.topology.as_str()).collect();
+        assert_eq!(names, ["t.toml:regions=10", "t.toml:regions=100"]);
+        assert_eq!(axis_label("topology.regions"), "regions");
+        let plain = parse("name = \"x\"\n[base]\ntopology = \"local\"\n").unwrap();
+        assert_eq!(
+            points(&plain, &Overrides::default()).unwrap()[0].1.topology,
+            "local"
+        );
     }
 }

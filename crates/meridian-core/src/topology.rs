@@ -52,6 +52,11 @@
 //! SC = "10.0.0.2"
 //! ```
 //!
+//! A file may instead describe `N` identical regions with a `[generate]` table (DAST §6's
+//! edge deployment at 1 to 100 regions), which writes `regions`, `[[rtt]]`, `[machines]`,
+//! `[[shards]]` and `[[coordinators]]` for it; a load name `FILE:regions=40` overrides its
+//! keys ([`generate`]'s doc).
+//!
 //! Node names (used by clock overrides, steps and fault schedules): `shard{S}/replica{R}`,
 //! `coord{I}`, and `{service}{I}` for protocol services. Every error names the field and,
 //! where the file has one, the line.
@@ -91,6 +96,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use toml::Spanned;
+
+pub mod generate;
+pub use generate::MAX_REGIONS;
 
 /// A malformed or inconsistent topology.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -449,6 +457,9 @@ struct RawTopology {
     machines: BTreeMap<String, Spanned<u32>>,
     #[serde(default)]
     services: Vec<RawService>,
+    /// Expanded before parsing (`topology/generate.rs`); accepted here, not read again.
+    #[serde(default, rename = "generate")]
+    _generate: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -558,6 +569,8 @@ pub const BUNDLED: [(&str, &str); 6] = [
 struct Parser<'a> {
     source_name: &'a str,
     text: &'a str,
+    /// Lines the `[generate]` expansion put before the file's own first line.
+    skip_lines: usize,
 }
 
 impl Parser<'_> {
@@ -565,12 +578,11 @@ impl Parser<'_> {
         if span.start == 0 && span.end == 0 {
             return None;
         }
-        Some(
-            self.text[..span.start.min(self.text.len())]
-                .matches('\n')
-                .count()
-                + 1,
-        )
+        let line = self.text[..span.start.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1;
+        line.checked_sub(self.skip_lines).filter(|&l| l > 0)
     }
 
     fn error(
@@ -624,10 +636,13 @@ impl Parser<'_> {
 }
 
 impl Topology {
-    /// A bundled topology by name, or a file by path.
-    pub fn load(name_or_path: &str) -> Result<Topology, TopologyError> {
+    /// A bundled topology by name, or a file by path; either may be followed by
+    /// `:key=value,…`, which sets keys of its `[generate]` table
+    /// (`topologies/edge-regions-full.toml:regions=40`).
+    pub fn load(spec: &str) -> Result<Topology, TopologyError> {
+        let (name_or_path, overrides) = generate::split_spec(spec)?;
         if let Some((name, text)) = BUNDLED.iter().find(|(n, _)| *n == name_or_path) {
-            return Topology::parse(name, text);
+            return Topology::parse_with(name, text, &overrides);
         }
         let text = std::fs::read_to_string(name_or_path).map_err(|e| TopologyError {
             source_name: name_or_path.to_string(),
@@ -642,7 +657,7 @@ impl Topology {
                     .join(", ")
             ),
         })?;
-        Topology::parse(name_or_path, &text)
+        Topology::parse_with(name_or_path, &text, &overrides)
     }
 
     /// Deserializes the raw shape, naming the field path (`shards[0].count`) of any error.
@@ -667,7 +682,31 @@ impl Topology {
 
     /// Parses and validates topology TOML; `source_name` names the file in errors.
     pub fn parse(source_name: &str, text: &str) -> Result<Topology, TopologyError> {
-        let p = Parser { source_name, text };
+        Topology::parse_with(source_name, text, &[])
+    }
+
+    /// [`Topology::parse`], with keys of the file's `[generate]` table overridden.
+    pub fn parse_with(
+        source_name: &str,
+        text: &str,
+        overrides: &[(String, String)],
+    ) -> Result<Topology, TopologyError> {
+        let expanded;
+        let p = match generate::expand(source_name, text, overrides)? {
+            None => Parser {
+                source_name,
+                text,
+                skip_lines: 0,
+            },
+            Some(e) => {
+                expanded = format!("{}{text}\n{}", e.first_line, e.tables);
+                Parser {
+                    source_name,
+                    text: &expanded,
+                    skip_lines: 1,
+                }
+            }
+        };
         let raw: RawTopology = Self::deserialize(&p)?;
         let regions = raw.regions.get_ref().clone();
         if regions.is_empty() {

@@ -70,11 +70,16 @@
 //! warehouse), `remote_payment` (0.15: probability that a Payment's customer is of another
 //! warehouse), `interactive` (false: Payment and Order-Status as interactive transactions,
 //! Tiga §5.1), `mix` (`standard` 45/43/4/4/4; `new-order`; `new-order-payment` (Aurogon's
-//! TPC-C/NP, 50/50); `payment` (DAST's Payment-only)).
+//! TPC-C/NP, 50/50); `payment` (DAST's Payment-only)), `home_region` (false: client `i`'s
+//! home is warehouse `i mod warehouses + 1`; true, DAST §6: a warehouse whose shard is led
+//! from the client's region, and every transaction also labelled `irt` or `crt`), `audit`
+//! (true; false: no final-state audit, so conditions 1–4 are not checked — for scale runs,
+//! where reading 1000 warehouses back one shard at a time through one coordinator costs
+//! more simulated time than the run: DAST Fig. 8 at 100 regions).
 
 use crate::audit::FinalState;
 use crate::options::Options;
-use crate::{ClientInfo, Planned};
+use crate::{ClientInfo, Locality, Planned};
 use crate::{InteractiveOp, TxnPlan, Workload, WorkloadOptions};
 use meridian_check::{Entry, HistOp};
 use meridian_core::txn::{
@@ -142,6 +147,19 @@ pub struct TpcC {
     ordering: FxHashSet<(u64, u64, u64)>,
     /// Plans by profile (for reports and tests).
     pub counts: BTreeMap<Profile, u64>,
+    /// `home_region=true`: each region's warehouses, and the IRT/CRT labels (DAST §6).
+    regional: Option<Regional>,
+    /// Whether a run ends with reading the state back and checking the conditions.
+    audit: bool,
+}
+
+/// DAST §6's placement: "we assigned each client to the region containing the client's
+/// warehouse". A client's home warehouse is one whose shard is led from the client's
+/// region (dealt by client id), and every transaction is labelled `irt` or `crt` too.
+#[derive(Clone, Debug)]
+struct Regional {
+    warehouses_by_region: Vec<Vec<u64>>,
+    locality: Locality,
 }
 
 /// A small deterministic hash of ids, for the immutable columns.
@@ -191,6 +209,8 @@ impl TpcC {
         let remote_payment = o.probability("remote_payment", 0.15)?;
         let interactive = o.flag("interactive", false)?;
         let mix_name = o.word("mix", "standard")?;
+        let home_region = o.flag("home_region", false)?;
+        let audit = o.flag("audit", true)?;
         o.finish()?;
         let weights: [u32; 5] = match mix_name.as_str() {
             "standard" => [45, 43, 4, 4, 4],
@@ -238,6 +258,8 @@ impl TpcC {
             planned: FxHashMap::default(),
             ordering: FxHashSet::default(),
             counts: BTreeMap::new(),
+            regional: home_region.then(|| Regional::new(cluster, warehouses, shards)),
+            audit,
         })
     }
 
@@ -525,8 +547,12 @@ impl Workload for TpcC {
     /// Labelled with the profile's name (`new-order`, `payment`, …) besides read-only or
     /// read-write, so reports show each profile's latency.
     fn next(&mut self, client: &ClientInfo, rng: &mut NodeRng) -> Planned {
+        let info = client;
         let client = client.id;
-        let w = self.home(client);
+        let w = match &self.regional {
+            Some(r) => r.home(info).unwrap_or_else(|| self.home(client)),
+            None => self.home(client),
+        };
         let n = crate::procedure::next_seq(&mut self.planned, client.0);
         let profile = self.profile(rng);
         *self.counts.entry(profile).or_default() += 1;
@@ -543,7 +569,12 @@ impl Workload for TpcC {
             Profile::Delivery => TxnPlan::OneShot(self.delivery(w, n, rng)),
             Profile::StockLevel => TxnPlan::OneShot(self.stock_level(w, rng)),
         };
-        Planned::from(plan).class(profile.name())
+        let locality = self.regional.as_ref().map(|r| r.class(self, info, &plan));
+        let planned = Planned::from(plan).class(profile.name());
+        match locality {
+            Some(class) => planned.class(class),
+            None => planned,
+        }
     }
 
     /// None: TPC-C is judged by its consistency conditions on the final state.
@@ -557,6 +588,9 @@ impl Workload for TpcC {
 
     fn audit_keys(&self) -> Vec<Key> {
         let mut keys = Vec::new();
+        if !self.audit {
+            return keys;
+        }
         for w in 1..=self.warehouses {
             keys.push(self.w_ytd(w));
             for d in 1..=DISTRICTS {
@@ -600,6 +634,38 @@ impl Workload for TpcC {
             }
         }
         Ok(())
+    }
+}
+
+impl Regional {
+    fn new(cluster: &Cluster, warehouses: u64, shards: u32) -> Regional {
+        let mut warehouses_by_region = vec![Vec::new(); cluster.topology.regions.len()];
+        for w in 1..=warehouses {
+            let shard = ShardId(((w - 1) % u64::from(shards)) as u32);
+            let region = cluster.region_of(cluster.initial_leader(shard));
+            warehouses_by_region[region.index()].push(w);
+        }
+        Regional {
+            warehouses_by_region,
+            locality: Locality::new(cluster),
+        }
+    }
+
+    /// The client's home warehouse among its region's (none if the region holds none).
+    fn home(&self, client: &ClientInfo) -> Option<u64> {
+        let local = self.warehouses_by_region.get(client.region.index())?;
+        (!local.is_empty()).then(|| local[client.id.0 as usize % local.len()])
+    }
+
+    fn class(&self, tpcc: &TpcC, client: &ClientInfo, plan: &TxnPlan) -> &'static str {
+        let shards: Vec<ShardId> = match plan {
+            TxnPlan::OneShot(txn) => txn.shards().to_vec(),
+            TxnPlan::Interactive(ops) => ops
+                .iter()
+                .map(|op| tpcc.partitioner.shard_of(op.key()))
+                .collect(),
+        };
+        self.locality.class(client, shards)
     }
 }
 
@@ -1124,5 +1190,71 @@ mod tests {
             seen.values().sum::<u64>(),
             "one label per plan"
         );
+    }
+}
+
+#[cfg(test)]
+mod home_region_tests {
+    use super::*;
+    use meridian_core::{ClientId, NodeId, RegionId, Topology};
+    use rand::SeedableRng;
+
+    /// DAST §6: with `home_region`, every client's home warehouse is led from its region,
+    /// so its NewOrders without remote lines are IRTs; remote Payments are CRTs.
+    #[test]
+    fn home_region_puts_clients_beside_their_warehouse_and_labels_irt_crt() {
+        let topology = Topology::load("edge-regions").unwrap();
+        let cluster = Cluster::without_services(&topology).unwrap();
+        let o = WorkloadOptions::default()
+            .with("home_region", "true")
+            .with("customers", "30")
+            .with("items", "100");
+        let mut w = TpcC::new(&cluster, &o).unwrap();
+        let mut rng = NodeRng::seed_from_u64(1);
+        let (mut irt, mut crt) = (0, 0);
+        for i in 0..400u32 {
+            let region = RegionId((i % 10) as u16);
+            let client = ClientInfo {
+                id: ClientId(i),
+                coordinator: NodeId(0),
+                region,
+            };
+            assert_eq!(
+                w.region_of(w.regional.as_ref().unwrap().home(&client).unwrap()),
+                region
+            );
+            let planned = w.next(&client, &mut rng);
+            if planned.classes.contains(crate::IRT) {
+                irt += 1;
+            } else {
+                assert!(planned.classes.contains(crate::CRT));
+                crt += 1;
+            }
+        }
+        assert!(irt > 300 && crt > 10, "irt {irt} crt {crt}");
+        // Off (the default), client 11's home is warehouse 12, on shard 11, in region E5.
+        let mut plain = TpcC::new(&cluster, &WorkloadOptions::default()).unwrap();
+        let client = ClientInfo {
+            id: ClientId(11),
+            coordinator: NodeId(0),
+            region: RegionId(0),
+        };
+        assert_eq!(plain.home(client.id), 12);
+        let planned = plain.next(&client, &mut rng);
+        assert!(!planned.classes.contains(crate::IRT) && !planned.classes.contains(crate::CRT));
+        assert!(!plain.audit_keys().is_empty());
+        let unaudited = WorkloadOptions::default().with("audit", "false");
+        assert!(TpcC::new(&cluster, &unaudited)
+            .unwrap()
+            .audit_keys()
+            .is_empty());
+    }
+
+    impl TpcC {
+        fn region_of(&self, w: u64) -> RegionId {
+            let r = self.regional.as_ref().unwrap();
+            let at = r.warehouses_by_region.iter().position(|ws| ws.contains(&w));
+            RegionId(at.unwrap() as u16)
+        }
     }
 }

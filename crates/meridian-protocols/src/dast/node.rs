@@ -7,6 +7,7 @@
 use super::coord::Coord;
 use super::dclock::{Created, Dclock};
 use super::options::Options;
+use super::pct::Peers;
 use super::wire::{
     Decision, EntryRecord, Header, Kind, Msg, Notice, NoticeState, Record, Snapshot, Status, Timer,
     TxnInfo,
@@ -71,8 +72,9 @@ pub struct Edge {
     ceiling_ns: u64,
     pub(super) incarnation: u32,
     pub(super) next_seq: u64,
-    /// The other edge nodes of the region (PCT tracks exactly these, §3.2).
-    pub(super) peers: Vec<NodeId>,
+    /// The other edge nodes of the region (PCT tracks exactly these, §3.2): `maxTs` and
+    /// their pause points.
+    pub(super) peers: Peers,
     store: FxHashMap<Key, Value>,
     entries: FxHashMap<TxnId, Entry>,
     /// readyQ: IRTs and CRTs in timestamp order (prepared CRTs at their lower bound, so
@@ -88,10 +90,6 @@ pub struct Edge {
     /// This node's outputs of recently executed transactions (answers to input queries).
     recent_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
     early_outputs: FxHashMap<TxnId, Vec<PieceOutput>>,
-    /// `maxTs`: the largest clock each peer announced.
-    max_ts: FxHashMap<NodeId, Timestamp>,
-    /// Each peer's waitQ head as it last announced it.
-    pauses: FxHashMap<NodeId, Timestamp>,
     /// Notifications not yet known delivered, per peer, in timestamp order (`myTxns` less
     /// what `notifiedTs` covers).
     outbox: FxHashMap<NodeId, BTreeMap<QKey, Notice>>,
@@ -115,10 +113,12 @@ impl Edge {
             panic!("dast edge node {me} is not a replica");
         };
         let region = cluster.region_of(me);
-        let peers = region_edges(&cluster, region)
-            .into_iter()
-            .filter(|&n| n != me)
-            .collect();
+        let peers = Peers::new(
+            region_edges(&cluster, region)
+                .into_iter()
+                .filter(|&n| n != me)
+                .collect(),
+        );
         let mut edge = Edge {
             me,
             shard,
@@ -140,8 +140,6 @@ impl Edge {
             done_order: VecDeque::new(),
             recent_outputs: FxHashMap::default(),
             early_outputs: FxHashMap::default(),
-            max_ts: FxHashMap::default(),
-            pauses: FxHashMap::default(),
             outbox: FxHashMap::default(),
             coord: Coord::default(),
             decisions: BTreeMap::new(),
@@ -317,7 +315,7 @@ impl Edge {
     fn stretch_bound(&self) -> Option<Timestamp> {
         let last = self.clock.last();
         let own = self.wait.first().map(|k| k.0);
-        let peers = self.pauses.values().copied().filter(|&p| p > last).min();
+        let peers = self.peers.lowest_pause_above(last);
         match (own, peers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -353,12 +351,8 @@ impl Edge {
     }
 
     /// Every node of the region (this one included) has promised past `ts`.
-    fn horizon(&self) -> Timestamp {
-        let mut h = self.announce();
-        for p in &self.peers {
-            h = h.min(self.max_ts.get(p).copied().unwrap_or(Timestamp::ZERO));
-        }
-        h
+    fn horizon(&mut self) -> Timestamp {
+        self.announce().min(self.peers.floor())
     }
 
     // ---- intra-region messages -----------------------------------------------------
@@ -380,7 +374,7 @@ impl Edge {
         Header {
             clock,
             pause: self.wait.first().map(|k| k.0),
-            delivered: self.max_ts.get(&peer).copied().unwrap_or(Timestamp::ZERO),
+            delivered: self.peers.max_ts(peer),
             notices,
         }
     }
@@ -419,8 +413,8 @@ impl Edge {
 
     pub fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, DastNode>) {
         self.create_ts(ctx);
-        for i in 0..self.peers.len() {
-            let peer = self.peers[i];
+        for i in 0..self.peers.ids().len() {
+            let peer = self.peers.ids()[i];
             let header = self.header(peer);
             ctx.send(peer, Msg::Beat(header));
         }
@@ -429,9 +423,9 @@ impl Edge {
     }
 
     pub fn on_beat(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, h: Header) {
-        if !self.peers.contains(&from) {
+        let Some(slot) = self.peers.slot(from) else {
             return;
-        }
+        };
         self.clock.calibrate(ctx.now_ns(), h.clock);
         if let Some(out) = self.outbox.get_mut(&from) {
             while let Some((&key, _)) = out.first_key_value() {
@@ -444,14 +438,7 @@ impl Edge {
         for notice in h.notices {
             self.on_notice(ctx, notice);
         }
-        let known = self.max_ts.get(&from).copied().unwrap_or(Timestamp::ZERO);
-        if h.clock >= known {
-            self.max_ts.insert(from, h.clock);
-            match h.pause {
-                Some(p) => self.pauses.insert(from, p),
-                None => self.pauses.remove(&from),
-            };
-        }
+        self.peers.announce(slot, h.clock, h.pause);
         self.try_execute(ctx);
     }
 
@@ -743,10 +730,14 @@ impl Edge {
     /// Alg. 1 lines 21-27: executes committed transactions at the head of the readyQ once
     /// every node of the region has promised past them and their inputs are in.
     pub fn try_execute(&mut self, ctx: &mut Ctx<'_, DastNode>) {
-        let horizon = self.horizon();
         while let Some(&(key, id)) = self.ready.first() {
             let status = self.entries.get(&id).map(|e| e.rec.status);
-            if status != Some(Status::Committed) || key >= horizon || !self.inputs_ready(id) {
+            // The cheap checks first: most calls (one per announcement) find the head
+            // still undecided.
+            if status != Some(Status::Committed) || !self.inputs_ready(id) {
+                break;
+            }
+            if key >= self.horizon() {
                 break;
             }
             self.execute(ctx, key, id);
