@@ -30,6 +30,8 @@ impl MsgKind for Msg {
             Msg::RepRead { .. } => "rep-read",
             Msg::Pull { .. } => "pull",
             Msg::Replicate { .. } => "replicate",
+            Msg::Validate { .. } => "validate",
+            Msg::Validated { .. } => "validated",
         }
     }
 }
