@@ -880,6 +880,18 @@ impl DataNode {
         }
     }
 
+    /// The epoch floor of `key` (tests).
+    #[cfg(test)]
+    pub(crate) fn epoch_floor(&self, key: &Key) -> Option<u64> {
+        self.epoch_floors.get(key).copied()
+    }
+
+    /// The last epoch cut here (tests).
+    #[cfg(test)]
+    pub(crate) fn epoch_cut(&self) -> u64 {
+        self.epochs.cut()
+    }
+
     /// The store (tests).
     #[cfg(test)]
     pub(crate) fn store(&self) -> &Store {
