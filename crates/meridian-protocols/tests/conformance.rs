@@ -315,7 +315,7 @@ mod k2_vcr {
     const SPEC: Conformance = Conformance {
         protocol_opts: "replica_reads=linearizable",
         seeds: 1..11,
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "271d93b7f24c2df6")],
         broken: Broken::Swarm {
             protocol_opts: "replica_reads=linearizable,unsafe_no_collab_epoch=true",
             workload: "list-append",
@@ -337,7 +337,7 @@ mod k2_vcr_snapshot {
         protocol_opts: "replica_reads=snapshot",
         seeds: 1..11,
         model: Some("serializable"),
-        golden: &[(6, "0000000000000000")],
+        golden: &[(6, "e111a05b3e332dea")],
         broken: Broken::Swarm {
             protocol_opts: "replica_reads=snapshot,unsafe_skip_epoch_validation=true",
             workload: "list-append",

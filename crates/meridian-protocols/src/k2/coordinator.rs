@@ -75,7 +75,9 @@ enum Phase {
     Executing,
     /// Executed, with a commit epoch above its timestamp's ceiling epoch: waiting for
     /// these shards' primaries to validate it (module doc, "epoch order").
-    Validating { pending: BTreeSet<ShardId> },
+    Validating {
+        pending: BTreeSet<ShardId>,
+    },
     /// Read-only and read: done once the commit wait has passed.
     ReadDone,
     Committing {

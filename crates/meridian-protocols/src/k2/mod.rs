@@ -10,7 +10,10 @@
 //! **Replica reads (K2-VCR, §6) are off by default** (`replica_reads=off`: §7.1 runs every
 //! transaction at the primaries unless stated otherwise). With `replica_reads=linearizable`
 //! the guarantee covers the replica reads too; with `replica_reads=snapshot` they are
-//! serializable (see "K2-VCR: what is checked").
+//! serializable (see "K2-VCR: what is checked"). The default stays `off` although the
+//! paper's K2 can read at replicas: its evaluation runs every transaction at the
+//! primaries unless a figure says otherwise (§7.1, only §7.4 uses replicas), and so do
+//! the figures this repository reproduces.
 //!
 //! ## Map from the paper to the files
 //! | paper | file |

@@ -544,7 +544,8 @@ fn late_reader_against_a_younger_writer(
 /// aborts. Without the validation it commits in the later epoch, out of order.
 #[test]
 fn a_transaction_bumped_past_a_younger_writer_of_what_it_read_fails_validation() {
-    let (d, older, _) = late_reader_against_a_younger_writer("replica_reads=linearizable,epoch_ms=5");
+    let (d, older, _) =
+        late_reader_against_a_younger_writer("replica_reads=linearizable,epoch_ms=5");
     assert_eq!(aborted(&d, older), AbortReason::Conflict);
     assert_eq!(d.counters.get("k2.validation_refused"), Some(&1));
     assert!(d.key_state(1, &d.key_on(1, "j")).versions.is_empty());
@@ -552,8 +553,14 @@ fn a_transaction_bumped_past_a_younger_writer_of_what_it_read_fails_validation()
     let broken = "replica_reads=linearizable,epoch_ms=5,unsafe_skip_epoch_validation=true";
     let (d, older, _) = late_reader_against_a_younger_writer(broken);
     committed(&d, older);
-    let (on_j, on_k) = (first_version_epoch(&d, 1, "j"), first_version_epoch(&d, 0, "k"));
-    assert!(on_j > on_k, "the older transaction's epoch {on_j} is above the younger's {on_k}");
+    let (on_j, on_k) = (
+        first_version_epoch(&d, 1, "j"),
+        first_version_epoch(&d, 0, "k"),
+    );
+    assert!(
+        on_j > on_k,
+        "the older transaction's epoch {on_j} is above the younger's {on_k}"
+    );
 }
 
 /// A bumped transaction that validates raises the epoch floor of the keys it ran on: a
@@ -565,16 +572,14 @@ fn a_validated_epoch_holds_later_writers_of_its_keys_at_or_above_it() {
     let mut d = driver("replica_reads=linearizable,epoch_ms=5");
     d.run_for(20 * MS);
     let (p0, p1) = (d.server_node(0), d.server_node(1));
-    let hold_p0 = std::rc::Rc::new(std::cell::Cell::new(false));
-    let flag = hold_p0.clone();
+    // Shard 1 gets no piece and shard 0 no writing piece and no cut until released.
     d.hold(move |_, to, m| match m {
-        Msg::Execute(_) => to == p1 || (to == p0 && flag.get()),
+        Msg::Execute(e) => to == p1 || (to == p0 && !e.piece.is_read_only()),
         Msg::OracleTs { .. } => to == p0,
         _ => false,
     });
     let bumped = d.submit(0, txn(vec![read(&d, 0, "k"), append(&d, 1, "j", 1)]));
     d.run_for(MS);
-    hold_p0.set(true);
     let writer = d.submit(0, txn(vec![append(&d, 0, "k", 2)]));
     d.run_for(20 * MS);
     d.release(move |_, to, m| to == p1 && matches!(m, Msg::Execute(_)));
@@ -584,7 +589,6 @@ fn a_validated_epoch_holds_later_writers_of_its_keys_at_or_above_it() {
     let k = d.key_on(0, "k");
     assert_eq!(d.primary(0).epoch_floor(&k), Some(validated));
     let stale_proposal = d.primary(0).epoch_cut() + 1;
-    hold_p0.set(false);
     d.release(move |_, to, m| to == p0 && matches!(m, Msg::Execute(_)));
     assert!(d.run_until_answered(&[writer], 200 * MS));
     let ts = match d.outcome(writer) {

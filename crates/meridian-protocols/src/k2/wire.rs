@@ -98,7 +98,11 @@ pub enum Msg {
         keys: Vec<Key>,
     },
     /// Primary → coordinator: the answer to `Validate`.
-    Validated { txn: TxnTs, shard: ShardId, ok: bool },
+    Validated {
+        txn: TxnTs,
+        shard: ShardId,
+        ok: bool,
+    },
     /// Primary → replica: every version committed in epochs `after+1 ..= complete`, and
     /// `complete`, the last epoch no later transaction can write in here.
     Replicate {
