@@ -19,7 +19,7 @@ use super::wire::{Execute, Msg, Record, Timer, TxnTs};
 use super::K2Node;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
-    AbortReason, ClientRequest, ClientResponse, CommitPath, Op, Operand, Outcome, Piece,
+    AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Op, Operand, Outcome, Piece,
     PieceResult, Step, Txn,
 };
 use meridian_core::{Cluster, NodeId, RequestId, ShardId, TxnId};
@@ -69,10 +69,15 @@ enum Body {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
     AwaitTs,
     Executing,
+    /// Executed, with a commit epoch above its timestamp's ceiling epoch: waiting for
+    /// these shards' primaries to validate it (module doc, "epoch order").
+    Validating {
+        pending: BTreeSet<ShardId>,
+    },
     /// Read-only and read: done once the commit wait has passed.
     ReadDone,
     Committing {
@@ -93,8 +98,11 @@ struct CoordTxn {
     phase: Phase,
     cwt_done: bool,
     ticks: u64,
-    /// The largest epoch the participants proposed (§6.3).
+    /// The largest epoch proposed (§6.3): the ceiling epoch of the timestamp and every
+    /// piece's proposal.
     epoch: u64,
+    /// The keys each shard's primary ran pieces on (what a validation names).
+    accessed: BTreeMap<ShardId, BTreeSet<Key>>,
     /// A read-only one-shot transaction served at the nearest copies in the view of
     /// this epoch (§6.4), or `None` at the primaries.
     read_view: Option<u64>,
@@ -193,6 +201,7 @@ impl Coordinator {
             cwt_done: false,
             ticks: 0,
             epoch: 0,
+            accessed: BTreeMap::new(),
             read_view: None,
         };
         self.txns.insert(seq, txn);
@@ -285,6 +294,7 @@ impl Coordinator {
         };
         let step = *steps;
         *steps = steps.saturating_add(1);
+        note_access(&mut t.accessed, &piece);
         if kind == StepKind::Put {
             let primary = self.cluster.initial_leader(piece.shard);
             t.recorder.get_or_insert(primary);
@@ -387,6 +397,11 @@ impl Coordinator {
         };
         t.ts = Some(ts);
         t.phase = Phase::Executing;
+        if self.opts.epochs_on() {
+            // No transaction commits in an epoch before its timestamp's ceiling epoch: that
+            // orders epochs by real time (module doc, "epoch order").
+            t.epoch = self.opts.epoch_of(ts.time_ns);
+        }
         self.by_ts.insert(ts, seq);
         ctx.set_timer(self.opts.commit_wait_ns(), Timer::CommitWait { txn: ts });
         match &t.body {
@@ -438,6 +453,9 @@ impl Coordinator {
             sent[i] = true;
             if !piece.is_read_only() {
                 t.participants.insert(piece.shard);
+            }
+            if t.read_view.is_none() {
+                note_access(&mut t.accessed, piece);
             }
             let inputs = deps
                 .iter()
@@ -553,6 +571,52 @@ impl Coordinator {
     // ---- commit (Fig. 9 lines 6-7) ---------------------------------------------------
 
     fn finish_execution(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
+        let t = self.txns.get_mut(&seq).expect("live");
+        let ceiling = self.opts.epoch_of(t.ts.expect("executed").time_ns);
+        let validate = self.opts.epochs_on() && !self.opts.unsafe_skip_epoch_validation;
+        if validate && t.epoch > ceiling && !t.accessed.is_empty() {
+            ctx.count("k2.validations", 1);
+            let pending = t.accessed.keys().copied().collect();
+            t.phase = Phase::Validating { pending };
+            return self.send_validations(ctx, seq);
+        }
+        self.commit_or_done(ctx, seq);
+    }
+
+    fn send_validations(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
+        let t = &self.txns[&seq];
+        let Phase::Validating { pending } = &t.phase else {
+            return;
+        };
+        for shard in pending {
+            let msg = Msg::Validate {
+                txn: t.ts.expect("executed"),
+                epoch: t.epoch,
+                keys: t.accessed[shard].iter().cloned().collect(),
+            };
+            ctx.send(self.cluster.initial_leader(*shard), msg);
+        }
+    }
+
+    fn on_validated(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs, shard: ShardId, ok: bool) {
+        let Some(&seq) = self.by_ts.get(&txn) else {
+            return;
+        };
+        let t = self.txns.get_mut(&seq).expect("indexed");
+        let Phase::Validating { pending } = &mut t.phase else {
+            return;
+        };
+        if !ok {
+            ctx.count("k2.validation_aborts", 1);
+            return self.abort(ctx, seq, AbortReason::Conflict);
+        }
+        pending.remove(&shard);
+        if pending.is_empty() {
+            self.commit_or_done(ctx, seq);
+        }
+    }
+
+    fn commit_or_done(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
         let t = self.txns.get_mut(&seq).expect("live");
         if t.participants.is_empty() {
             t.phase = Phase::ReadDone;
@@ -701,6 +765,7 @@ impl Coordinator {
             } => self.on_executed(ctx, txn, step, outcome, epoch),
             Msg::Decision { txn, committed } => self.on_decision(ctx, txn, committed),
             Msg::AllFinalized { txn } => self.on_all_finalized(ctx, txn),
+            Msg::Validated { txn, shard, ok } => self.on_validated(ctx, txn, shard, ok),
             _ => {}
         }
     }
@@ -732,9 +797,10 @@ impl Coordinator {
             t.ticks += 1;
             let expired = t.ticks >= limit;
             match t.phase {
-                Phase::AwaitTs | Phase::Executing if expired => {
+                Phase::AwaitTs | Phase::Executing | Phase::Validating { .. } if expired => {
                     self.abort(ctx, seq, AbortReason::Timeout);
                 }
+                Phase::Validating { .. } => self.send_validations(ctx, seq),
                 Phase::Executing => self.resend(ctx, seq),
                 Phase::Committing { decided: None, .. } if expired => {
                     let reason = "no decision from the recorder in time".to_string();
@@ -761,6 +827,14 @@ impl Coordinator {
     pub fn inflight(&self) -> usize {
         self.txns.len()
     }
+}
+
+/// Notes the keys of a piece run at its shard's primary.
+fn note_access(accessed: &mut BTreeMap<ShardId, BTreeSet<Key>>, piece: &Piece) {
+    let keys = accessed.entry(piece.shard).or_default();
+    piece.for_each_key(|k, _| {
+        keys.insert(k.clone());
+    });
 }
 
 /// What sending a one-shot transaction's pieces needs to know about it.

@@ -84,6 +84,9 @@ pub struct DataNode {
     pullers: BTreeMap<NodeId, u64>,
     /// Replica reads served here (the nearest copy of this shard is its primary).
     rep_reads: ReadQueue,
+    /// Per key, the least epoch a later writer proposes: the largest epoch validated on
+    /// it (`on_validate`). Entries at or below the current proposal are dropped.
+    epoch_floors: BTreeMap<Key, u64>,
 }
 
 /// Epochs of the replication index kept behind the complete epoch; a replica further
@@ -113,6 +116,7 @@ impl DataNode {
             indexed_from: 0,
             pullers: BTreeMap::new(),
             rep_reads: ReadQueue::default(),
+            epoch_floors: BTreeMap::new(),
             cluster,
             procedures,
             store: Store::default(),
@@ -148,6 +152,7 @@ impl DataNode {
                 epoch,
             } => self.finalize(*txn, *committed, *epoch, 0),
             Record::ReadFloor(ts) => self.read_reserved = self.read_reserved.max(*ts),
+            Record::Validated { epoch, keys } => self.raise_floors(keys, *epoch),
             Record::Decided(d) => self.recorder.apply_decided(d),
             Record::Acked { txn, shard } => self.recorder.apply_ack(*txn, *shard),
             Record::Started { .. } => {}
@@ -186,6 +191,7 @@ impl DataNode {
         self.finished = s.finished.iter().copied().collect();
         self.recorder = Recorder::restore(&s.decisions);
         self.read_reserved = s.read_floor;
+        self.epoch_floors = s.epoch_floors.iter().cloned().collect();
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -221,6 +227,11 @@ impl DataNode {
             finished: self.finished.iter().map(|(t, c)| (*t, *c)).collect(),
             decisions: self.recorder.decisions(),
             read_floor: self.read_reserved,
+            epoch_floors: self
+                .epoch_floors
+                .iter()
+                .map(|(k, e)| (k.clone(), *e))
+                .collect(),
         }
     }
 
@@ -252,23 +263,24 @@ impl DataNode {
                 participants,
                 epoch,
             } => {
-                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+                let env = env(&self.cluster, &self.opts);
                 self.recorder
                     .on_end(ctx, &env, from, txn, true, participants, epoch);
             }
             Msg::Abort { txn, participants } => {
-                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+                let env = env(&self.cluster, &self.opts);
                 self.recorder
                     .on_end(ctx, &env, from, txn, false, participants, 0);
             }
             Msg::Push { txn } => {
-                let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+                let env = env(&self.cluster, &self.opts);
                 self.recorder.on_push(ctx, &env, from, txn);
             }
             Msg::Finalized { txn, shard } => self.recorder.on_finalized(ctx, txn, shard),
             Msg::OracleTs { req, high_ns, .. } => {
                 self.epochs.on_oracle_ts(ctx, &self.opts, req, high_ns);
             }
+            Msg::Validate { txn, epoch, keys } => self.on_validate(ctx, from, txn, epoch, keys),
             Msg::Pull { after } => {
                 self.pullers.insert(from, after);
             }
@@ -298,16 +310,6 @@ impl DataNode {
         }
         self.resolve_local(ctx);
         self.replicate(ctx);
-    }
-
-    /// The recorder's proposal (§6.3): this node's current epoch, even before its first
-    /// cut after a restart (the participants' proposals bound it from below anyway).
-    fn recorder_epoch(&self) -> u64 {
-        if self.opts.epochs_on() {
-            self.epochs.cut() + 1
-        } else {
-            0
-        }
     }
 
     // ---- K2-VCR (§6) ------------------------------------------------------------------
@@ -514,17 +516,87 @@ impl DataNode {
         }
     }
 
-    /// The epoch a piece proposes once run: this primary's, and no less than the commit
-    /// epoch of any version it read (the open question of the module doc: a reader of
-    /// `T`'s write must not land in an epoch before `T`'s).
+    /// The epoch a piece proposes once run: the commit epoch of every version it read (a
+    /// reader of `T`'s write must not land in an epoch before `T`'s) and, if it writes,
+    /// the write proposal (`write_proposal`). A piece that only reads proposes nothing of
+    /// this primary's own: its epoch does not decide where a write lands here.
     fn proposal_after_reads(&self, exec: &Execute) -> u64 {
-        let own = self.proposal().unwrap_or(0);
+        let own = if exec.piece.is_read_only() {
+            0
+        } else {
+            self.write_proposal(&exec.piece.write_keys())
+        };
         let read = exec.piece.read_keys().into_iter().filter_map(|key| {
             let state = self.store.key(&key)?;
             let newer = state.versions.partition_point(|v| v.ts <= exec.txn);
             newer.checked_sub(1).map(|i| state.versions[i].epoch)
         });
         read.fold(own, u64::max)
+    }
+
+    /// What a write on `keys` proposes (§6.3, Fig. 10 line 10): this primary's current
+    /// epoch, raised to the epoch floor of each key (a validated earlier reader or writer
+    /// of it must not be serialized in an epoch after this writer's).
+    fn write_proposal(&self, keys: &[Key]) -> u64 {
+        let own = self.proposal().unwrap_or(0);
+        keys.iter()
+            .filter_map(|k| self.epoch_floors.get(k))
+            .fold(own, |e, f| e.max(*f))
+    }
+
+    /// `Validate`: `txn` (timestamp `ts`) will commit in `epoch`, above its timestamp's
+    /// ceiling epoch. It may, unless a younger transaction on `keys` committed, or may
+    /// still commit, in an earlier epoch: a younger version of an earlier epoch, a younger
+    /// intent proposed below `epoch` here, or younger versions pruned away. If it may,
+    /// this primary holds every later writer of `keys` at `epoch` or more, and refuses
+    /// writers below `ts` on them (as if `txn` had read them), so those later writers are
+    /// all younger. The floors and the read floor are persisted before the answer.
+    fn on_validate(
+        &mut self,
+        ctx: &mut Ctx<'_, K2Node>,
+        from: NodeId,
+        txn: TxnTs,
+        epoch: u64,
+        keys: Vec<Key>,
+    ) {
+        let ok = keys.iter().all(|k| self.no_younger_below(k, txn, epoch));
+        if ok {
+            for key in &keys {
+                self.store.record_read(key, txn);
+            }
+            self.reserve_read_floor(ctx, txn);
+            self.raise_floors(&keys, epoch);
+            self.persist(ctx, Record::Validated { epoch, keys });
+        } else {
+            ctx.count("k2.validation_refused", 1);
+        }
+        let shard = self.shard;
+        ctx.send(from, Msg::Validated { txn, shard, ok });
+    }
+
+    /// Whether nothing younger than `txn` on `key` has, or may get, an epoch below `epoch`.
+    fn no_younger_below(&self, key: &Key, txn: TxnTs, epoch: u64) -> bool {
+        let Some(state) = self.store.key(key) else {
+            return true;
+        };
+        let versions_ok = state.pruned_below <= txn
+            && state
+                .versions
+                .iter()
+                .all(|v| v.ts <= txn || v.epoch >= epoch);
+        let intents_ok = state
+            .intents
+            .range(txn..)
+            .filter(|(t, _)| **t != txn)
+            .all(|(t, _)| self.live.get(t).is_some_and(|l| l.epoch >= epoch));
+        versions_ok && intents_ok
+    }
+
+    fn raise_floors(&mut self, keys: &[Key], epoch: u64) {
+        for key in keys {
+            let floor = self.epoch_floors.entry(key.clone()).or_insert(0);
+            *floor = (*floor).max(epoch);
+        }
     }
 
     fn push(&mut self, ctx: &mut Ctx<'_, K2Node>, txn: TxnTs, recorder: NodeId) {
@@ -534,7 +606,7 @@ impl DataNode {
         self.pushes.insert(txn, (recorder, ctx.now_ns()));
         if recorder == self.id {
             // The local recorder: hold the push there, resolved when it decides.
-            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+            let env = env(&self.cluster, &self.opts);
             self.recorder.on_push(ctx, &env, self.id, txn);
         } else {
             ctx.send(recorder, Msg::Push { txn });
@@ -617,17 +689,18 @@ impl DataNode {
         if writes.is_empty() {
             return Ok(result);
         }
+        let keys: Vec<Key> = writes.iter().map(|(k, _)| k.clone()).collect();
         let record = IntentRecord {
             txn: exec.txn,
             recorder: exec.recorder,
             step: exec.step,
             writes,
             result: result.clone(),
-            epoch: self.proposal().unwrap_or(0),
+            epoch: self.write_proposal(&keys),
         };
         self.add_intents(&record, ctx.now_ns());
         if exec.recorder == self.id {
-            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+            let env = env(&self.cluster, &self.opts);
             self.recorder.open(ctx, &env, exec.txn);
         }
         self.persist(ctx, Record::Intents(Box::new(record)));
@@ -744,7 +817,7 @@ impl DataNode {
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, K2Node>, timer: Timer) {
         if let Timer::RecorderDeadline { txn } = timer {
-            let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+            let env = env(&self.cluster, &self.opts);
             self.recorder.on_deadline(ctx, &env, txn);
             self.resolve_local(ctx);
             return self.replicate(ctx);
@@ -789,7 +862,7 @@ impl DataNode {
         }
         self.finished
             .retain(|t, _| now.saturating_sub(t.time_ns) <= 2 * max_age);
-        let env = env(&self.cluster, &self.opts, self.recorder_epoch());
+        let env = env(&self.cluster, &self.opts);
         self.recorder.tick(ctx, &env);
         self.resolve_local(ctx);
         self.prune_index();
@@ -797,11 +870,26 @@ impl DataNode {
     }
 
     fn prune_index(&mut self) {
+        // A floor no higher than what this primary proposes anyway holds nobody back.
+        let own = self.epochs.cut() + 1;
+        self.epoch_floors.retain(|_, floor| *floor > own);
         let keep_from = self.complete_epoch().saturating_sub(INDEX_EPOCHS);
         if keep_from > self.indexed_from {
             self.by_epoch = self.by_epoch.split_off(&keep_from);
             self.indexed_from = keep_from;
         }
+    }
+
+    /// The epoch floor of `key` (tests).
+    #[cfg(test)]
+    pub(crate) fn epoch_floor(&self, key: &Key) -> Option<u64> {
+        self.epoch_floors.get(key).copied()
+    }
+
+    /// The last epoch cut here (tests).
+    #[cfg(test)]
+    pub(crate) fn epoch_cut(&self) -> u64 {
+        self.epochs.cut()
     }
 
     /// The store (tests).
@@ -839,11 +927,10 @@ impl DataNode {
 }
 
 /// What the recorder needs from its host.
-fn env<'a>(cluster: &'a Cluster, opts: &Options, epoch: u64) -> Env<'a> {
+fn env<'a>(cluster: &'a Cluster, opts: &Options) -> Env<'a> {
     Env {
         cluster,
         max_txn_age_ns: opts.max_txn_age_ns(),
         async_finalize: opts.async_finalize,
-        epoch,
     }
 }

@@ -5,7 +5,7 @@ use meridian_core::time::NS_PER_US;
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 20] = [
+pub const OPTIONS: [&str; 21] = [
     "timestamps",
     "epsilon_us",
     "drift_ppm",
@@ -26,6 +26,7 @@ pub const OPTIONS: [&str; 20] = [
     "replica_reads",
     "snapshot_staleness_ms",
     "unsafe_no_collab_epoch",
+    "unsafe_skip_epoch_validation",
 ];
 
 /// Where read-only one-shot transactions are served (K2 §6.4, Fig. 9 lines 8-21).
@@ -101,7 +102,7 @@ pub struct Options {
     /// K2-VCR's epoch length (`epoch_ms`; 100, §7.1). Epoch `k` ends at true time
     /// `k · epoch`.
     pub epoch_ns: u64,
-    /// `replica_reads=off|linearizable|snapshot` (default off).
+    /// `replica_reads=off|linearizable|snapshot` (default off; `on` is `linearizable`).
     pub replica_reads: ReplicaReads,
     /// How far behind its K2-TB timestamp a snapshot read reads (`snapshot_staleness_ms`;
     /// default two epochs plus the largest round trip, so a replica has usually replayed
@@ -112,6 +113,11 @@ pub struct Options {
     /// so a transaction's writes on two shards can become visible at replicas in
     /// different epochs.
     pub unsafe_no_collab_epoch: bool,
+    /// TEST-ONLY, deliberately broken: a transaction committing above its timestamp's
+    /// ceiling epoch skips the validation (module doc, "epoch order"), so a read-write
+    /// anti-dependency can go down in epochs and a replica view shows the younger writer
+    /// without the older reader.
+    pub unsafe_skip_epoch_validation: bool,
 }
 
 impl Options {
@@ -148,12 +154,13 @@ impl Options {
         }
         let replica_reads = match config.get("replica_reads", "off".to_string())?.as_str() {
             "off" => ReplicaReads::Off,
-            "linearizable" => ReplicaReads::Linearizable,
+            // `on`: the paper's default kind of replica read (§6.4's linearizable read).
+            "linearizable" | "on" => ReplicaReads::Linearizable,
             "snapshot" => ReplicaReads::Snapshot,
             other => {
                 return Err(format!(
-                    "protocol option `replica_reads` must be `off`, `linearizable` or \
-                     `snapshot`, got `{other}`"
+                    "protocol option `replica_reads` must be `off`, `linearizable` (or `on`) \
+                     or `snapshot`, got `{other}`"
                 ))
             }
         };
@@ -199,6 +206,7 @@ impl Options {
             replica_reads,
             snapshot_staleness_ns: ms_to_ns(snapshot_staleness_ms),
             unsafe_no_collab_epoch: config.get("unsafe_no_collab_epoch", false)?,
+            unsafe_skip_epoch_validation: config.get("unsafe_skip_epoch_validation", false)?,
         };
         Ok(options)
     }

@@ -46,8 +46,6 @@ pub struct Env<'a> {
     pub cluster: &'a Cluster,
     pub max_txn_age_ns: u64,
     pub async_finalize: bool,
-    /// The host's current epoch: the recorder's proposal (§6.3, Fig. 10 line 18).
-    pub epoch: u64,
 }
 
 impl Recorder {
@@ -173,13 +171,10 @@ impl Recorder {
             ctx.count("k2.recorder_refused_old", 1);
         }
         let committed = commit && !too_old;
-        // Fig. 10 lines 18-19: the commit epoch is the largest proposed, the recorder's own
-        // included.
-        let epoch = if committed {
-            proposed.max(env.epoch)
-        } else {
-            0
-        };
+        // Fig. 10 lines 18-19: the commit epoch is the largest proposed. The coordinator
+        // validated exactly this epoch (module doc, "epoch order"), so the recorder does
+        // not raise it with a proposal of its own.
+        let epoch = if committed { proposed } else { 0 };
         self.decide(ctx, env, txn, committed, participants, epoch);
         ctx.send(coordinator, Msg::Decision { txn, committed });
         if committed && !env.async_finalize {

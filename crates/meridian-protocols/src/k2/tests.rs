@@ -30,6 +30,8 @@ impl MsgKind for Msg {
             Msg::RepRead { .. } => "rep-read",
             Msg::Pull { .. } => "pull",
             Msg::Replicate { .. } => "replicate",
+            Msg::Validate { .. } => "validate",
+            Msg::Validated { .. } => "validated",
         }
     }
 }
@@ -512,4 +514,88 @@ fn with_replica_reads_off_no_epochs_are_cut_and_replicas_stay_idle() {
     assert_eq!(list(&committed(&d, reader).0[0]), vec![1]);
     assert!(!d.counters.contains_key("k2.epoch_cuts"));
     assert!(!d.counters.contains_key("k2.replica_reads"));
+}
+
+/// A transaction whose write on shard 1 is held past two epoch cuts, after it read `k` on
+/// shard 0; a younger writer of `k` commits meanwhile, in an earlier epoch than the held
+/// transaction's write can get.
+fn late_reader_against_a_younger_writer(
+    options: &str,
+) -> (Driver, meridian_core::RequestId, meridian_core::RequestId) {
+    let mut d = driver(options);
+    d.run_for(20 * MS);
+    let late = d.server_node(1);
+    d.hold(move |_, to, m| to == late && matches!(m, Msg::Execute(_)));
+    let older = d.submit(0, txn(vec![read(&d, 0, "k"), append(&d, 1, "j", 1)]));
+    d.run_for(MS);
+    let younger = d.submit(0, txn(vec![append(&d, 0, "k", 2)]));
+    assert!(d.run_until_answered(&[younger], 100 * MS));
+    committed(&d, younger);
+    d.run_for(20 * MS);
+    d.release_held();
+    assert!(d.run_until_answered(&[older], 200 * MS));
+    (d, older, younger)
+}
+
+/// Epoch order (module doc): the older transaction read `k` before the younger one
+/// overwrote it, so it must not commit in a later epoch than the younger one, or the view
+/// of the younger one's epoch would show its write without the older one's. Its late write
+/// puts it above its timestamp's epoch, so it validates at shard 0, which refuses: it
+/// aborts. Without the validation it commits in the later epoch, out of order.
+#[test]
+fn a_transaction_bumped_past_a_younger_writer_of_what_it_read_fails_validation() {
+    let (d, older, _) =
+        late_reader_against_a_younger_writer("replica_reads=linearizable,epoch_ms=5");
+    assert_eq!(aborted(&d, older), AbortReason::Conflict);
+    assert_eq!(d.counters.get("k2.validation_refused"), Some(&1));
+    assert!(d.key_state(1, &d.key_on(1, "j")).versions.is_empty());
+
+    let broken = "replica_reads=linearizable,epoch_ms=5,unsafe_skip_epoch_validation=true";
+    let (d, older, _) = late_reader_against_a_younger_writer(broken);
+    committed(&d, older);
+    let (on_j, on_k) = (
+        first_version_epoch(&d, 1, "j"),
+        first_version_epoch(&d, 0, "k"),
+    );
+    assert!(
+        on_j > on_k,
+        "the older transaction's epoch {on_j} is above the younger's {on_k}"
+    );
+}
+
+/// A bumped transaction that validates raises the epoch floor of the keys it ran on: a
+/// writer of such a key that is younger but started before the bump commits in that
+/// epoch or a later one, although its timestamp's ceiling epoch and its primary's epoch
+/// (its cuts held back here) propose less.
+#[test]
+fn a_validated_epoch_holds_later_writers_of_its_keys_at_or_above_it() {
+    let mut d = driver("replica_reads=linearizable,epoch_ms=5");
+    d.run_for(20 * MS);
+    let (p0, p1) = (d.server_node(0), d.server_node(1));
+    // Shard 1 gets no piece and shard 0 no writing piece and no cut until released.
+    d.hold(move |_, to, m| match m {
+        Msg::Execute(e) => to == p1 || (to == p0 && !e.piece.is_read_only()),
+        Msg::OracleTs { .. } => to == p0,
+        _ => false,
+    });
+    let bumped = d.submit(0, txn(vec![read(&d, 0, "k"), append(&d, 1, "j", 1)]));
+    d.run_for(MS);
+    let writer = d.submit(0, txn(vec![append(&d, 0, "k", 2)]));
+    d.run_for(20 * MS);
+    d.release(move |_, to, m| to == p1 && matches!(m, Msg::Execute(_)));
+    assert!(d.run_until_answered(&[bumped], 200 * MS));
+    committed(&d, bumped);
+    let validated = first_version_epoch(&d, 1, "j");
+    let k = d.key_on(0, "k");
+    assert_eq!(d.primary(0).epoch_floor(&k), Some(validated));
+    let stale_proposal = d.primary(0).epoch_cut() + 1;
+    d.release(move |_, to, m| to == p0 && matches!(m, Msg::Execute(_)));
+    assert!(d.run_until_answered(&[writer], 200 * MS));
+    let ts = match d.outcome(writer) {
+        Some(Outcome::Committed { commit_ts, .. }) => commit_ts.expect("a timestamp"),
+        other => panic!("not committed: {other:?}"),
+    };
+    let ceiling = ts.time_ns.div_ceil(5 * MS);
+    assert!(ceiling < validated && stale_proposal < validated);
+    assert!(first_version_epoch(&d, 0, "k") >= validated);
 }

@@ -88,6 +88,21 @@ pub enum Msg {
     /// asynchronous replication, pulled so that a lost message or a restarted replica
     /// only costs a retry).
     Pull { after: u64 },
+    /// Coordinator → primary: a transaction whose commit epoch `epoch` exceeds the ceiling
+    /// epoch of its timestamp asks the primaries it read or wrote on to confirm that no
+    /// younger transaction on `keys` may commit in an earlier epoch, and to hold every
+    /// later writer of `keys` at `epoch` or more (see the module doc, "epoch order").
+    Validate {
+        txn: TxnTs,
+        epoch: u64,
+        keys: Vec<Key>,
+    },
+    /// Primary → coordinator: the answer to `Validate`.
+    Validated {
+        txn: TxnTs,
+        shard: ShardId,
+        ok: bool,
+    },
     /// Primary → replica: every version committed in epochs `after+1 ..= complete`, and
     /// `complete`, the last epoch no later transaction can write in here.
     Replicate {
@@ -171,6 +186,9 @@ pub struct Snapshot {
     pub finished: Vec<(TxnTs, Finished)>,
     pub decisions: Vec<DecisionRecord>,
     pub read_floor: Timestamp,
+    /// Per key, the least epoch a later writer proposes (validated transactions' epochs).
+    #[serde(default)]
+    pub epoch_floors: Vec<(Key, u64)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -190,6 +208,12 @@ pub enum Record {
     /// Primary: reads up to this timestamp may have been served (§5.3 recovery of the read
     /// version tracker).
     ReadFloor(Timestamp),
+    /// Primary: a transaction validated `epoch` on `keys`; later writers of them propose
+    /// `epoch` or more.
+    Validated {
+        epoch: u64,
+        keys: Vec<Key>,
+    },
     /// Recorder: a decision, and later its finalization acknowledged.
     Decided(DecisionRecord),
     Acked {
