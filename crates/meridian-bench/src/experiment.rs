@@ -25,6 +25,7 @@
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
 //! warmup = "10s"             # runtime target: load run before `duration` is measured (default 0)
+//! retry_aborted = true       # simulator, closed load: retry an aborted transaction until it commits
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -151,7 +152,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 16] = [
+const PARAMS: [&str; 17] = [
     "protocol",
     "topology",
     "workload",
@@ -168,6 +169,7 @@ const PARAMS: [&str; 16] = [
     "timeline_bucket",
     "wan_scale",
     "warmup",
+    "retry_aborted",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -473,6 +475,15 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
         warmup_ms: match params.get("warmup") {
             None => 0,
             Some(v) => parse_ms("warmup", v, true)?,
+        },
+        retry_aborted: match get("retry_aborted", "false").as_str() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "`retry_aborted`: `{other}` is neither true nor false"
+                ))
+            }
         },
     })
 }

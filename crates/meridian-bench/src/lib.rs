@@ -74,6 +74,10 @@ pub struct Point {
     /// estimators, queues and GC reach their steady state), ms.
     #[serde(default)]
     pub warmup_ms: u64,
+    /// Simulator, closed load: an aborted transaction is sent again until it commits (the
+    /// papers' harnesses retry; [`LoadCore::retry_next`]).
+    #[serde(default)]
+    pub retry_aborted: bool,
 }
 
 /// One run's raw result.

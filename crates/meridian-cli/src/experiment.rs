@@ -407,6 +407,7 @@ pub(crate) fn simulate<P: Protocol>(
         faults: FaultPlan::parse(&point.faults, &setup.cluster)
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
+        retry_aborted: point.retry_aborted,
         ..SimOptions::default()
     };
     let end_ns = (options.duration_ns + options.drain_ns) as f64;
@@ -500,9 +501,14 @@ pub(crate) fn on_runtime<P: Protocol>(
 where
     P::Node: Send,
 {
-    if point.faults != "none" || point.clock.is_some() || point.service_time_us > 0 {
+    if point.faults != "none"
+        || point.clock.is_some()
+        || point.service_time_us > 0
+        || point.retry_aborted
+    {
         return Err(
-            "the runtime target takes no `faults`, `clock` or `service_time` (simulator only)"
+            "the runtime target takes no `faults`, `clock`, `service_time` or `retry_aborted` \
+             (simulator only)"
                 .into(),
         );
     }
