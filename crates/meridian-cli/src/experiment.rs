@@ -425,7 +425,8 @@ pub(crate) fn simulate<P: Protocol>(
             .timeline
             .buckets
             .iter()
-            .map(|b| TimeBucket {
+            .enumerate()
+            .map(|(i, b)| TimeBucket {
                 start_s: b.start_ms / 1000.0,
                 committed: b.committed,
                 aborted: b.aborted,
@@ -433,6 +434,12 @@ pub(crate) fn simulate<P: Protocol>(
                 throughput_tps: b.throughput_tps,
                 p50_ms: b.p50_ms,
                 p99_ms: b.p99_ms,
+                // The clock sampler buckets as the timeline does (same length and start).
+                clock_spread_ns: report
+                    .clock_error
+                    .buckets
+                    .get(i)
+                    .map(|c| c.spread_ms * NS_PER_MS as f64),
             })
             .collect(),
         marks: fault_marks(&point.faults),
@@ -571,5 +578,6 @@ fn runtime_bucket(index: usize, tick: Duration, interval: &Results) -> TimeBucke
         throughput_tps: committed as f64 / tick.as_secs_f64(),
         p50_ms: all.percentile_ms(50.0),
         p99_ms: all.percentile_ms(99.0),
+        clock_spread_ns: None,
     }
 }

@@ -242,6 +242,8 @@ impl Coordinator {
         }
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
+        // Attempts started: the denominator of the abort-cause shares (`causes.rs`).
+        ctx.count("aurogon.txns", 1);
         // Algorithm 1 line 3; unique by coordinator and incarnation, increasing here.
         let time_ns = (ctx.now_ns() + self.chase_ns).max(self.last_ts_ns + 1);
         self.last_ts_ns = time_ns;
