@@ -38,7 +38,7 @@ pub struct Version {
     /// counts reads still blocked on it). Volatile like `rts`, and never sent or logged.
     #[serde(skip)]
     pub served: Timestamp,
-    /// Instrumentation (abort causes, [`super::causes`]): the true time at which the
+    /// Instrumentation (abort causes, `causes.rs`): the true time at which the
     /// transaction whose read set `rts` took its timestamp, where the driver knows it.
     #[serde(skip)]
     pub rts_issued_true_ns: Option<u64>,
