@@ -26,6 +26,8 @@
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
 //! warmup = "10s"             # load run before `duration` is measured (default 0); the sim
 //!                            # then measures what finishes during `duration` (steady state)
+//! retry_aborted = true       # simulator, closed load: retry an aborted transaction until it commits
+//! label = "vanilla"          # names the point in plots (`series = "label"`); no effect on the run
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
 //!
@@ -41,14 +43,15 @@
 //! [[plot]]
 //! name = "latency"           # file stem
 //! title = "…"
-//! x = "throughput_tps"       # a metric or a swept parameter
+//! x = "throughput_tps"       # a metric, a swept parameter, or an expression as y
 //! y = "p50_ms"               # a metric, `counters.K`, `model.K`, or `A / B` of those
 //! y_label = "…"              # axis label (default: the metric's, with its unit)
 //! y_scale = 1.0              # multiplies y (e.g. 1e-6: counted ns shown as ms)
 //! also = "model.K"           # optional second y per series (e.g. a model beside the measure)
 //! also_label = "model"       # suffix of the second y's series names (default "model")
 //! also_scale = 1.0           # multiplies `also` (default: y_scale)
-//! series = "protocol"        # a swept parameter (default: protocol)
+//! series = "protocol"        # a swept parameter, or several: "protocol, workload.zipf"
+//!                            # (each swept or set by an extra point; default: protocol)
 //! region = "SC"              # a coordinator region or "all" (default)
 //! class = "new-order"        # a transaction class label (read-only, read-write, a
 //!                            # workload's own: TPC-C's profiles, irt/crt); default: all
@@ -153,7 +156,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 16] = [
+const PARAMS: [&str; 18] = [
     "protocol",
     "topology",
     "workload",
@@ -170,6 +173,8 @@ const PARAMS: [&str; 16] = [
     "timeline_bucket",
     "wan_scale",
     "warmup",
+    "retry_aborted",
+    "label",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -300,10 +305,14 @@ fn evaluate(e: &str, run: &RunOutput, all: &Metrics) -> Option<f64> {
 
 fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
     let swept = |k: &str| exp.sweep.contains_key(k);
-    if !swept(&p.series) && p.series != "protocol" {
+    // A series is named by one parameter or several (`protocol, workload.rmw_ratio`), each
+    // swept or set by an extra point.
+    let named =
+        |k: &str| k == "protocol" || swept(k) || exp.extra.iter().any(|e| e.contains_key(k));
+    if let Some(bad) = p.series.split(',').map(str::trim).find(|k| !named(k)) {
         return Err(format!(
-            "plot `{}`: series `{}` is not swept",
-            p.name, p.series
+            "plot `{}`: series `{bad}` is neither swept nor set by an extra point",
+            p.name
         ));
     }
     match p.kind.as_str() {
@@ -352,9 +361,10 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
             ));
         }
     }
-    if !is_metric(&p.x) && !swept(&p.x) {
+    if !is_metric(&p.x) && !swept(&p.x) && !is_expression(&p.x) {
         return Err(format!(
-            "plot `{}`: x `{}` is neither a metric nor a swept parameter",
+            "plot `{}`: x `{}` is neither a metric, a swept parameter nor `counters.K`, \
+             `model.K` or `A / B` of those",
             p.name, p.x
         ));
     }
@@ -489,6 +499,15 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
         warmup_ms: match params.get("warmup") {
             None => 0,
             Some(v) => parse_ms("warmup", v, true)?,
+        },
+        retry_aborted: match get("retry_aborted", "false").as_str() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "`retry_aborted`: `{other}` is neither true nor false"
+                ))
+            }
         },
     })
 }
@@ -626,8 +645,8 @@ fn summarize(
         .plots
         .iter()
         .filter(|p| p.kind == "line")
-        .flat_map(|p| [&p.y, &p.also])
-        .filter(|e| !e.is_empty() && !is_metric(e));
+        .flat_map(|p| [&p.y, &p.also, &p.x])
+        .filter(|e| !e.is_empty() && !is_metric(e) && is_expression(e));
     let mut values = BTreeMap::new();
     for e in expressions {
         let per_run: Vec<f64> = runs
@@ -712,6 +731,7 @@ fn median_timeline(runs: &[RunOutput]) -> Vec<TimeBucket> {
                 throughput_tps: med(&|b| Some(b.throughput_tps)).unwrap_or(0.0),
                 p50_ms: med(&|b| b.p50_ms),
                 p99_ms: med(&|b| b.p99_ms),
+                clock_spread_ns: med(&|b| b.clock_spread_ns),
             }
         })
         .collect()
@@ -762,22 +782,29 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     let per_point = spec.kind != "line";
     // An option's value is named by its key (`delta_ms = 7`); a protocol, topology or
     // clock names itself.
-    let option = spec
-        .series
+    let named = |key: &str, v: &String| match key
         .strip_prefix("protocol.")
-        .or_else(|| spec.series.strip_prefix("workload."));
-    let label = |r: &PointResult| match r.params.get(&spec.series) {
-        Some(v) => match option {
-            Some(key) => format!("{key} = {v}"),
-            None => v.clone(),
-        },
-        None if per_point && !r.params.is_empty() => r
+        .or_else(|| key.strip_prefix("workload."))
+    {
+        Some(option) => format!("{option} = {v}"),
+        None => v.clone(),
+    };
+    let parts = |r: &PointResult| -> Vec<String> {
+        spec.series
+            .split(',')
+            .map(str::trim)
+            .filter_map(|key| r.params.get(key).map(|v| named(key, v)))
+            .collect()
+    };
+    let label = |r: &PointResult| match parts(r) {
+        p if !p.is_empty() => p.join(", "),
+        _ if per_point && !r.params.is_empty() => r
             .params
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" "),
-        None => r.point.protocol.clone(),
+        _ => r.point.protocol.clone(),
     };
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     let mut marks = Vec::new();
@@ -886,8 +913,11 @@ fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(
     let m = metrics::find(&r.metrics, &spec.region, spec.class.as_deref())?;
     let x = if is_metric(&spec.x) {
         m.get(&spec.x)
+    } else if let Some(v) = r.params.get(&spec.x) {
+        v.parse().ok()
     } else {
-        r.params.get(&spec.x).and_then(|v| v.parse().ok())
+        // A measured x (`counters.clock_error_mean_ns`, say), evaluated like y.
+        r.values.get(&spec.x).copied()
     }?;
     let y = if is_metric(y) {
         m.get(y)

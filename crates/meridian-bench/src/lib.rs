@@ -75,6 +75,10 @@ pub struct Point {
     /// estimators, queues and GC reach their steady state), ms.
     #[serde(default)]
     pub warmup_ms: u64,
+    /// Simulator, closed load: an aborted transaction is sent again until it commits (the
+    /// papers' harnesses retry; [`LoadCore::retry_next`]).
+    #[serde(default)]
+    pub retry_aborted: bool,
 }
 
 /// One run's raw result.
@@ -111,17 +115,25 @@ pub struct TimeBucket {
     /// Latency of the transactions committed in the bucket, ms.
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+    /// Simulator: the largest spread between two machines' clocks (fastest − slowest)
+    /// sampled in the bucket, ns (Aurogon Fig. 13).
+    #[serde(default)]
+    pub clock_spread_ns: Option<f64>,
 }
 
 impl TimeBucket {
     /// Every field a timeline plot may show, with its axis label.
-    pub const FIELDS: [(&'static str, &'static str); 6] = [
+    pub const FIELDS: [(&'static str, &'static str); 7] = [
         ("throughput_tps", "throughput (committed txns/s)"),
         ("p50_ms", "median commit latency (ms)"),
         ("p99_ms", "p99 commit latency (ms)"),
         ("committed", "committed transactions per bucket"),
         ("aborted", "aborted transactions per bucket"),
         ("unknown", "unknown outcomes per bucket"),
+        (
+            "clock_spread_ns",
+            "largest clock spread between machines (ns)",
+        ),
     ];
 
     /// The named field (see [`TimeBucket::FIELDS`]).
@@ -133,6 +145,7 @@ impl TimeBucket {
             "committed" => Some(self.committed as f64),
             "aborted" => Some(self.aborted as f64),
             "unknown" => Some(self.unknown as f64),
+            "clock_spread_ns" => self.clock_spread_ns,
             _ => None,
         }
     }

@@ -408,6 +408,7 @@ mod tests {
             timeline_bucket_ms: 250,
             wan_scale: 1.0,
             warmup_ms: 0,
+            retry_aborted: false,
         }
     }
 

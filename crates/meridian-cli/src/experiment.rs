@@ -435,6 +435,7 @@ pub(crate) fn simulate<P: Protocol>(
         faults: FaultPlan::parse(&point.faults, &setup.cluster)
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
+        retry_aborted: point.retry_aborted,
         ..SimOptions::default()
     };
     let end_ns = (options.duration_ns + options.drain_ns) as f64;
@@ -452,7 +453,8 @@ pub(crate) fn simulate<P: Protocol>(
             .timeline
             .buckets
             .iter()
-            .map(|b| TimeBucket {
+            .enumerate()
+            .map(|(i, b)| TimeBucket {
                 start_s: b.start_ms / 1000.0,
                 committed: b.committed,
                 aborted: b.aborted,
@@ -460,6 +462,12 @@ pub(crate) fn simulate<P: Protocol>(
                 throughput_tps: b.throughput_tps,
                 p50_ms: b.p50_ms,
                 p99_ms: b.p99_ms,
+                // The clock sampler buckets as the timeline does (same length and start).
+                clock_spread_ns: report
+                    .clock_error
+                    .buckets
+                    .get(i)
+                    .map(|c| c.spread_ms * NS_PER_MS as f64),
             })
             .collect(),
         marks: fault_marks(&point.faults),
@@ -528,9 +536,14 @@ pub(crate) fn on_runtime<P: Protocol>(
 where
     P::Node: Send,
 {
-    if point.faults != "none" || point.clock.is_some() || point.service_time_ns > 0 {
+    if point.faults != "none"
+        || point.clock.is_some()
+        || point.service_time_ns > 0
+        || point.retry_aborted
+    {
         return Err(
-            "the runtime target takes no `faults`, `clock` or `service_time` (simulator only)"
+            "the runtime target takes no `faults`, `clock`, `service_time` or `retry_aborted` \
+             (simulator only)"
                 .into(),
         );
     }
@@ -593,5 +606,6 @@ fn runtime_bucket(index: usize, tick: Duration, interval: &Results) -> TimeBucke
         throughput_tps: committed as f64 / tick.as_secs_f64(),
         p50_ms: all.percentile_ms(50.0),
         p99_ms: all.percentile_ms(99.0),
+        clock_spread_ns: None,
     }
 }

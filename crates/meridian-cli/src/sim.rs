@@ -114,6 +114,10 @@ pub struct RunArgs {
     /// Print the fault schedule (drawn or given) to standard error before the run.
     #[arg(long)]
     show_faults: bool,
+    /// Clients send an aborted transaction (conflict, validation, timeout, failure) again
+    /// until it commits, instead of drawing a new one; latency counts from the first try.
+    #[arg(long)]
+    retry_aborted: bool,
 }
 
 /// Everything a run needs, validated.
@@ -172,6 +176,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
         timer_granularity_ns: parse_duration_ns(&args.timer_granularity)
             .map_err(|e| format!("--timer-granularity: {e}"))?,
         steady_from_ns: None,
+        retry_aborted: args.retry_aborted,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());

@@ -96,6 +96,8 @@ pub struct NodeHost<N: Node> {
     batch_max: u32,
     batch_open: u32,
     effects: Vec<Effect<N::Msg, N::Timer, N::Record>>,
+    /// The true time of the next event, when the driver knows it (instrumentation only).
+    true_ns: Option<u64>,
 }
 
 impl<N: Node> NodeHost<N> {
@@ -112,7 +114,14 @@ impl<N: Node> NodeHost<N> {
             batch_max: batch_max.max(1),
             batch_open: 0,
             effects: Vec::new(),
+            true_ns: None,
         }
+    }
+
+    /// The simulator sets the true time of the event it is about to hand the node (read
+    /// by [`Context::true_now_ns`], for counters only).
+    pub fn set_true_ns(&mut self, true_ns: Option<u64>) {
+        self.true_ns = true_ns;
     }
 
     pub fn id(&self) -> NodeId {
@@ -223,7 +232,8 @@ impl<N: Node> NodeHost<N> {
             &mut self.rng,
             &mut effects,
             &mut self.next_timer,
-        );
+        )
+        .with_true_ns(self.true_ns);
         f(node, &mut ctx);
         self.finish_event(effects, out)
     }

@@ -71,6 +71,7 @@ pub struct Context<'a, M, T, R> {
     rng: &'a mut NodeRng,
     effects: &'a mut Vec<Effect<M, T, R>>,
     next_timer: &'a mut u64,
+    true_ns: Option<u64>,
 }
 
 /// The effect type of node type `N`.
@@ -94,7 +95,23 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
             rng,
             effects,
             next_timer,
+            true_ns: None,
         }
+    }
+
+    /// For the simulator: the true time of this event, on the scale of local readings
+    /// (see [`Context::true_now_ns`]).
+    pub fn with_true_ns(mut self, true_ns: Option<u64>) -> Self {
+        self.true_ns = true_ns;
+        self
+    }
+
+    /// The true time of this event where a driver knows it (the simulator), `None`
+    /// elsewhere (the runtime). **Instrumentation only**: for experiment counters that say
+    /// *why* something happened (Aurogon's abort causes: did a clock misorder two
+    /// timestamps?), never for a decision — a protocol behaves on [`Context::now_ns`].
+    pub fn true_now_ns(&self) -> Option<u64> {
+        self.true_ns
     }
 
     /// This node's id.
@@ -183,6 +200,7 @@ impl<'a, M: Clone, T, R> Context<'a, M, T, R> {
             rng: &mut *self.rng,
             effects: &mut effects,
             next_timer: &mut *self.next_timer,
+            true_ns: self.true_ns,
         };
         f(&mut inner);
         effects

@@ -74,6 +74,9 @@ pub struct SimOptions {
     /// Outcome counts, the history and the timeline still see every transaction.
     /// `None` (default): every transaction is measured.
     pub steady_from_ns: Option<u64>,
+    /// Closed-loop clients send an aborted transaction again until it commits (see
+    /// [`meridian_bench::LoadCore::retry_next`]) instead of drawing a new one.
+    pub retry_aborted: bool,
 }
 
 /// Open-loop load: "each coordinator submits transactions at a given rate; the coordinator
@@ -103,6 +106,7 @@ impl Default for SimOptions {
             batch_max: 1,
             timer_granularity_ns: 0,
             steady_from_ns: None,
+            retry_aborted: false,
         }
     }
 }
@@ -459,6 +463,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         let now_local = self.local_now(node);
         let mut actions = std::mem::take(&mut self.actions);
         let slot = &mut self.slots[node.index()];
+        slot.host.set_true_ns(Some(self.now_ns + EPOCH_NS));
         let handled = slot.host.handle(now_local, handler, &mut actions);
         match handled.unwrap_or_else(|broken| self.invariant_broken(broken)) {
             Handled::NodeDown | Handled::BatchEnded => {}
@@ -707,9 +712,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
         let now_local = self.local_now(node);
         let mut actions = std::mem::take(&mut self.actions);
-        let ended = self.slots[node.index()]
-            .host
-            .end_batch(now_local, &mut actions);
+        let host = &mut self.slots[node.index()].host;
+        host.set_true_ns(Some(self.now_ns + EPOCH_NS));
+        let ended = host.end_batch(now_local, &mut actions);
         ended.unwrap_or_else(|broken| self.invariant_broken(broken));
         self.carry_out(node, actions);
     }
@@ -934,6 +939,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 flight.history_entry(&*self.workload, u64::from(client), &outcome, self.now_ns);
             entry.index = self.report.history.len() as u64;
             self.report.history.push(entry);
+        }
+        if self.options.retry_aborted && self.options.open_loop.is_none() {
+            self.load.retry_next(client, &flight, &outcome);
         }
         if self.loading && self.options.open_loop.is_none() {
             self.schedule_client(client);

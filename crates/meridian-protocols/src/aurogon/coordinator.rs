@@ -4,6 +4,7 @@
 //! Coordinators also grant epochs to backups that campaign to become primary (§4.5's
 //! small consensus).
 
+use super::causes::Cause;
 use super::options::{ClockMode, Options};
 use super::wire::{Config, Cx, Failure, Msg, Record, Timer};
 use crate::kit::promotion::Grants;
@@ -57,6 +58,8 @@ struct CoordTxn {
     request: Option<RequestId>,
     txn: Txn,
     ts: Timestamp,
+    /// Instrumentation: the true time `ts` was taken (abort causes).
+    issued_true_ns: Option<u64>,
     parts: Vec<Part>,
     write_shards: ShardList,
     phase: Phase,
@@ -239,6 +242,8 @@ impl Coordinator {
         }
         let id = TxnId::new(self.id, self.incarnation, self.next_counter);
         self.next_counter += 1;
+        // Attempts started: the denominator of the abort-cause shares (`causes.rs`).
+        ctx.count("aurogon.txns", 1);
         // Algorithm 1 line 3; unique by coordinator and incarnation, increasing here.
         let time_ns = (ctx.now_ns() + self.chase_ns).max(self.last_ts_ns + 1);
         self.last_ts_ns = time_ns;
@@ -254,6 +259,7 @@ impl Coordinator {
             request: Some(request),
             txn,
             ts,
+            issued_true_ns: ctx.true_now_ns(),
             parts,
             write_shards,
             phase: Phase::Executing { round: 0 },
@@ -304,6 +310,7 @@ impl Coordinator {
                 reads,
                 installs,
                 write_shards: t.write_shards.clone(),
+                issued_true_ns: t.issued_true_ns,
             };
             ctx.send(config.primary, msg);
         }
@@ -411,14 +418,17 @@ impl Coordinator {
         if t.phase != (Phase::Executing { round }) {
             return;
         }
-        ctx.count(
-            match failure {
-                Failure::Refused(_) => "aurogon.aborts.refused",
-                Failure::Finished => "aurogon.aborts.finished",
-            },
-            1,
-        );
-        self.abort(ctx, id, AbortReason::Conflict);
+        let cause = match failure {
+            Failure::Refused(_, cause) => {
+                ctx.count("aurogon.aborts.refused", 1);
+                cause
+            }
+            Failure::Finished => {
+                ctx.count("aurogon.aborts.finished", 1);
+                None
+            }
+        };
+        self.abort_for(ctx, id, AbortReason::Conflict, cause);
     }
 
     // ---- replication and commit (§4.5) ------------------------------------------------
@@ -584,6 +594,18 @@ impl Coordinator {
     /// Aborts before any backup holds the updates (or after one refused): every replica of
     /// the write shards drops the pending versions.
     fn abort(&mut self, ctx: &mut Cx<'_>, id: TxnId, reason: AbortReason) {
+        self.abort_for(ctx, id, reason, None);
+    }
+
+    /// [`Coordinator::abort`], counting the abort under its cause (§2.2, `causes.rs`).
+    fn abort_for(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        id: TxnId,
+        reason: AbortReason,
+        cause: Option<Cause>,
+    ) {
+        ctx.count(Cause::counter(cause), 1);
         let t = self.txns.remove(&id).expect("live");
         ctx.cancel_timer(t.timer);
         for &s in &t.write_shards {

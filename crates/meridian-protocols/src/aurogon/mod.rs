@@ -26,6 +26,7 @@
 //! | §4.4 strong partition serializability | `mvcc.rs` (`Rules`: stale read, immortal write, and the late-read rule the paper lacks), `server.rs` `run_exec` (reads below the floor), `coordinator.rs` (acknowledgement after commit acks) |
 //! | §4.5 primary-backup replication, coordinator and participant failures | `server.rs` (holds, recovery, leases, promotion), `coordinator.rs` (replication, grants) |
 //! | §6.1's DST-TO baseline (`dst-to`: chasing clocks, §2.2; techniques off) | [`DstTo`] here, `coordinator.rs` (`chase_ns`) |
+//! | §2.2, Fig. 2: abort causes (clock error, access latency, dependency) as counters `aurogon.abort_cause.*` | `causes.rs` (the definitions), `server.rs` `install` (classifies a late write), `coordinator.rs` `abort_for` (one count per aborted transaction) |
 //! | §5 2LClock | the simulator's clock models: `--clock 2lclock` (or `farmv2`, `dst`) on `rdma-cluster`, root-clock failover on a crash of machine 0 (`meridian_sim` `clock/synced.rs`); the default `rdma` profile is the plain offset model |
 //!
 //! ## Deployment
@@ -109,6 +110,7 @@
 //! rule alone was not caught: the unit test `strong_partition_refuses_stale_reads_and_immortal_writes`
 //! holds that rule).
 
+mod causes;
 mod coordinator;
 mod deferral;
 mod mvcc;

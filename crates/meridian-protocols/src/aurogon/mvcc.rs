@@ -38,6 +38,10 @@ pub struct Version {
     /// counts reads still blocked on it). Volatile like `rts`, and never sent or logged.
     #[serde(skip)]
     pub served: Timestamp,
+    /// Instrumentation (abort causes, `causes.rs`): the true time at which the
+    /// transaction whose read set `rts` took its timestamp, where the driver knows it.
+    #[serde(skip)]
+    pub rts_issued_true_ns: Option<u64>,
     pub status: Status,
 }
 
@@ -107,6 +111,7 @@ impl Mvcc {
                 wts: Timestamp::ZERO,
                 rts: Timestamp::ZERO,
                 served: Timestamp::ZERO,
+                rts_issued_true_ns: None,
                 status: Status::Committed(None),
             }]
         })
@@ -114,31 +119,59 @@ impl Mvcc {
 
     /// Algorithm 1 lines 29–36: the version with the largest `wts < ts`, its `rts`
     /// extended to `ts`; blocked while it is PENDING (of another transaction).
+    #[cfg(test)]
     pub fn read(&mut self, key: &Key, ts: Timestamp, rules: Rules) -> ReadResult {
+        self.read_as(key, ts, rules, None).0
+    }
+
+    /// [`Mvcc::read`] by a transaction that took its timestamp at `issued_true_ns` (true
+    /// time, for the abort-cause counters); also says whether the read was *clean*: no
+    /// read with a larger timestamp had returned the version before it.
+    pub fn read_as(
+        &mut self,
+        key: &Key,
+        ts: Timestamp,
+        rules: Rules,
+        issued_true_ns: Option<u64>,
+    ) -> (ReadResult, bool) {
         let versions = self.record(key);
         let at = versions.partition_point(|v| v.wts < ts);
         if at == 0 {
-            return ReadResult::Failed(Refusal::Collected);
+            return (ReadResult::Failed(Refusal::Collected), false);
         }
         if rules.stale_read
             && versions[at..]
                 .iter()
                 .any(|v| matches!(v.status, Status::Committed(_)))
         {
-            return ReadResult::Failed(Refusal::StaleRead);
+            return (ReadResult::Failed(Refusal::StaleRead), false);
         }
         let v = &mut versions[at - 1];
         if rules.late_read && v.served > ts {
-            return ReadResult::Failed(Refusal::LateRead);
+            return (ReadResult::Failed(Refusal::LateRead), false);
         }
-        v.rts = v.rts.max(ts);
-        match &v.status {
+        let clean = v.rts <= ts;
+        if ts > v.rts {
+            v.rts = ts;
+            v.rts_issued_true_ns = issued_true_ns;
+        }
+        let result = match &v.status {
             Status::Committed(value) => {
                 v.served = v.served.max(ts);
                 ReadResult::Value(value.clone())
             }
             Status::Pending { txn, .. } => ReadResult::Blocked(*txn),
-        }
+        };
+        (result, clean)
+    }
+
+    /// After a write at `ts` on `key` was refused as late ([`Refusal::LateWrite`]): when
+    /// the transaction whose read holds the conflicting `rts` took its timestamp (true
+    /// time), if known.
+    pub fn conflict_issued_true_ns(&self, key: &Key, ts: Timestamp) -> Option<u64> {
+        let versions = self.records.get(key)?;
+        let at = versions.partition_point(|v| v.wts <= ts);
+        versions.get(at.checked_sub(1)?)?.rts_issued_true_ns
     }
 
     /// Algorithm 1's `install` (Tx_write): validates that no version `v` has
@@ -232,6 +265,7 @@ impl Mvcc {
                     wts: ts,
                     rts: ts,
                     served: Timestamp::ZERO,
+                    rts_issued_true_ns: None,
                     status: Status::Committed(Some(value)),
                 };
                 versions.insert(at, version);
@@ -300,6 +334,7 @@ fn pending(ts: Timestamp, txn: TxnId, value: Option<Value>, held: bool) -> Versi
         wts: ts,
         rts: ts,
         served: Timestamp::ZERO,
+        rts_issued_true_ns: None,
         status: Status::Pending { txn, value, held },
     }
 }

@@ -2,6 +2,7 @@
 //! `Tx_commit`, §4.2's deferral) or a backup participant (§4.5), and what every replica
 //! does for failures: read leases, recovery of undecided transactions, promotion.
 
+use super::causes::{Cause, CleanReads};
 use super::deferral::{Deferral, Tuning};
 use super::mvcc::{Mvcc, ReadResult, Refusal, Rules, Status};
 use super::options::Options;
@@ -47,6 +48,8 @@ struct Exec {
     coordinator: NodeId,
     reads: Vec<Key>,
     values: Vec<Option<Option<Value>>>,
+    /// Instrumentation: the true time the transaction took `ts` (abort causes).
+    issued_true_ns: Option<u64>,
 }
 
 /// A decided transaction.
@@ -79,6 +82,8 @@ pub struct Replica {
     gate: ClockGate<u64>,
     wake: WakeTimer,
     deferral: Deferral,
+    /// Instrumentation: reads a dependent write may follow (abort causes).
+    clean_reads: CleanReads,
     /// The largest lease this replica persisted (requested as primary or acknowledged as
     /// backup): an upper bound on every read timestamp any primary served.
     lease_max_ns: u64,
@@ -118,6 +123,7 @@ impl Replica {
             shard,
             store: Mvcc::new(opts.versions_kept),
             deferral: Deferral::new(tuning),
+            clean_reads: CleanReads::default(),
             opts,
             cluster,
             config,
@@ -230,9 +236,19 @@ impl Replica {
                 reads,
                 installs,
                 write_shards,
+                issued_true_ns,
             } => {
                 self.learn(ctx, config);
-                self.on_execute(ctx, from, txn, ts, round, reads, installs, write_shards);
+                let exec = Exec {
+                    txn,
+                    ts,
+                    round,
+                    coordinator: from,
+                    values: vec![None; reads.len()],
+                    reads,
+                    issued_true_ns,
+                };
+                self.on_execute(ctx, exec, installs, write_shards);
             }
             Msg::Replicate {
                 txn,
@@ -441,18 +457,16 @@ impl Replica {
 
     // ---- execution (Algorithm 1) -----------------------------------------------------
 
-    #[allow(clippy::too_many_arguments)]
+    /// A request from a coordinator: its installs first (pre-attached and independent
+    /// writes), then its reads, deferred on hot records (§4.2).
     fn on_execute(
         &mut self,
         ctx: &mut Cx<'_>,
-        from: NodeId,
-        txn: TxnId,
-        ts: Timestamp,
-        round: u8,
-        reads: Vec<Key>,
+        exec: Exec,
         installs: Vec<Key>,
         write_shards: ShardList,
     ) {
+        let (from, txn, round) = (exec.coordinator, exec.txn, exec.round);
         if !self.is_primary() {
             let (shard, config) = (self.shard, self.config);
             return ctx.send(from, Msg::Redirect { shard, config });
@@ -479,11 +493,10 @@ impl Replica {
             return; // a duplicate of a request still in progress
         }
         if !installs.is_empty() {
-            if let Err(refusal) = self.install(ctx, txn, ts, &installs, write_shards) {
+            if let Err(failure) = self.install(ctx, &exec, &installs, write_shards) {
                 // Aborted here at once: its coordinator will abort it (nothing was
                 // replicated yet: replication follows execution).
                 self.decide(ctx, txn, Timestamp::ZERO, false, Vec::new());
-                let failure = Failure::Refused(refusal);
                 return ctx.send(
                     from,
                     Msg::Failed {
@@ -494,23 +507,12 @@ impl Replica {
                 );
             }
         }
-        for key in &reads {
-            self.deferral.note_request(key, ts.time_ns);
+        for key in &exec.reads {
+            self.deferral.note_request(key, exec.ts.time_ns);
         }
         let id = self.next_exec;
         self.next_exec += 1;
-        let values = vec![None; reads.len()];
-        self.execs.insert(
-            id,
-            Exec {
-                txn,
-                ts,
-                round,
-                coordinator: from,
-                reads,
-                values,
-            },
-        );
+        self.execs.insert(id, exec);
         let defer = self.defer_ns(id);
         if defer > 0 {
             ctx.count("aurogon.deferred_reads", 1);
@@ -527,11 +529,11 @@ impl Replica {
     fn install(
         &mut self,
         ctx: &mut Cx<'_>,
-        txn: TxnId,
-        ts: Timestamp,
+        exec: &Exec,
         keys: &[Key],
         write_shards: ShardList,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), Failure> {
+        let (txn, ts) = (exec.txn, exec.ts);
         let rules = self.rules();
         for (i, key) in keys.iter().enumerate() {
             self.deferral.note_request(key, ts.time_ns);
@@ -539,6 +541,13 @@ impl Replica {
             self.deferral.note_write(key, ts.time_ns, result.is_err());
             if let Err(refusal) = result {
                 ctx.count(refusal_counter(refusal), 1);
+                let cause = (refusal == Refusal::LateWrite).then(|| {
+                    Cause::of_late_write(
+                        exec.issued_true_ns,
+                        self.store.conflict_issued_true_ns(key, ts),
+                        exec.round == 1 && self.clean_reads.contains(txn, key),
+                    )
+                });
                 // The versions of this request installed so far are dropped with the
                 // transaction (no backup holds it yet: replication follows execution).
                 let partial = Installed {
@@ -549,7 +558,7 @@ impl Replica {
                     write_shards,
                 };
                 self.place(&partial, ctx.now_ns());
-                return Err(refusal);
+                return Err(Failure::Refused(refusal, cause));
             }
         }
         let installed = Installed {
@@ -625,7 +634,13 @@ impl Replica {
             let read = if below_floor {
                 ReadResult::Failed(Refusal::BelowFloor)
             } else {
-                self.store.read(&exec.reads[i], exec.ts, rules)
+                let key = &exec.reads[i];
+                let (read, clean) = self.store.read_as(key, exec.ts, rules, exec.issued_true_ns);
+                if clean && !self.opts.pre_attach {
+                    // A dependent write on this record may follow in a second round.
+                    self.clean_reads.note(exec.txn, key);
+                }
+                read
             };
             match read {
                 ReadResult::Value(v) => exec.values[i] = Some(v),
@@ -640,7 +655,7 @@ impl Replica {
                     // copy succeeded and whose transaction is committing; the coordinator
                     // decides.
                     let e = self.execs.remove(&id).expect("present");
-                    let failure = Failure::Refused(refusal);
+                    let failure = Failure::Refused(refusal, None);
                     let (txn, round) = (e.txn, e.round);
                     return ctx.send(
                         e.coordinator,

@@ -5,6 +5,7 @@ use super::mvcc::{Mvcc, ReadResult, Refusal, Rules};
 use super::wire::Answer;
 use super::*;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::topology::{ClockKind, ClockParams, ClockProfile};
 use meridian_core::txn::Key;
 use meridian_core::value::encode_int;
 use meridian_core::{NodeId, Timestamp, Topology, TxnId};
@@ -118,8 +119,24 @@ fn strong_partition_refuses_a_read_below_one_already_answered() {
 
 /// One simulator run of Aurogon on `rdma-cluster`.
 fn sim(opts: &str, workload: &str, workload_opts: &str, seed: u64, ms: u64) -> SimReport {
+    sim_clocked(None, opts, workload, workload_opts, seed, ms)
+}
+
+/// [`sim`] with every machine's clock replaced by `clock`.
+fn sim_clocked(
+    clock: Option<ClockParams>,
+    opts: &str,
+    workload: &str,
+    workload_opts: &str,
+    seed: u64,
+    ms: u64,
+) -> SimReport {
     let config = meridian_core::ProtocolConfig::parse(opts).unwrap();
-    let topology = Topology::load("rdma-cluster").unwrap();
+    let mut topology = Topology::load("rdma-cluster").unwrap();
+    if let Some(params) = clock {
+        let name = "test".to_string();
+        topology.set_all_clocks(ClockProfile { name, params });
+    }
     let setup = setup::<Aurogon>(topology, config, meridian_workload::procedures()).unwrap();
     let options = SimOptions {
         seed,
@@ -178,6 +195,78 @@ fn pre_attaching_saves_the_second_round_of_dependent_writes() {
         "{} vs {}",
         on.committed,
         off.committed
+    );
+}
+
+/// The abort-cause counters (`causes.rs`) of a run, and their sum.
+fn causes(r: &SimReport) -> ([u64; 4], u64) {
+    let c = [
+        counter(r, "aurogon.abort_cause.clock_error"),
+        counter(r, "aurogon.abort_cause.access_latency"),
+        counter(r, "aurogon.abort_cause.dependency"),
+        counter(r, "aurogon.abort_cause.other"),
+    ];
+    (c, c.iter().sum())
+}
+
+/// Fig. 2a: with clocks that only err by a fixed offset per machine (±50 µs, ten times
+/// the round trip) and nothing else reordering on purpose (pre-attaching on, so no
+/// dependent write waits; deferral off), the late writes are the clocks' doing; with
+/// perfect clocks, none is.
+#[test]
+fn a_pure_clock_skew_makes_clock_error_aborts() {
+    let skewed = ClockParams {
+        model: ClockKind::Dst,
+        error_ms: 0.05,
+        ..ClockParams::default()
+    };
+    let opts = "pre_attach=true,deferral=false";
+    let skew = sim_clocked(Some(skewed), opts, "ycsb-t", HOT_YCSB, 5, 20);
+    let perfect = sim_clocked(
+        Some(ClockParams::default()),
+        opts,
+        "ycsb-t",
+        HOT_YCSB,
+        5,
+        20,
+    );
+    let ([clock, latency, dependency, _], sum) = causes(&skew);
+    assert_eq!(sum, skew.aborted, "one cause per abort");
+    assert_eq!(
+        dependency, 0,
+        "pre-attached writes never wait for their reads"
+    );
+    assert!(
+        clock > 10 && clock > 4 * latency,
+        "clock error {clock}, access latency {latency}"
+    );
+    let ([clock, latency, ..], sum) = causes(&perfect);
+    assert_eq!(sum, perfect.aborted);
+    assert_eq!(clock, 0, "perfect clocks never misorder timestamps");
+    assert!(
+        latency > 0,
+        "the local primary still answers first (Fig. 2b)"
+    );
+}
+
+/// Fig. 2c: without pre-attaching, a dependent write goes a round after its read, and the
+/// reads that come in between make most of the aborts.
+#[test]
+fn without_pre_attaching_dependent_writes_make_dependency_aborts() {
+    let r = sim_clocked(
+        Some(ClockParams::default()),
+        "pre_attach=false,deferral=false",
+        "ycsb-t",
+        HOT_YCSB,
+        6,
+        10,
+    );
+    let ([clock, latency, dependency, _], sum) = causes(&r);
+    assert_eq!(sum, r.aborted);
+    assert_eq!(clock, 0);
+    assert!(
+        dependency > latency,
+        "dependency {dependency}, access latency {latency}"
     );
 }
 

@@ -1,6 +1,7 @@
 //! What Aurogon's nodes say to each other (messages), to themselves (timers) and to their
 //! durable logs (records).
 
+use super::causes::Cause;
 use super::mvcc::{Refusal, Version};
 use meridian_core::node::Context;
 use meridian_core::txn::{Key, Value};
@@ -32,7 +33,8 @@ pub enum Answer {
 /// Why a request failed, as the coordinator reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Failure {
-    Refused(Refusal),
+    /// Refused, and for a late write, why it came late (instrumentation, [`Cause`]).
+    Refused(Refusal, Option<Cause>),
     /// The transaction was already decided (aborted) at the replica.
     Finished,
 }
@@ -51,6 +53,9 @@ pub enum Msg {
         reads: Vec<Key>,
         installs: Vec<Key>,
         write_shards: ShardList,
+        /// Instrumentation: the true time the transaction took `ts`, where the driver
+        /// knows it (the simulator), for the abort-cause counters only.
+        issued_true_ns: Option<u64>,
     },
     /// Primary → coordinator: the values read, in `reads` order, by the primary of `epoch`.
     Executed {
