@@ -32,6 +32,8 @@ pub enum Next {
 struct Session {
     txn: Option<TxnId>,
     next_op: usize,
+    /// Within a multi-key read op (`GetMany`), the next key to read.
+    next_key: usize,
     /// The value each get returned, in plan order (the history needs them).
     reads: Vec<Option<Value>>,
 }
@@ -255,7 +257,11 @@ fn step_session(
         ClientResponse::Began(txn) => session.txn = Some(txn),
         ClientResponse::Read(value) => {
             session.reads.push(value);
-            session.next_op += 1;
+            session.next_key += 1;
+            if session.next_key >= ops.get(session.next_op).map_or(0, InteractiveOp::reads) {
+                session.next_op += 1;
+                session.next_key = 0;
+            }
         }
         ClientResponse::Written => session.next_op += 1,
         ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
@@ -270,6 +276,19 @@ fn step_session(
         Some(InteractiveOp::Get(key)) => Step::Get {
             txn,
             key: key.clone(),
+            then: Vec::new(),
+        },
+        // A multi-key read: one `Get` per key, the first announcing the rest.
+        Some(InteractiveOp::GetMany(keys)) if keys.is_empty() => {
+            return Err("an interactive plan has a multi-key read of no keys".into())
+        }
+        Some(InteractiveOp::GetMany(keys)) => Step::Get {
+            txn,
+            key: keys[session.next_key].clone(),
+            then: match session.next_key {
+                0 => keys[1..].to_vec(),
+                _ => Vec::new(),
+            },
         },
         Some(InteractiveOp::Put(key, value)) => Step::Put {
             txn,
@@ -278,7 +297,7 @@ fn step_session(
         },
         Some(op) => Step::Modify {
             txn,
-            key: op.key().clone(),
+            key: op.keys()[0].clone(),
             rmw: op.rmw().expect("append and add are read-modify-writes"),
         },
     };
@@ -299,7 +318,8 @@ pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
         TxnPlan::OneShot(txn) => txn.shards().into_vec(),
         TxnPlan::Interactive(ops) => ops
             .iter()
-            .map(|op| partitioner.shard_of(op.key()))
+            .flat_map(|op| op.keys())
+            .map(|k| partitioner.shard_of(k))
             .collect(),
     };
     shards.sort_unstable();
@@ -375,6 +395,7 @@ mod tests {
             Step::Get {
                 txn,
                 key: "b".into(),
+                then: Vec::new(),
             },
             Step::Commit { txn },
         ];

@@ -31,7 +31,7 @@
 //! | §4 rejoin (Alg. 6), checkpoints | `server/view_change.rs` `request_transfer`, `on_state_transfer_req`, `on_state_transfer` (the leader's latest checkpoint plus its stream after it) |
 //! | §4 "checkpoints to accelerate recovery", log truncation at the commit-point | `server/truncate.rs` `choose_cut`, `cut`, `truncate_log`, `checkpoint`; [`Checkpoint`] in reports, `start-view` and state transfers; `rebuild_log` / `untruncated` in `server/view_change.rs` |
 //! | cross-shard abort (not in the paper; see below) | `server.rs` `seal`/`execute_sealed` (the vote), `note_own`/`on_notify` ([`Msg::Notify`]`::abort`), `leader_release` (revoke), `apply_sync`/`execute_committed` ([`Msg::LogSync`]`::aborted`), `decision_mark`/`mark_decided` (fast-reply hashes); `coordinator.rs` `try_commit` (slow path when [`TxnBody::decision_matters`]); `server/view_change.rs` [`TxnBody::decided`]/`aborted` through reports and step ④, `finish_view_change` (undecided → aborted), `install_log` |
-//! | §2 interactive transactions by decomposition (\[70\], DESIGN §6; report App. F) | `coordinator/session.rs` (sessions, read transactions, the commit validating only reads and running read-modify-writes); [`Op::Check`](meridian_core::txn::Op::Check) and [`Step::Modify`](meridian_core::txn::Step::Modify) in `meridian_core::txn` |
+//! | §2 interactive transactions by decomposition (\[70\], DESIGN §6; report App. F) | `coordinator/session.rs` (sessions, read transactions — a multi-key read step in one —, the commit validating only reads and running read-modify-writes); [`Op::Check`](meridian_core::txn::Op::Check) and [`Step::Modify`](meridian_core::txn::Step::Modify) in `meridian_core::txn` |
 //! | garbage collection (not in the paper) | `server/gc.rs` `collect_garbage`, `arrival_floor`, `slim`; `queue.rs` [`KeyMaps::prune`] |
 //!
 //! ## Choices the paper leaves open
@@ -465,12 +465,11 @@
 //!   a later entry's vote — instead of aborting undecided entries.
 //! * Interactive commits validate by value: an intervening write of the same value
 //!   passes (serializable all the same: the reads equal the state at the commit).
-//! * Interactive reads are one key per step, each validated at commit. App. F reads
-//!   everything after the key-deciding lookup in one one-shot transaction; a session
-//!   cannot, so interactive TPC-C's Order-Status (four reads, two of them rewritten by
-//!   every Delivery of the warehouse) fails validation in 65–92 % of its runs in
-//!   `experiments/tiga-fig10.toml`'s open loop (rates 50–400 per coordinator, sim), 2.8–
-//!   4.0 % of all transactions. A multi-key read step would close it.
+//! * Interactive reads are validated at commit unless every read of a session came from
+//!   one read transaction and it wrote nothing. A multi-key read step (a `Get` whose
+//!   `then` hint names the keys read next, e.g. TPC-C's Order-Status) is one read
+//!   transaction; reads in separate steps are not merged, since a later key may depend on
+//!   an earlier value.
 //! * Interactive sessions live in the coordinator's memory: a coordinator crash ends them
 //!   (later steps answer `Aborted{Failure}`; a commit in flight is `Unknown` to the
 //!   client, as for a one-shot transaction).
