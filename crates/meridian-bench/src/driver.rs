@@ -331,7 +331,7 @@ pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
 mod tests {
     use super::*;
     use meridian_check::HistOp;
-    use meridian_core::txn::{CommitPath, Rmw, Txn};
+    use meridian_core::txn::{CommitPath, Key, Rmw, Txn};
     use meridian_core::Topology;
     use meridian_workload::place_clients;
     use rand::SeedableRng;
@@ -364,6 +364,74 @@ mod tests {
         LoadCore::new(c, place_clients(c, per_coordinator), |i| {
             NodeRng::seed_from_u64(i as u64)
         })
+    }
+
+    /// Plans one multi-key read of `a`, `b`, `c`, then a put of `d`.
+    struct ReadMany;
+
+    impl Workload for ReadMany {
+        fn name(&self) -> &str {
+            "read-many"
+        }
+        fn next(&mut self, _: &ClientInfo, _: &mut NodeRng) -> Planned {
+            TxnPlan::Interactive(vec![
+                InteractiveOp::GetMany(vec!["a".into(), "b".into(), "c".into()]),
+                InteractiveOp::Put("d".into(), "v".into()),
+            ])
+            .into()
+        }
+        fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
+            Vec::new()
+        }
+    }
+
+    /// A multi-key read goes as one `Get` per key, the first announcing the others (so a
+    /// protocol ignoring the hint still reads every key), and hands back one read per key.
+    #[test]
+    fn a_multi_key_read_is_one_get_per_key_the_first_with_the_rest_as_its_hint() {
+        let c = cluster();
+        let mut load = core(&c, 1);
+        load.begin(0, &mut ReadMany, 10);
+        let txn = TxnId::new(meridian_core::NodeId(0), 0, 1);
+        let value = |s: &str| Some(Value::from(s));
+        let answers = [
+            ClientResponse::Began(txn),
+            ClientResponse::Read(value("1")),
+            ClientResponse::Read(None),
+            ClientResponse::Read(value("3")),
+            ClientResponse::Written,
+        ];
+        let sent: Vec<Next> = answers
+            .into_iter()
+            .map(|r| load.on_answer(0, r).unwrap())
+            .collect();
+        let get = |key: &str, then: Vec<Key>| Step::Get {
+            txn,
+            key: key.into(),
+            then,
+        };
+        let expected = [
+            get("a", vec!["b".into(), "c".into()]),
+            get("b", Vec::new()),
+            get("c", Vec::new()),
+            Step::Put {
+                txn,
+                key: "d".into(),
+                value: "v".into(),
+            },
+            Step::Commit { txn },
+        ];
+        assert_eq!(sent.len(), expected.len());
+        for (got, want) in sent.iter().zip(expected) {
+            assert_eq!(*got, Next::Send(ClientRequest::Interactive(want)));
+        }
+        let outcome = Outcome::Committed {
+            results: Vec::new(),
+            commit_ts: None,
+            path: CommitPath::ReadOnly,
+        };
+        let flight = load.finish(0, &outcome).unwrap();
+        assert_eq!(flight.reads(), [value("1"), None, value("3")]);
     }
 
     #[test]
