@@ -1209,7 +1209,10 @@ fn a_multi_key_read_step_reads_one_snapshot_and_commits_without_validation() {
     d.put(1, u, &z, "u");
     assert!(d.commit(1, u).is_committed());
     assert_eq!(d.get(0, t, &z), ClientResponse::Read(None));
-    assert_eq!(crate::testkit::committed(&d.commit(0, t)), CommitPath::ReadOnly);
+    assert_eq!(
+        crate::testkit::committed(&d.commit(0, t)),
+        CommitPath::ReadOnly
+    );
     // The same reads in separate steps, with a write in between, are validated.
     let v = d.begin(0, None);
     assert_eq!(d.get(0, v, &x), ClientResponse::Read(Some(key("u"))));
