@@ -32,6 +32,8 @@ pub enum Next {
 struct Session {
     txn: Option<TxnId>,
     next_op: usize,
+    /// Within a multi-key read op (`GetMany`), the next key to read.
+    next_key: usize,
     /// The value each get returned, in plan order (the history needs them).
     reads: Vec<Option<Value>>,
 }
@@ -287,7 +289,11 @@ fn step_session(
         ClientResponse::Began(txn) => session.txn = Some(txn),
         ClientResponse::Read(value) => {
             session.reads.push(value);
-            session.next_op += 1;
+            session.next_key += 1;
+            if session.next_key >= ops.get(session.next_op).map_or(0, InteractiveOp::reads) {
+                session.next_op += 1;
+                session.next_key = 0;
+            }
         }
         ClientResponse::Written => session.next_op += 1,
         ClientResponse::Outcome(_) => unreachable!("outcomes end the session"),
@@ -302,6 +308,19 @@ fn step_session(
         Some(InteractiveOp::Get(key)) => Step::Get {
             txn,
             key: key.clone(),
+            then: Vec::new(),
+        },
+        // A multi-key read: one `Get` per key, the first announcing the rest.
+        Some(InteractiveOp::GetMany(keys)) if keys.is_empty() => {
+            return Err("an interactive plan has a multi-key read of no keys".into())
+        }
+        Some(InteractiveOp::GetMany(keys)) => Step::Get {
+            txn,
+            key: keys[session.next_key].clone(),
+            then: match session.next_key {
+                0 => keys[1..].to_vec(),
+                _ => Vec::new(),
+            },
         },
         Some(InteractiveOp::Put(key, value)) => Step::Put {
             txn,
@@ -310,7 +329,7 @@ fn step_session(
         },
         Some(op) => Step::Modify {
             txn,
-            key: op.key().clone(),
+            key: op.keys()[0].clone(),
             rmw: op.rmw().expect("append and add are read-modify-writes"),
         },
     };
@@ -331,7 +350,8 @@ pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
         TxnPlan::OneShot(txn) => txn.shards().into_vec(),
         TxnPlan::Interactive(ops) => ops
             .iter()
-            .map(|op| partitioner.shard_of(op.key()))
+            .flat_map(|op| op.keys())
+            .map(|k| partitioner.shard_of(k))
             .collect(),
     };
     shards.sort_unstable();
@@ -343,7 +363,7 @@ pub fn plan_shards(plan: &TxnPlan, partitioner: &Partitioner) -> Vec<ShardId> {
 mod tests {
     use super::*;
     use meridian_check::HistOp;
-    use meridian_core::txn::{CommitPath, Rmw, Txn};
+    use meridian_core::txn::{CommitPath, Key, Rmw, Txn};
     use meridian_core::Topology;
     use meridian_workload::place_clients;
     use rand::SeedableRng;
@@ -378,6 +398,74 @@ mod tests {
         })
     }
 
+    /// Plans one multi-key read of `a`, `b`, `c`, then a put of `d`.
+    struct ReadMany;
+
+    impl Workload for ReadMany {
+        fn name(&self) -> &str {
+            "read-many"
+        }
+        fn next(&mut self, _: &ClientInfo, _: &mut NodeRng) -> Planned {
+            TxnPlan::Interactive(vec![
+                InteractiveOp::GetMany(vec!["a".into(), "b".into(), "c".into()]),
+                InteractiveOp::Put("d".into(), "v".into()),
+            ])
+            .into()
+        }
+        fn history_ops(&self, _: &TxnPlan, _: &Outcome, _: &[Option<Value>]) -> Vec<HistOp> {
+            Vec::new()
+        }
+    }
+
+    /// A multi-key read goes as one `Get` per key, the first announcing the others (so a
+    /// protocol ignoring the hint still reads every key), and hands back one read per key.
+    #[test]
+    fn a_multi_key_read_is_one_get_per_key_the_first_with_the_rest_as_its_hint() {
+        let c = cluster();
+        let mut load = core(&c, 1);
+        load.begin(0, &mut ReadMany, 10);
+        let txn = TxnId::new(meridian_core::NodeId(0), 0, 1);
+        let value = |s: &str| Some(Value::from(s));
+        let answers = [
+            ClientResponse::Began(txn),
+            ClientResponse::Read(value("1")),
+            ClientResponse::Read(None),
+            ClientResponse::Read(value("3")),
+            ClientResponse::Written,
+        ];
+        let sent: Vec<Next> = answers
+            .into_iter()
+            .map(|r| load.on_answer(0, r).unwrap())
+            .collect();
+        let get = |key: &str, then: Vec<Key>| Step::Get {
+            txn,
+            key: key.into(),
+            then,
+        };
+        let expected = [
+            get("a", vec!["b".into(), "c".into()]),
+            get("b", Vec::new()),
+            get("c", Vec::new()),
+            Step::Put {
+                txn,
+                key: "d".into(),
+                value: "v".into(),
+            },
+            Step::Commit { txn },
+        ];
+        assert_eq!(sent.len(), expected.len());
+        for (got, want) in sent.iter().zip(expected) {
+            assert_eq!(*got, Next::Send(ClientRequest::Interactive(want)));
+        }
+        let outcome = Outcome::Committed {
+            results: Vec::new(),
+            commit_ts: None,
+            path: CommitPath::ReadOnly,
+        };
+        let flight = load.finish(0, &outcome).unwrap();
+        assert_eq!(flight.reads(), [value("1"), None, value("3")]);
+    }
+
     #[test]
     fn an_interactive_plan_steps_through_a_session() {
         let c = cluster();
@@ -407,6 +495,7 @@ mod tests {
             Step::Get {
                 txn,
                 key: "b".into(),
+                then: Vec::new(),
             },
             Step::Commit { txn },
         ];

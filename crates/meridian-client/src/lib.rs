@@ -413,7 +413,14 @@ impl Session<'_> {
 
     /// Reads `key` inside the transaction.
     pub async fn get(&self, key: Key) -> Result<Option<Value>, ClientError> {
-        match self.step(Step::Get { txn: self.txn, key }).await? {
+        match self
+            .step(Step::Get {
+                txn: self.txn,
+                key,
+                then: Vec::new(),
+            })
+            .await?
+        {
             ClientResponse::Read(value) => Ok(value),
             other => Err(unexpected(&other)),
         }

@@ -410,9 +410,15 @@ pub enum Step {
     Begin {
         latest_seen: Option<Timestamp>,
     },
+    /// Reads `key`. `then` is a multi-key read step's hint: the keys the client reads
+    /// next, one `Get` each, before any other step, chosen before this read returns (no
+    /// value read decides them). A protocol may read them together with `key` in one
+    /// snapshot and answer their `Get`s from it (Tiga: one one-shot read transaction, the
+    /// report's Appendix F); one that ignores the hint answers each `Get` as it comes.
     Get {
         txn: TxnId,
         key: Key,
+        then: Vec<Key>,
     },
     Put {
         txn: TxnId,

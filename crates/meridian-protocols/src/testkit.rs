@@ -300,7 +300,14 @@ where
 
     pub(crate) fn get(&mut self, coordinator: usize, txn: TxnId, key: &Key) -> ClientResponse {
         let key = key.clone();
-        self.step(coordinator, Step::Get { txn, key })
+        self.step(
+            coordinator,
+            Step::Get {
+                txn,
+                key,
+                then: Vec::new(),
+            },
+        )
     }
 
     pub(crate) fn put(&mut self, coordinator: usize, txn: TxnId, key: &Key, value: &str) {

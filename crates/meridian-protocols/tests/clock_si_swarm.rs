@@ -319,7 +319,9 @@ impl Workload for WriteSkewWorkload {
                     key: name(k),
                     value: decode_int(v).expect("an int"),
                 }),
-                InteractiveOp::Put(..) | InteractiveOp::Add(..) => unreachable!("not planned"),
+                InteractiveOp::GetMany(_) | InteractiveOp::Put(..) | InteractiveOp::Add(..) => {
+                    unreachable!("not planned")
+                }
             }
         }
         hist

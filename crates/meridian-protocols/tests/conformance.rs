@@ -8,7 +8,7 @@ use meridian_sim::{Broken, Conformance};
 mod two_pl_2pc {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "eb110452d7629008"), (6, "a0d254a84c72e3d0")],
+        golden: &[(5, "8cbec5cc1a47295e"), (6, "facf1e053d6179e5")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -60,7 +60,7 @@ mod clock_si {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "f436f2dd669fbe92"), (6, "bd7d514e4ad5c063")],
+        golden: &[(5, "de5954787822fd85"), (6, "33d129383eb3d871")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_pending_wait=true",
             workload: "list-append",
@@ -107,7 +107,7 @@ mod dast {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "crt_ratio=0.2,keys=40",
-        golden: &[(5, "4cc54ef65625911f"), (6, "07b197637e1be04f")],
+        golden: &[(5, "a33151ecb62a18c7"), (6, "0547b5794c22f639")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_anticipation=true",
             workload: "list-append",
@@ -256,7 +256,7 @@ mod p2pl_ttc {
 mod slog {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "8602181fa89c1bdf")],
+        golden: &[(5, "2d76f86bd2046db5")],
         broken: Broken::Swarm {
             protocol_opts: "release=pieces",
             workload: "list-append",

@@ -229,7 +229,7 @@ fn fig5_inversion_is_caught() {
 mod preventive_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "adcf3e537c9541a1"), (6, "187b4260a4939804")],
+        golden: &[(5, "c58938b362377d49"), (6, "cba660e07fc579bc")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };
@@ -240,7 +240,7 @@ mod detective_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
         protocol_opts: "approach=detective",
-        golden: &[(5, "ff592ca39d7ca38a"), (6, "6b217214377ace25")],
+        golden: &[(5, "ccbbcbe238271524"), (6, "10bee7c6ab60f21f")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };

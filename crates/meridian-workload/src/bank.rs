@@ -248,7 +248,12 @@ impl Workload for Bank {
                     .then(|| interactive_reads_by_op(ops, interactive_reads));
                 ops.iter()
                     .enumerate()
-                    .map(|(i, op)| read(op.key(), reads.as_ref().map(|r| r[i])))
+                    .map(|(i, op)| {
+                        let value = reads
+                            .as_ref()
+                            .map(|r| r[i].first().and_then(Option::as_ref));
+                        read(&op.keys()[0], value)
+                    })
                     .collect()
             }
         }

@@ -102,6 +102,12 @@ pub use zipf::Zipf;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InteractiveOp {
     Get(Key),
+    /// A multi-key read step: the keys are read in order, one value each, and none of them
+    /// depends on a value read in the same step. The driver sends one `Get` per key, the
+    /// first carrying the others as its `then` hint
+    /// ([`Step::Get`](meridian_core::txn::Step::Get)), so a protocol may read them in one
+    /// snapshot (Tiga: one one-shot read, Appendix F) and any other answers them one by one.
+    GetMany(Vec<Key>),
     Put(Key, Value),
     Append(Key, Value),
     /// Integer add (a missing key counts as 0), as [`Op::Add`](meridian_core::txn::Op::Add).
@@ -109,13 +115,23 @@ pub enum InteractiveOp {
 }
 
 impl InteractiveOp {
-    /// The key the op touches.
-    pub fn key(&self) -> &Key {
+    /// The keys the op touches (one, except a multi-key read).
+    pub fn keys(&self) -> &[Key] {
         match self {
             InteractiveOp::Get(k)
             | InteractiveOp::Put(k, _)
             | InteractiveOp::Append(k, _)
-            | InteractiveOp::Add(k, _) => k,
+            | InteractiveOp::Add(k, _) => std::slice::from_ref(k),
+            InteractiveOp::GetMany(keys) => keys,
+        }
+    }
+
+    /// How many values the op reads (and the driver hands back as reads).
+    pub fn reads(&self) -> usize {
+        match self {
+            InteractiveOp::Get(_) => 1,
+            InteractiveOp::GetMany(keys) => keys.len(),
+            InteractiveOp::Put(..) | InteractiveOp::Append(..) | InteractiveOp::Add(..) => 0,
         }
     }
 
@@ -126,7 +142,7 @@ impl InteractiveOp {
         match self {
             InteractiveOp::Append(_, suffix) => Some(Rmw::Append(suffix.clone())),
             InteractiveOp::Add(_, delta) => Some(Rmw::Add(*delta)),
-            InteractiveOp::Get(_) | InteractiveOp::Put(..) => None,
+            InteractiveOp::Get(_) | InteractiveOp::GetMany(_) | InteractiveOp::Put(..) => None,
         }
     }
 }
@@ -143,7 +159,7 @@ impl TxnPlan {
     pub fn is_read_only(&self) -> bool {
         match self {
             TxnPlan::OneShot(txn) => txn.is_read_only(),
-            TxnPlan::Interactive(ops) => ops.iter().all(|op| matches!(op, InteractiveOp::Get(_))),
+            TxnPlan::Interactive(ops) => ops.iter().all(|op| op.rmw().is_none() && op.reads() > 0),
         }
     }
 }
@@ -375,31 +391,30 @@ pub(crate) fn output(results: &[PieceResult], piece: usize, op: usize) -> Option
     outputs[op].as_ref()
 }
 
-/// The value each op of a committed interactive plan read, by op: `reads` holds one value
-/// per `Get`, in plan order; the slot of every other op (puts and read-modify-writes, which
-/// the client never reads) is `None`.
+/// The values each op of a committed interactive plan read, by op: `reads` holds one value
+/// per key read (a `Get` reads one, a `GetMany` one per key), in plan order; every other op
+/// (puts and read-modify-writes, which the client never reads) gets an empty slice.
 ///
 /// # Panics
 ///
-/// If the driver handed fewer reads than the plan has gets.
+/// If the driver handed fewer reads than the plan's ops read.
 pub(crate) fn interactive_reads_by_op<'a>(
     ops: &[InteractiveOp],
     reads: &'a [Option<Value>],
-) -> Vec<Option<&'a Value>> {
-    let mut next = reads.iter();
+) -> Vec<&'a [Option<Value>]> {
+    let mut at = 0;
     ops.iter()
-        .map(|op| match op {
-            InteractiveOp::Put(..) | InteractiveOp::Append(..) | InteractiveOp::Add(..) => None,
-            InteractiveOp::Get(_) => next
-                .next()
-                .unwrap_or_else(|| {
-                    panic!(
-                        "a committed interactive transaction of {} ops came with only {} reads",
-                        ops.len(),
-                        reads.len()
-                    )
-                })
-                .as_ref(),
+        .map(|op| {
+            let n = op.reads();
+            let slice = reads.get(at..at + n).unwrap_or_else(|| {
+                panic!(
+                    "a committed interactive transaction of {} ops came with only {} reads",
+                    ops.len(),
+                    reads.len()
+                )
+            });
+            at += n;
+            slice
         })
         .collect()
 }
@@ -518,21 +533,21 @@ pub(crate) mod test_support {
     impl InteractiveDriver {
         pub(crate) fn run(&mut self, ops: &[crate::InteractiveOp]) -> Vec<Option<Value>> {
             use crate::InteractiveOp;
-            ops.iter()
-                .filter_map(|op| match op {
-                    InteractiveOp::Get(k) => Some(self.store.get(k).cloned()),
-                    InteractiveOp::Put(k, v) => {
-                        self.store.put(k.clone(), v.clone());
-                        None
+            let mut reads = Vec::new();
+            for op in ops {
+                match op {
+                    InteractiveOp::Get(_) | InteractiveOp::GetMany(_) => {
+                        reads.extend(op.keys().iter().map(|k| self.store.get(k).cloned()))
                     }
+                    InteractiveOp::Put(k, v) => self.store.put(k.clone(), v.clone()),
                     InteractiveOp::Append(k, _) | InteractiveOp::Add(k, _) => {
                         let rmw = op.rmw().expect("read-modify-write");
                         let new = rmw.apply(self.store.get(k));
                         self.store.put(k.clone(), new);
-                        None
                     }
-                })
-                .collect()
+                }
+            }
+            reads
         }
     }
 }

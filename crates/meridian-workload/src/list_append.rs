@@ -260,20 +260,22 @@ impl Workload for ListAppend {
                     .is_committed()
                     .then(|| interactive_reads_by_op(ops, interactive_reads));
                 for (i, op) in ops.iter().enumerate() {
-                    hist.extend(match op {
-                        InteractiveOp::Get(key) => Some(HistOp::Read {
-                            key: logical_name(key),
-                            value: match &reads {
-                                Some(reads) => list_read(key, reads[i]),
-                                None => ReadValue::Null,
-                            },
-                        }),
-                        InteractiveOp::Append(key, v) => Some(HistOp::Append {
+                    match op {
+                        InteractiveOp::Get(_) | InteractiveOp::GetMany(_) => {
+                            hist.extend(op.keys().iter().enumerate().map(|(j, key)| HistOp::Read {
+                                key: logical_name(key),
+                                value: match &reads {
+                                    Some(reads) => list_read(key, reads[i][j].as_ref()),
+                                    None => ReadValue::Null,
+                                },
+                            }))
+                        }
+                        InteractiveOp::Append(key, v) => hist.push(HistOp::Append {
                             key: logical_name(key),
                             value: literal_int(v),
                         }),
-                        InteractiveOp::Put(..) | InteractiveOp::Add(..) => None,
-                    });
+                        InteractiveOp::Put(..) | InteractiveOp::Add(..) => {}
+                    }
                 }
             }
         }

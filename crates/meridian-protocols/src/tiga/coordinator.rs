@@ -72,8 +72,9 @@ impl<V> ByReplica<V> {
 enum Purpose {
     /// The client's one-shot transaction.
     OneShot,
-    /// An interactive session's read of `key`.
-    Read { session: TxnId, key: Key },
+    /// An interactive session's read of `keys` (the first is the `Get` being answered, the
+    /// rest its `then` hint), in the order of the read transaction's ops.
+    Read { session: TxnId, keys: Vec<Key> },
     /// An interactive session's commit (validation and writes).
     Commit { session: TxnId },
 }

@@ -1183,6 +1183,51 @@ fn a_session_whose_reads_changed_aborts_with_validation_and_writes_nothing() {
     ));
 }
 
+/// A multi-key read step (a `Get` with the `then` hint, TPC-C's Order-Status) reads every
+/// key in one read transaction: a write committed between the session's `Get`s does not
+/// show in the later ones, and the read-only session commits with nothing to validate.
+/// Ignoring the hint, the `Get` of z would read u's write and the commit would fail
+/// validation of x — as it does for the reads in separate steps below.
+#[test]
+fn a_multi_key_read_step_reads_one_snapshot_and_commits_without_validation() {
+    use meridian_core::txn::{AbortReason, CommitPath, Step};
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let z = d.key_on(1, "z");
+    let t = d.begin(0, None);
+    let first = d.step(
+        0,
+        Step::Get {
+            txn: t,
+            key: x.clone(),
+            then: vec![z.clone()],
+        },
+    );
+    assert_eq!(first, ClientResponse::Read(None));
+    let u = d.begin(1, None);
+    d.put(1, u, &x, "u");
+    d.put(1, u, &z, "u");
+    assert!(d.commit(1, u).is_committed());
+    assert_eq!(d.get(0, t, &z), ClientResponse::Read(None));
+    assert_eq!(
+        crate::testkit::committed(&d.commit(0, t)),
+        CommitPath::ReadOnly
+    );
+    // The same reads in separate steps, with a write in between, are validated.
+    let v = d.begin(0, None);
+    assert_eq!(d.get(0, v, &x), ClientResponse::Read(Some(key("u"))));
+    let w = d.begin(1, None);
+    d.put(1, w, &x, "w");
+    assert!(d.commit(1, w).is_committed());
+    assert_eq!(d.get(0, v, &z), ClientResponse::Read(Some(key("u"))));
+    assert_eq!(
+        d.commit(0, v),
+        Outcome::Aborted {
+            reason: AbortReason::Validation
+        }
+    );
+}
+
 /// Appendix F: read-modify-writes run inside the commit, so two sessions that both add to
 /// the same counters on two shards (each after a validated read of its own key) both
 /// commit, interleaved, and no increment is lost. Sent as a read then a put, the second

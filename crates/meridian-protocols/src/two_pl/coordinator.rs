@@ -348,7 +348,7 @@ impl Coordinator {
                     ctx.respond(request, ClientResponse::Began(id));
                 }
             }
-            Step::Get { txn, key } => self.add_op(ctx, request, txn, key.clone(), Op::Get(key)),
+            Step::Get { txn, key, .. } => self.add_op(ctx, request, txn, key.clone(), Op::Get(key)),
             Step::Put { txn, key, value } => {
                 let op = Op::Put(key.clone(), Operand::Literal(value));
                 self.add_op(ctx, request, txn, key, op);

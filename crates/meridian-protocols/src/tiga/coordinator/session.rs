@@ -11,17 +11,112 @@
 //! read-modify-write reads nothing the client sees, so it cannot go stale (Appendix F's
 //! point: what must be validated is what decided the write set, e.g. a lookup, not the
 //! counters a transaction increments).
+//!
+//! A `Get` whose `then` hint names the keys the client reads next (a multi-key read step,
+//! e.g. TPC-C's Order-Status) reads them all in one read-only transaction, and the session
+//! answers their `Get`s from it. A session whose every read came from one read transaction
+//! and that wrote nothing is serialized at that transaction's agreed timestamp, so its
+//! commit validates nothing: Appendix F's decomposition with no key dependency is one
+//! one-shot read.
 
 use super::{Coordinator, Purpose};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
-    AbortReason, ClientResponse, CommitPath, Op, Operand, Outcome, Piece, Rmw, Step, Txn,
+    AbortReason, ClientResponse, CommitPath, Op, Operand, Outcome, Piece, PieceResult, Rmw, Step,
+    Txn,
 };
 use meridian_core::{Key, RequestId, ShardId, Timestamp, TxnId, Value};
 use std::collections::BTreeMap;
 
+/// The most keys one read transaction reads: a longer `then` hint is cut (the keys past it
+/// are read by their own `Get`s).
+const READ_KEYS_MAX: usize = 64;
+
+/// A read-only transaction of `keys`: one piece per shard, in shard order, each key's `Get`
+/// in the order of `keys` — the order [`read_values`] expects the outputs in.
+fn read_txn(partitioner: &meridian_core::Partitioner, keys: &[Key]) -> Txn {
+    let mut by_shard: BTreeMap<ShardId, Vec<Op>> = BTreeMap::new();
+    for key in keys {
+        let shard = partitioner.shard_of(key);
+        by_shard
+            .entry(shard)
+            .or_default()
+            .push(Op::Get(key.clone()));
+    }
+    Txn {
+        pieces: by_shard
+            .into_iter()
+            .map(|(shard, ops)| Piece::ops(shard, ops))
+            .collect(),
+    }
+}
+
+/// The value of every key of [`read_txn`]`(keys)` from its committed results.
+fn read_values(
+    partitioner: &meridian_core::Partitioner,
+    keys: &[Key],
+    results: &[PieceResult],
+) -> Vec<(Key, Option<Value>)> {
+    let mut shards: Vec<ShardId> = keys.iter().map(|k| partitioner.shard_of(k)).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    let mut next = vec![0usize; shards.len()];
+    keys.iter()
+        .map(|key| {
+            let piece = shards
+                .binary_search(&partitioner.shard_of(key))
+                .expect("every key's shard has a piece");
+            let value = results
+                .get(piece)
+                .and_then(|r| r.outputs.get(next[piece]))
+                .cloned()
+                .flatten();
+            next[piece] += 1;
+            (key.clone(), value)
+        })
+        .collect()
+}
+
 impl Session {
+    /// The value the session already knows for `key`: its own write, or an earlier read.
+    fn known(&self, key: &Key) -> Option<Option<Value>> {
+        match self.writes.get(key) {
+            Some(v) => Some(Some(v.clone())),
+            None => self.reads.get(key).cloned(),
+        }
+    }
+
+    /// The keys one read transaction reads for a `Get` of `key` with the `then` hint:
+    /// `key`, then the hinted keys the session does not know yet, each once, at most
+    /// [`READ_KEYS_MAX`].
+    fn to_read(&self, key: Key, then: Vec<Key>) -> Vec<Key> {
+        let mut keys = vec![key];
+        for k in then {
+            if keys.len() >= READ_KEYS_MAX {
+                break;
+            }
+            if self.known(&k).is_none() && !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys
+    }
+
+    /// Keeps a value read from the store (validated at commit). A key the session
+    /// modified before reading it: the read is validated at commit, so its read-modify-writes
+    /// become a put of the value the client sees.
+    fn record_read(&mut self, key: Key, value: Option<Value>) {
+        self.reads.insert(key.clone(), value.clone());
+        if let Some(rmws) = self.rmws.remove(&key) {
+            let new = rmws
+                .iter()
+                .fold(value, |v, rmw| Some(rmw.apply(v.as_ref())));
+            let new = new.expect("a read-modify-write yields a value");
+            self.writes.insert(key, new);
+        }
+    }
+
     /// A `Modify` step: applied to the value the session knows (a buffered put, or a read
     /// that commit validates), else kept for the commit to run at the servers.
     fn modify(&mut self, key: Key, rmw: Rmw) {
@@ -47,9 +142,12 @@ pub(super) struct Session {
     /// Every key read from the store, with the value read: validated at commit, and
     /// served again to a repeated read.
     reads: BTreeMap<Key, Option<Value>>,
-    /// The agreed timestamp of the last read transaction: a session with one read and no
-    /// writes is serialized there and needs no validation.
+    /// The agreed timestamp of the last read transaction: a session whose reads all came
+    /// from one read transaction and that wrote nothing is serialized there and needs no
+    /// validation.
     read_ts: Option<Timestamp>,
+    /// How many read transactions returned the values in `reads`.
+    read_txns: u32,
     /// Buffered writes, read back by the session's own later reads.
     writes: BTreeMap<Key, Value>,
     /// Read-modify-writes of keys the session neither read nor wrote, in step order: run
@@ -86,22 +184,16 @@ impl Coordinator {
         session.idle_since_ns = ctx.now_ns();
         match step {
             Step::Begin { .. } => unreachable!("handled above"),
-            Step::Get { key, .. } => {
-                // Read your writes, and repeated reads, from the session.
-                let known = session
-                    .writes
-                    .get(&key)
-                    .map(|v| Some(v.clone()))
-                    .or_else(|| session.reads.get(&key).cloned());
-                if let Some(value) = known {
+            Step::Get { key, then, .. } => {
+                // Read your writes, and repeated reads (a multi-key read's later keys among
+                // them), from the session.
+                if let Some(value) = session.known(&key) {
                     return ctx.respond(request, ClientResponse::Read(value));
                 }
                 session.busy = true;
-                let shard = self.cluster.partitioner.shard_of(&key);
-                let read = Txn {
-                    pieces: vec![Piece::ops(shard, vec![Op::Get(key.clone())])],
-                };
-                self.start(ctx, request, read, Purpose::Read { session: txn, key });
+                let keys = session.to_read(key, then);
+                let read = read_txn(&self.cluster.partitioner, &keys);
+                self.start(ctx, request, read, Purpose::Read { session: txn, keys });
             }
             Step::Put { key, value, .. } => {
                 session.rmws.remove(&key);
@@ -143,7 +235,7 @@ impl Coordinator {
     /// read.
     fn commit_session(&mut self, ctx: &mut Ctx<'_, TigaNode>, request: RequestId, txn: TxnId) {
         let session = self.sessions.get_mut(&txn).expect("checked by on_step");
-        if session.writes.is_empty() && session.rmws.is_empty() && session.reads.len() <= 1 {
+        if session.writes.is_empty() && session.rmws.is_empty() && session.read_txns <= 1 {
             let commit_ts = session.read_ts;
             self.sessions.remove(&txn);
             let committed = Outcome::Committed {
@@ -195,8 +287,8 @@ impl Coordinator {
     ) {
         match purpose {
             Purpose::OneShot => outcome(ctx, request, result),
-            Purpose::Read { session, key } => {
-                self.conclude_read(ctx, request, session, key, result)
+            Purpose::Read { session, keys } => {
+                self.conclude_read(ctx, request, session, keys, result)
             }
             Purpose::Commit { session } => {
                 self.sessions.remove(&session);
@@ -221,7 +313,7 @@ impl Coordinator {
         ctx: &mut Ctx<'_, TigaNode>,
         request: RequestId,
         txn: TxnId,
-        key: Key,
+        keys: Vec<Key>,
         result: Outcome,
     ) {
         let Some(session) = self.sessions.get_mut(&txn) else {
@@ -232,28 +324,14 @@ impl Coordinator {
             Outcome::Committed {
                 results, commit_ts, ..
             } => {
-                let value = results
-                    .first()
-                    .and_then(|r| r.outputs.first())
-                    .cloned()
-                    .flatten();
                 session.busy = false;
                 session.idle_since_ns = ctx.now_ns();
                 session.read_ts = commit_ts;
-                session.reads.insert(key.clone(), value.clone());
-                let value = match session.rmws.remove(&key) {
-                    // Read after its own read-modify-writes: the read is validated at
-                    // commit, so they become a put of the value the client now sees.
-                    Some(rmws) => {
-                        let new = rmws
-                            .iter()
-                            .fold(value, |v, rmw| Some(rmw.apply(v.as_ref())));
-                        let new = new.expect("a read-modify-write yields a value");
-                        session.writes.insert(key, new.clone());
-                        Some(new)
-                    }
-                    None => value,
-                };
+                session.read_txns += 1;
+                for (key, value) in read_values(&self.cluster.partitioner, &keys, &results) {
+                    session.record_read(key, value);
+                }
+                let value = session.known(&keys[0]).flatten();
                 ctx.respond(request, ClientResponse::Read(value));
             }
             // A read transaction writes nothing, so a failed or unknown one leaves the
