@@ -672,7 +672,8 @@ impl Regional {
             TxnPlan::OneShot(txn) => txn.shards().to_vec(),
             TxnPlan::Interactive(ops) => ops
                 .iter()
-                .map(|op| tpcc.partitioner.shard_of(op.key()))
+                .flat_map(|op| op.keys())
+                .map(|key| tpcc.partitioner.shard_of(key))
                 .collect(),
         };
         self.locality.class(client, shards)
