@@ -46,6 +46,7 @@ fn protocol_help_lists_every_protocol_with_its_guarantee_and_options() {
         ("slog", "strict-serializable", "batch_ms"),
         ("2pl-pb", "strict-serializable", "max_inflight"),
         ("occ-pb", "strict-serializable", "max_inflight"),
+        ("mvto-hlc", "strong-partition-serializable", "max_offset_ms"),
     ];
     assert_eq!(registered(), expected.map(|(name, _, _)| name));
     for command in [&["sim"][..], &["bench"], &["server", "--node", "coord0"]] {
