@@ -1,6 +1,6 @@
 //! Protocol options of `aurogon` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -155,12 +155,9 @@ impl Options {
                 ));
             }
         }
-        let max_inflight = at_least_one("max_inflight", config.get("max_inflight", 1024usize)?)?;
-        let versions_kept = at_least_one("versions_kept", config.get("versions_kept", 8usize)?)?;
-        let checkpoint_every = at_least_one(
-            "checkpoint_every",
-            config.get("checkpoint_every", 4096usize)?,
-        )?;
+        let max_inflight = count(config, "max_inflight", 1024usize)?;
+        let versions_kept = count(config, "versions_kept", 8usize)?;
+        let checkpoint_every = count(config, "checkpoint_every", 4096usize)?;
         let hot_threshold = config.get("hot_threshold", 8u32)?;
         if hot_threshold == 0 {
             return Err("protocol option `hot_threshold` must be at least 1".to_string());

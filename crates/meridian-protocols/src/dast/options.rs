@@ -1,6 +1,6 @@
 //! Protocol options of `dast` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -83,10 +83,9 @@ impl Options {
                 "protocol option `anticipation_margin_ms` must be between 0 and 1e6, got {margin_ms}"
             ));
         }
-        let max_inflight = at_least_one("max_inflight", raw.get("max_inflight", 4096usize)?)?;
-        let max_notices = at_least_one("max_notices", raw.get("max_notices", 256usize)?)?;
-        let checkpoint_every =
-            at_least_one("checkpoint_every", raw.get("checkpoint_every", 2048usize)?)?;
+        let max_inflight = count(raw, "max_inflight", 4096)?;
+        let max_notices = count(raw, "max_notices", 256)?;
+        let checkpoint_every = count(raw, "checkpoint_every", 2048)?;
         Ok(Options {
             heartbeat_ns: ms_to_ns(heartbeat_ms),
             retry_ns: ms_to_ns(retry_ms),

@@ -1,6 +1,6 @@
 //! Protocol options of `janus` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -66,12 +66,9 @@ impl Options {
             tick_ns: ms_to_ns(ms("tick_ms", (0.25 * max_rtt_ms).max(5.0))?),
             keep_ns: ms_to_ns(ms("keep_ms", 4.0 * recovery_ms)?),
             commit_timeout_ns: ms_to_ns(ms("commit_timeout_ms", 16.0 * retry_ms)?),
-            window: at_least_one("window", config.get("window", 100_000usize)?)?,
-            max_inflight: at_least_one("max_inflight", config.get("max_inflight", 1024usize)?)?,
-            checkpoint_every: at_least_one(
-                "checkpoint_every",
-                config.get("checkpoint_every", 4096usize)?,
-            )?,
+            window: count(config, "window", 100_000usize)?,
+            max_inflight: count(config, "max_inflight", 1024usize)?,
+            checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Checks and conversions every protocol's option parser shares, so a bad value is refused
 //! with the same words whichever protocol reads it.
 
+use meridian_core::node::ProtocolConfig;
 use meridian_core::time::NS_PER_MS;
 
 /// `ms` if it is a positive, finite number of milliseconds (at most 10⁹: the conversion to
@@ -22,6 +23,11 @@ pub fn at_least_one(key: &str, value: usize) -> Result<usize, String> {
     } else {
         Ok(value)
     }
+}
+
+/// The count option `key` (`default` when absent), refused unless at least 1.
+pub fn count(config: &ProtocolConfig, key: &str, default: usize) -> Result<usize, String> {
+    at_least_one(key, config.get(key, default)?)
 }
 
 /// Milliseconds (as options give them) to nanoseconds, rounded.

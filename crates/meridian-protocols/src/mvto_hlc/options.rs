@@ -1,6 +1,6 @@
 //! Protocol options of `mvto-hlc` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -98,19 +98,10 @@ impl Options {
             lock_wait_ns: ms_to_ns(lock_wait_ms),
             recovery_after_ns: ms_to_ns(recovery_after_ms),
             max_refreshes: config.get("max_refreshes", 16)?,
-            max_inflight: at_least_one("max_inflight", config.get("max_inflight", 1024)?)?,
-            max_versions_per_key: at_least_one(
-                "max_versions_per_key",
-                config.get("max_versions_per_key", 32)?,
-            )?,
-            max_waiting_per_node: at_least_one(
-                "max_waiting_per_node",
-                config.get("max_waiting_per_node", 4096)?,
-            )?,
-            checkpoint_every: at_least_one(
-                "checkpoint_every",
-                config.get("checkpoint_every", 4096)?,
-            )?,
+            max_inflight: count(config, "max_inflight", 1024)?,
+            max_versions_per_key: count(config, "max_versions_per_key", 32)?,
+            max_waiting_per_node: count(config, "max_waiting_per_node", 4096)?,
+            checkpoint_every: count(config, "checkpoint_every", 4096)?,
             read_floor_ns: ms_to_ns(read_floor_ms),
             unsafe_skip_read_refresh: config.get("unsafe_skip_read_refresh", false)?,
         })

@@ -1,6 +1,6 @@
 //! Protocol options of `slog` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -77,9 +77,9 @@ impl Options {
                 ))
             }
         };
-        let window = at_least_one("window", raw.get("window", 64usize)?)? as u64;
-        let max_inflight = at_least_one("max_inflight", raw.get("max_inflight", 4096usize)?)?;
-        let outputs_kept = at_least_one("outputs_kept", raw.get("outputs_kept", 65536usize)?)?;
+        let window = count(raw, "window", 64)? as u64;
+        let max_inflight = count(raw, "max_inflight", 4096)?;
+        let outputs_kept = count(raw, "outputs_kept", 65536)?;
         Ok(Options {
             batch_ns: ms_to_ns(batch_ms),
             tick_ns: ms_to_ns(tick_ms),

@@ -1,6 +1,6 @@
 //! Protocol options of `tapir` (`--protocol-opts key=value,...`).
 
-use crate::kit::options::{at_least_one, ms_to_ns, positive_ms};
+use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
@@ -79,13 +79,10 @@ impl Options {
             exec_timeout_ns: ms_to_ns(exec_timeout_ms),
             query_ns: ms_to_ns(query_ms),
             max_retries: config.get("max_retries", 4u32)?,
-            max_attempts: at_least_one("max_attempts", config.get("max_attempts", 4usize)?)? as u32,
-            max_inflight: at_least_one("max_inflight", config.get("max_inflight", 4096usize)?)?,
-            versions_kept: at_least_one("versions_kept", config.get("versions_kept", 8usize)?)?,
-            checkpoint_every: at_least_one(
-                "checkpoint_every",
-                config.get("checkpoint_every", 4096usize)?,
-            )?,
+            max_attempts: count(config, "max_attempts", 4usize)? as u32,
+            max_inflight: count(config, "max_inflight", 4096usize)?,
+            versions_kept: count(config, "versions_kept", 8usize)?,
+            checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
         })
     }
 
