@@ -69,25 +69,24 @@ fn the_committed_page_is_a_rendering() {
 fn every_experiment_file_parses_under_its_own_name() {
     let root = root();
     let mut names = BTreeMap::new();
-    for dir in ["experiments", "experiments/paper-loads"] {
-        for entry in std::fs::read_dir(root.join(dir)).expect("experiments dir") {
-            let path = entry.expect("dir entry").path();
-            let is_experiment = path.extension().is_some_and(|e| e == "toml")
-                && path.file_name().is_some_and(|n| n != "reproduce.toml");
-            if !is_experiment {
-                continue;
-            }
-            let exp = experiment::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            experiment::points(&exp, &Overrides::default())
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if let Some(other) = names.insert(exp.name.clone(), path.clone()) {
-                panic!(
-                    "{} and {} are both `{}`",
-                    other.display(),
-                    path.display(),
-                    exp.name
-                );
-            }
+    let dir = "experiments";
+    for entry in std::fs::read_dir(root.join(dir)).expect("experiments dir") {
+        let path = entry.expect("dir entry").path();
+        let is_experiment = path.extension().is_some_and(|e| e == "toml")
+            && path.file_name().is_some_and(|n| n != "reproduce.toml");
+        if !is_experiment {
+            continue;
+        }
+        let exp = experiment::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        experiment::points(&exp, &Overrides::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if let Some(other) = names.insert(exp.name.clone(), path.clone()) {
+            panic!(
+                "{} and {} are both `{}`",
+                other.display(),
+                path.display(),
+                exp.name
+            );
         }
     }
     assert!(names.len() > 20, "{} experiment files", names.len());

@@ -55,11 +55,9 @@
 //! 20 K (p50 219.5 ms). Between the two, **1.8 µs per event** (`rate = [25000]`): 157,988
 //! txns/s at 25 K per coordinator (p50 269.7 ms), the paper's 157.3 K within 0.5 %, with
 //! the latency bend near 20 K per coordinator (157.3 K ÷ 8 = 19.7 K). The Tiga figure
-//! experiments at the paper's loads (`experiments/paper-loads/tiga-fig7.toml`, `-fig8`,
-//! `-fig9`, `-fig11`, `-fig12`, `-fig13`, `-table1`, `-table2`) set
+//! experiments (`experiments/tiga-fig7.toml`, `-fig8`, `-fig9`, `-fig11`, `-fig12`,
+//! `-fig13`, `-table1`, `-table2`) run at the paper's loads and set
 //! `service_time = "1.8us"` for every protocol; the baselines are never tuned separately.
-//! They have not been run yet, so `docs/REPRODUCTION.md` still renders the earlier
-//! `experiments/tiga-fig*.toml` at lower rates without a service time.
 //!
 //! One seeded RNG for the network, one per node (re-seeded per incarnation), one per clock
 //! and one per client: the same seed gives the same event trace, bit for bit, which
