@@ -229,7 +229,7 @@ fn fig5_inversion_is_caught() {
 mod preventive_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "c58938b362377d49"), (6, "cba660e07fc579bc")],
+        golden: &[(5, "429c4b7417990d56"), (6, "ccddf7029efe8746")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };

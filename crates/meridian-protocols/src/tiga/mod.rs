@@ -15,7 +15,7 @@
 //! | §3.3 optimistic execution, release rules (Alg. 1/2 lines 7–32) | `server.rs` `process`, `seal`, `follower_release`, `execute_sealed`, `send_fast_reply`, `server::execute`; the queue `pq` and Algorithm 1's scan made incremental: `queue.rs` [`PriorityQueue`] |
 //! | §3.4 fast-path quorum check; Appendix D per-key incremental hash | `coordinator.rs` `try_commit` (Alg. 3 lines 8–34); `server.rs` `reply_hash` over `meridian_store::OrderedLog`'s per-key hashes |
 //! | §3.5 timestamp agreement, cases 1–3 (revoke + re-execute) | `server.rs` `seal`, `on_notify`, `check_agreement` (Alg. 2 lines 21–29, 33–57) |
-//! | §3.5 revoke and re-execute under contention (detective; Fig. 12, Table 2) | `server.rs` `pipelines`, `reply_if_final`, `on_clear`, `reexecute_behind`; `queue.rs` [`PriorityQueue::blocked_unsealed`], [`PriorityQueue::seal`]; option `pipeline` (see "Pipelined execution") |
+//! | §3.5 revoke and re-execute under contention (both approaches; Figs. 9, 12, Tables 2, 3) | `server.rs` `pipelines`, `reply_if_final`, `on_clear`, `reexecute_behind`; `queue.rs` [`PriorityQueue::blocked_unsealed`], [`PriorityQueue::seal`]; option `pipeline` (see "Pipelined execution") |
 //! | §3.6 second round against timestamp inversion | `server.rs` `check_agreement` (case 2 waits until every leader notified the agreed timestamp; a case-3 leader notifies again only when it is sealed again at the agreed timestamp); Fig. 5 scripted in `tests/tiga_inversion.rs` |
 //! | §3.7 log synchronization, sync-point, slow replies, commit-point, follower execution | `server.rs` `leader_release`, `apply_sync`, `advance_commit_point`, `execute_committed`, `tick` |
 //! | §5.6 headroom sensitivity (Δ offsets, 0-Hdrn) | options `headroom_offset_ms`, `headroom=zero` in [`Estimator::plan`]; sweep: `examples/tiga_figures.rs headroom` |
@@ -115,15 +115,16 @@
 //!   scan's; `tests.rs` checks the two give the same releases on random queues.
 //! * **What "released" means at a leader**: Algorithm 1 records T in rMap/wMap when it
 //!   leaves the scan (lines 14–16), before execution and agreement; we call that *sealing*.
-//!   A sealed T stays in the queue until it is released after agreement; in the
-//!   preventive approach (and the detective one with `pipeline=false`) it blocks
-//!   conflicting successors until then, in the detective one it holds back only their
-//!   replies and releases (see "Pipelined execution"). In the preventive approach a leader seals T (rMap/wMap),
+//!   A sealed T stays in the queue until it is released after agreement; with
+//!   `pipeline=false` it blocks conflicting successors until then, with pipelining (the
+//!   default) it holds back only their replies and releases (see "Pipelined
+//!   execution"). In the preventive approach a leader seals T (rMap/wMap),
 //!   executes it (for its abort vote, see cross-shard abort) and notifies, and replies
 //!   to the coordinator only after agreement; sealing before notifying is what
 //!   makes the notification a promise that no conflicting transaction will be ordered
 //!   before T on this shard below T's timestamp.
-//! * **Pipelined execution** (detective approach; option `pipeline`, default `true`).
+//! * **Pipelined execution** (both approaches; option `pipeline`, default `true`; the
+//!   detective approach first, the preventive one below).
 //!   Algorithm 1 line 12 read literally (no conflicting T′ ahead in `pq`) keeps a sealed T
 //!   — executed, awaiting agreement — blocking every conflicting successor until its
 //!   release: at least one leader-to-leader one-way delay with separated leaders (the
@@ -153,7 +154,7 @@
 //!   validation) is never pipelined — it waits, as before, until nothing conflicting is
 //!   ahead, and its vote is final. Any other can vote abort only on a type error; a
 //!   re-execution that changes such a vote notifies it again (see Limits). The
-//!   preventive approach is unchanged (agreement costs LAN delays there). Counters
+//!   preventive approach pipelines the same way (next paragraph). Counters
 //!   `tiga.leader_seal_wait_us` / `tiga.leader_seals` (expiry → seal) and
 //!   `tiga.leader_sealed_hold_us` / `tiga.leader_releases` (seal → release) measure it.
 //!
@@ -175,6 +176,21 @@
 //!   wait 36 ms per seal behind hot keys); no unknown outcome; 0.9 % and 3.9 % of
 //!   separated commits re-executed. The simulator charges no service time by default,
 //!   so nothing here saturates: throughput equals the offered load on both placements.
+//!
+//!   *Preventive.* The same reading in the preventive approach holds a conflicting
+//!   successor until T is released — agreement among the co-located leaders, a LAN round
+//!   trip plus the leaders' queueing — so a hot key admits one transaction per agreement
+//!   delay, and under the calibrated service time that delay grows with the load: at
+//!   Zipf 0.99 and 25 K txns/s per coordinator on `gcp-tiga`, 34,912 txns/s committed
+//!   (p50 626.0 ms) against 72,886 (p50 505.2 ms) for the detective, pipelined leaders of
+//!   `gcp-tiga-rotated`; the paper's Table 3 keeps ≈ 157 K at that skew. Pipelining there
+//!   too (a successor seals behind sealed predecessors; replies still wait for release):
+//!   88,388 txns/s, p50 397.4 ms; at Zipf 0.5 163,092 (p50 266.6 ms) against 158,598
+//!   (269.2 ms) before. (One-point experiments with Table 3's setup, `rate = 25000`,
+//!   `service_time = "1.8us"`, 400 ms warm-up, 500 ms measured, release build.) A
+//!   preventive leader re-executes only when agreement moves a predecessor (case 3) or it
+//!   is released aborted, which co-location makes rare. At 0.99 this is still about half
+//!   of the paper's Table 3; what paces a hot key now is not yet measured.
 //! * **Second round**: notifications carry the sender's current timestamp (and, sealed, its
 //!   abort vote there, see cross-shard abort); a leader keeps the largest per shard. Case 2 releases once every involved leader's latest
 //!   notification equals the agreed timestamp. A case-3 leader revokes, repositions, and

@@ -699,8 +699,9 @@ impl Server {
             for (ts, id) in self.pq.take_expired_candidates(now) {
                 let e = &self.txns[&id];
                 let blocked = if e.state == State::Sealed {
-                    // Detective: a sealed one whose predecessor left may be final now.
-                    if !self.preventive {
+                    // Detective or pipelined: a sealed one whose predecessor left may be
+                    // final now.
+                    if !self.preventive || self.opts.pipeline {
                         woken.push(id);
                     }
                     continue;
@@ -773,19 +774,20 @@ impl Server {
     }
 
     /// Whether this leader seals `e` while sealed, unagreed conflicting transactions are
-    /// ahead of it, executing on their versions (module doc, "Pipelined execution"): in
-    /// the detective approach, unless its abort vote may change by design when a
-    /// predecessor's rollback makes it execute again.
+    /// ahead of it, executing on their versions (module doc, "Pipelined execution"), in
+    /// either approach — unless its abort vote may change by design when a predecessor's
+    /// rollback makes it execute again.
     fn pipelines(&self, e: &Entry) -> bool {
-        self.is_leader && !self.preventive && self.opts.pipeline && !e.body.decision_matters()
+        self.is_leader && self.opts.pipeline && !e.body.decision_matters()
     }
 
     /// The leader takes `id` at the head of its queue: records it in rMap/wMap (so no later
     /// conflicting arrival can be ordered before it), executes it, replies fast in the
     /// detective approach once the execution is final, and notifies the other leaders of
     /// its timestamp and abort vote (§3.5, first or second round). The preventive approach
-    /// executes here too — the vote needs the execution, and nothing conflicting runs
-    /// until T is released — but still replies only after agreement.
+    /// executes here too — the vote needs the execution — but replies only at release,
+    /// after agreement, when every conflicting predecessor is released and the execution
+    /// is final.
     fn seal(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         let e = self.txns.get_mut(&id).expect("queued");
         let ts = e.body.ts;
@@ -805,8 +807,8 @@ impl Server {
         self.check_agreement(ctx, id);
     }
 
-    /// Detective approach: a sealed transaction whose conflicting predecessor left the
-    /// queue. Once none is ahead its execution is final: it replies, and may be released.
+    /// Pipelined: a sealed transaction whose conflicting predecessor left the queue. Once
+    /// none is ahead its execution is final: it replies (detective), and may be released.
     fn on_clear(&mut self, ctx: &mut Ctx<'_, TigaNode>, id: TxnId) {
         if self.txns.get(&id).is_some_and(|e| e.state == State::Sealed) {
             self.reply_if_final(id);
@@ -828,15 +830,16 @@ impl Server {
         let _ = self.send_fast_reply(id);
     }
 
-    /// Detective approach: `id`'s writes at `ts` changed (first executed, revoked, or
-    /// released aborted), so every sealed transaction queued behind it that read or
-    /// overwrote those keys is revoked and executes again, in queue order, and so on for
-    /// what those write — §3.5's revoke and re-execute, cascaded. None of them has replied
-    /// (a conflicting transaction is ahead of each). A re-execution whose abort vote
-    /// differs (only a type error can, see `pipelines`) notifies the new vote.
+    /// Pipelined: `id`'s writes at `ts` changed (first executed, revoked, or released
+    /// aborted), so every sealed transaction queued behind it that read or overwrote those
+    /// keys is revoked and executes again, in queue order, and so on for what those write
+    /// — §3.5's revoke and re-execute, cascaded. None of them has replied (a conflicting
+    /// transaction is ahead of each). A re-execution whose abort vote differs (only a type
+    /// error can, see `pipelines`) notifies the new vote. A preventive leader that does
+    /// not pipeline seals nothing conflicting behind an unreleased transaction.
     fn reexecute_behind(&mut self, ctx: &mut Ctx<'_, TigaNode>, ts: Timestamp, id: TxnId) {
-        if self.preventive {
-            return; // nothing conflicting is sealed behind an unreleased transaction
+        if self.preventive && !self.opts.pipeline {
+            return;
         }
         let mut todo: BTreeSet<(Timestamp, TxnId)> = self
             .pq
@@ -957,7 +960,7 @@ impl Server {
             return;
         }
         if self.pq.blocked(own, id, &e.reads, &e.writes) {
-            // Detective, pipelined: a conflicting transaction ahead is not released yet;
+            // Pipelined: a conflicting transaction ahead is not released yet;
             // release follows it (the stream orders conflicting entries by timestamp).
             return;
         }
