@@ -142,9 +142,18 @@ impl TimeBucket {
             "clock_spread_ns",
             "largest clock spread between machines (ns)",
         ),
-        ("clock_error_p90_ns", "90th percentile of |clock error| (ns)"),
-        ("clock_error_p99_ns", "99th percentile of |clock error| (ns)"),
-        ("clock_error_p999_ns", "99.9th percentile of |clock error| (ns)"),
+        (
+            "clock_error_p90_ns",
+            "90th percentile of |clock error| (ns)",
+        ),
+        (
+            "clock_error_p99_ns",
+            "99th percentile of |clock error| (ns)",
+        ),
+        (
+            "clock_error_p999_ns",
+            "99.9th percentile of |clock error| (ns)",
+        ),
     ];
 
     /// The named field (see [`TimeBucket::FIELDS`]).

@@ -410,6 +410,9 @@ mod tests {
         }
         let b = &sampler.finish().buckets[0];
         let ms = |ns: f64| ns / NS_PER_MS as f64;
-        assert_eq!((b.p90_ms, b.p99_ms, b.p999_ms), (ms(900.0), ms(990.0), ms(999.0)));
+        assert_eq!(
+            (b.p90_ms, b.p99_ms, b.p999_ms),
+            (ms(900.0), ms(990.0), ms(999.0))
+        );
     }
 }
