@@ -732,6 +732,9 @@ fn median_timeline(runs: &[RunOutput]) -> Vec<TimeBucket> {
                 p50_ms: med(&|b| b.p50_ms),
                 p99_ms: med(&|b| b.p99_ms),
                 clock_spread_ns: med(&|b| b.clock_spread_ns),
+                clock_error_p90_ns: med(&|b| b.clock_error_p90_ns),
+                clock_error_p99_ns: med(&|b| b.clock_error_p99_ns),
+                clock_error_p999_ns: med(&|b| b.clock_error_p999_ns),
             }
         })
         .collect()

@@ -119,11 +119,19 @@ pub struct TimeBucket {
     /// sampled in the bucket, ns (Aurogon Fig. 13).
     #[serde(default)]
     pub clock_spread_ns: Option<f64>,
+    /// Simulator: percentiles (90th, 99th, 99.9th) of every machine's |local − true|
+    /// sampled in the bucket, ns (K2 Fig. 15: ε over time).
+    #[serde(default)]
+    pub clock_error_p90_ns: Option<f64>,
+    #[serde(default)]
+    pub clock_error_p99_ns: Option<f64>,
+    #[serde(default)]
+    pub clock_error_p999_ns: Option<f64>,
 }
 
 impl TimeBucket {
     /// Every field a timeline plot may show, with its axis label.
-    pub const FIELDS: [(&'static str, &'static str); 7] = [
+    pub const FIELDS: [(&'static str, &'static str); 10] = [
         ("throughput_tps", "throughput (committed txns/s)"),
         ("p50_ms", "median commit latency (ms)"),
         ("p99_ms", "p99 commit latency (ms)"),
@@ -133,6 +141,18 @@ impl TimeBucket {
         (
             "clock_spread_ns",
             "largest clock spread between machines (ns)",
+        ),
+        (
+            "clock_error_p90_ns",
+            "90th percentile of |clock error| (ns)",
+        ),
+        (
+            "clock_error_p99_ns",
+            "99th percentile of |clock error| (ns)",
+        ),
+        (
+            "clock_error_p999_ns",
+            "99.9th percentile of |clock error| (ns)",
         ),
     ];
 
@@ -146,6 +166,9 @@ impl TimeBucket {
             "aborted" => Some(self.aborted as f64),
             "unknown" => Some(self.unknown as f64),
             "clock_spread_ns" => self.clock_spread_ns,
+            "clock_error_p90_ns" => self.clock_error_p90_ns,
+            "clock_error_p99_ns" => self.clock_error_p99_ns,
+            "clock_error_p999_ns" => self.clock_error_p999_ns,
             _ => None,
         }
     }

@@ -463,17 +463,26 @@ pub(crate) fn simulate<P: Protocol>(
                 p50_ms: b.p50_ms,
                 p99_ms: b.p99_ms,
                 // The clock sampler buckets as the timeline does (same length and start).
-                clock_spread_ns: report
-                    .clock_error
-                    .buckets
-                    .get(i)
-                    .map(|c| c.spread_ms * NS_PER_MS as f64),
+                clock_spread_ns: clock_bucket_ns(&report, i, |c| c.spread_ms),
+                clock_error_p90_ns: clock_bucket_ns(&report, i, |c| c.p90_ms),
+                clock_error_p99_ns: clock_bucket_ns(&report, i, |c| c.p99_ms),
+                clock_error_p999_ns: clock_bucket_ns(&report, i, |c| c.p999_ms),
             })
             .collect(),
         marks: fault_marks(&point.faults),
         counters: with_clock_error(&report),
         model: P::predict(&run_summary(point, &setup.cluster, &report), &setup.options),
     })
+}
+
+/// A field of the clock sampler's bucket `i`, in ns.
+fn clock_bucket_ns(
+    report: &SimReport,
+    i: usize,
+    field: impl Fn(&meridian_sim::ClockErrorBucket) -> f64,
+) -> Option<f64> {
+    let bucket = report.clock_error.buckets.get(i)?;
+    Some(field(bucket) * NS_PER_MS as f64)
 }
 
 /// The protocol's counters plus the run's measured clock error, in ns (`clock_error_mean_ns`,
@@ -606,6 +615,6 @@ fn runtime_bucket(index: usize, tick: Duration, interval: &Results) -> TimeBucke
         throughput_tps: committed as f64 / tick.as_secs_f64(),
         p50_ms: all.percentile_ms(50.0),
         p99_ms: all.percentile_ms(99.0),
-        clock_spread_ns: None,
+        ..TimeBucket::default()
     }
 }

@@ -143,8 +143,8 @@ pub struct ClockErrorReport {
     /// The largest spread (fastest − slowest clock) at one sampling instant: what orders
     /// timestamps wrongly.
     pub spread_max_ms: f64,
-    /// Per bucket of the run's timeline (same length): the largest |local − true| and the
-    /// largest spread sampled in it, ms.
+    /// Per bucket of the run's timeline (same length): the largest |local − true|, its
+    /// percentiles and the largest spread sampled in it, ms.
     pub buckets: Vec<ClockErrorBucket>,
 }
 
@@ -154,6 +154,11 @@ pub struct ClockErrorBucket {
     pub start_ms: f64,
     pub max_ms: f64,
     pub spread_ms: f64,
+    /// Nearest-rank percentiles of every machine's |local − true| sampled in the bucket
+    /// (K2 Fig. 15 plots ε's 90th, 99th and 99.9th over time).
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
 }
 
 /// Virtual time between two samples of every clock.
@@ -168,6 +173,8 @@ pub(crate) struct ClockErrorSampler {
     bucket_ns: u64,
     /// Per timeline bucket: (max |error|, max spread), ns.
     buckets: Vec<(f64, f64)>,
+    /// Per timeline bucket: every |error| sampled in it, ns (for its percentiles).
+    bucket_abs_ns: Vec<Vec<f64>>,
 }
 
 impl ClockErrorSampler {
@@ -196,9 +203,11 @@ impl ClockErrorSampler {
             let index = index as usize;
             if self.buckets.len() <= index {
                 self.buckets.resize(index + 1, (0.0, 0.0));
+                self.bucket_abs_ns.resize(index + 1, Vec::new());
             }
             let bucket = &mut self.buckets[index];
             *bucket = (bucket.0.max(worst), bucket.1.max(spread));
+            self.bucket_abs_ns[index].extend(errors_ns.iter().map(|e| e.abs()));
         }
     }
 
@@ -206,29 +215,43 @@ impl ClockErrorSampler {
         let ms = |ns: f64| ns / NS_PER_MS as f64;
         self.abs_ns.sort_unstable_by(f64::total_cmp);
         let n = self.abs_ns.len();
-        let p99 = if n == 0 {
-            0.0
-        } else {
-            self.abs_ns[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1]
-        };
+        for samples in &mut self.bucket_abs_ns {
+            samples.sort_unstable_by(f64::total_cmp);
+        }
+        let bucket_abs_ns = std::mem::take(&mut self.bucket_abs_ns);
         ClockErrorReport {
             samples: n as u64,
             mean_ms: ms(self.abs_ns.iter().sum::<f64>() / n.max(1) as f64),
-            p99_ms: ms(p99),
+            p99_ms: ms(nearest_rank(&self.abs_ns, 0.99)),
             max_ms: ms(self.abs_ns.last().copied().unwrap_or(0.0)),
             spread_max_ms: ms(self.spread_max_ns),
             buckets: self
                 .buckets
                 .iter()
                 .enumerate()
-                .map(|(i, &(worst, spread))| ClockErrorBucket {
-                    start_ms: ms((i as u64 * self.bucket_ns) as f64),
-                    max_ms: ms(worst),
-                    spread_ms: ms(spread),
+                .map(|(i, &(worst, spread))| {
+                    let sorted = &bucket_abs_ns[i];
+                    ClockErrorBucket {
+                        start_ms: ms((i as u64 * self.bucket_ns) as f64),
+                        max_ms: ms(worst),
+                        spread_ms: ms(spread),
+                        p90_ms: ms(nearest_rank(sorted, 0.90)),
+                        p99_ms: ms(nearest_rank(sorted, 0.99)),
+                        p999_ms: ms(nearest_rank(sorted, 0.999)),
+                    }
                 })
                 .collect(),
         }
     }
+}
+
+/// The nearest-rank `q` quantile of `sorted` (ascending); 0 when empty.
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return 0.0;
+    }
+    sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1]
 }
 
 /// Everything a run measured.
@@ -370,5 +393,26 @@ mod tests {
             (ms(300.0), ms(400.0))
         );
         assert_eq!(r.buckets[1].start_ms, 20.0);
+        // Bucket 0 holds |errors| 50, 50, 100, 300: p90 = p99 = p99.9 = 300 (4 samples).
+        assert_eq!(
+            (r.buckets[0].p90_ms, r.buckets[0].p999_ms),
+            (ms(300.0), ms(300.0))
+        );
+        assert_eq!(r.buckets[1].p90_ms, ms(1000.0));
+    }
+
+    #[test]
+    fn clock_error_bucket_percentiles_rank_the_bucket_samples() {
+        let mut sampler = ClockErrorSampler::new(NS_PER_MS * 10_000);
+        // 1000 instants 10 ms apart × 1 machine: |errors| 1..=1000 ns, all in one 10 s bucket.
+        for e in 1..=1000 {
+            sampler.record(&[-(e as f64)]);
+        }
+        let b = &sampler.finish().buckets[0];
+        let ms = |ns: f64| ns / NS_PER_MS as f64;
+        assert_eq!(
+            (b.p90_ms, b.p99_ms, b.p999_ms),
+            (ms(900.0), ms(990.0), ms(999.0))
+        );
     }
 }

@@ -106,6 +106,29 @@ struct CoordTxn {
     /// A read-only one-shot transaction served at the nearest copies in the view of
     /// this epoch (§6.4), or `None` at the primaries.
     read_view: Option<u64>,
+    /// When its phases began (Table 2's latency breakdown).
+    marks: PhaseMarks,
+}
+
+/// Local clock readings at the start of each phase, ns: the `k2.breakdown_*` counters
+/// sum them over committed read-write transactions (K2 Table 2, as means).
+#[derive(Clone, Copy, Debug, Default)]
+struct PhaseMarks {
+    admitted_ns: u64,
+    ts_ns: u64,
+    executed_ns: u64,
+}
+
+impl PhaseMarks {
+    /// Adds a committed read-write transaction's get-ts, execution and commit times.
+    fn count(&self, ctx: &mut Ctx<'_, K2Node>) {
+        let us = |from: u64, to: u64| to.saturating_sub(from) / 1_000;
+        let now = ctx.now_ns();
+        ctx.count("k2.breakdown_txns", 1);
+        ctx.count("k2.breakdown_get_ts_us", us(self.admitted_ns, self.ts_ns));
+        ctx.count("k2.breakdown_execute_us", us(self.ts_ns, self.executed_ns));
+        ctx.count("k2.breakdown_commit_us", us(self.executed_ns, now));
+    }
 }
 
 /// A coordinator node.
@@ -203,6 +226,10 @@ impl Coordinator {
             epoch: 0,
             accessed: BTreeMap::new(),
             read_view: None,
+            marks: PhaseMarks {
+                admitted_ns: ctx.now_ns(),
+                ..PhaseMarks::default()
+            },
         };
         self.txns.insert(seq, txn);
         self.acquire_ts(ctx, seq);
@@ -392,10 +419,14 @@ impl Coordinator {
     }
 
     fn got_ts(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64, ts: TxnTs) {
+        // Every timestamp handed out; `k2.ts_from_batch` of them were served at once from
+        // a live batch (Fig. 16's share served locally).
+        ctx.count("k2.timestamps", 1);
         let Some(t) = self.txns.get_mut(&seq) else {
             return;
         };
         t.ts = Some(ts);
+        t.marks.ts_ns = ctx.now_ns();
         t.phase = Phase::Executing;
         if self.opts.epochs_on() {
             // No transaction commits in an epoch before its timestamp's ceiling epoch: that
@@ -572,6 +603,7 @@ impl Coordinator {
 
     fn finish_execution(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
         let t = self.txns.get_mut(&seq).expect("live");
+        t.marks.executed_ns = ctx.now_ns();
         let ceiling = self.opts.epoch_of(t.ts.expect("executed").time_ns);
         let validate = self.opts.epochs_on() && !self.opts.unsafe_skip_epoch_validation;
         if validate && t.epoch > ceiling && !t.accessed.is_empty() {
@@ -703,6 +735,9 @@ impl Coordinator {
             }
             Body::Session { .. } => Vec::new(),
         };
+        if path != CommitPath::ReadOnly {
+            t.marks.count(ctx);
+        }
         let outcome = Outcome::Committed {
             results,
             commit_ts: t.ts,

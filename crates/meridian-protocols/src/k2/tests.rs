@@ -246,6 +246,36 @@ fn the_client_hears_a_commit_only_after_the_commit_wait() {
 }
 
 #[test]
+fn a_committed_writer_counts_its_phases_for_the_latency_breakdown() {
+    // ε = 20 ms: the commit wait (≈ 40 ms from the timestamp) dominates the commit phase.
+    let mut d = driver("epsilon_us=20000,ttl_us=100");
+    let start = d.now;
+    let reader = d.submit(0, txn(vec![read(&d, 0, "k")]));
+    let writer = d.submit(0, txn(vec![append(&d, 1, "k", 1)]));
+    assert!(d.run_until_answered(&[reader, writer], 200 * MS));
+    committed(&d, writer);
+    let elapsed_us = (d.now - start) / 1_000;
+    // Only the read-write transaction is in the breakdown (Table 2: NewOrder).
+    assert_eq!(d.counters.get("k2.breakdown_txns"), Some(&1));
+    let phase = |name| d.counters.get(name).copied().unwrap_or(0);
+    let total = phase("k2.breakdown_get_ts_us")
+        + phase("k2.breakdown_execute_us")
+        + phase("k2.breakdown_commit_us");
+    assert!(
+        phase("k2.breakdown_commit_us") >= 35_000,
+        "the commit wait is in the commit phase"
+    );
+    assert!(
+        phase("k2.breakdown_execute_us") > 0,
+        "a round trip to the primary"
+    );
+    assert!(
+        total <= elapsed_us,
+        "{total} µs of phases in {elapsed_us} µs"
+    );
+}
+
+#[test]
 fn a_batch_serves_a_burst_from_one_oracle_request_and_the_strawman_asks_for_each() {
     for (options, requests) in [("", 1u64), ("timestamps=oracle", 20)] {
         let mut d = driver(options);
@@ -258,6 +288,11 @@ fn a_batch_serves_a_burst_from_one_oracle_request_and_the_strawman_asks_for_each
             Some(&requests),
             "{options}"
         );
+        // Fig. 16 divides by every timestamp handed out; the strawman serves none locally.
+        assert_eq!(d.counters.get("k2.timestamps"), Some(&20), "{options}");
+        if requests == 20 {
+            assert_eq!(d.counters.get("k2.ts_from_batch"), None);
+        }
         for r in rs {
             committed(&d, r);
         }

@@ -287,6 +287,10 @@ impl Primary {
         let Some(rec) = self.anchor.records.get(&txn.id) else {
             if abort || self.too_old(ctx, &txn) {
                 ctx.count("mvto_hlc.pending_aborted_by_push", 1);
+                if abort {
+                    // Wound-wait broke a wait on a younger holder (K2 Fig. 17d's count).
+                    ctx.count("deadlock_aborts", 1);
+                }
                 self.decide(ctx, txn, false, HlcTs::default(), BTreeSet::new(), None);
                 answer(ctx, self, false, HlcTs::default());
             }

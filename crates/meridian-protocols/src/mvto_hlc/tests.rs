@@ -279,6 +279,7 @@ fn an_older_writer_wounds_a_younger_intent_holder() {
     assert!(d.commit(0, old).is_committed());
     assert!(matches!(d.commit(1, young), Outcome::Aborted { .. }));
     assert_eq!(d.counters.get("mvto_hlc.pending_aborted_by_push"), Some(&1));
+    assert_eq!(d.counters.get("deadlock_aborts"), Some(&1));
     assert_eq!(d.read_list(1, &x, 0), vec![2]);
 }
 

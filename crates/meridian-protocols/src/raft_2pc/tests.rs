@@ -81,6 +81,8 @@ fn wound_wait_aborts_the_younger_holder() {
     d.run_for(50 * MS);
     assert_eq!(aborted(&d.commit(1, young)), &AbortReason::Conflict);
     assert_eq!(committed(&d.commit(0, old)), CommitPath::TwoPhase);
+    // The wound is what K2 Fig. 17d counts as a deadlock broken.
+    assert_eq!(d.counters.get("deadlock_aborts"), Some(&1));
     let t = d.begin(0, None);
     assert_eq!(read_value(&d.get(0, t, &x)).as_deref(), Some("old"));
 }

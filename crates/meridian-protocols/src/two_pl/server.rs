@@ -636,7 +636,12 @@ impl Server {
                     *held = (*held).max(mode);
                 }
                 Acquire::Waiting => return self.wound(ctx),
-                Acquire::Die | Acquire::QueueFull => {
+                Acquire::Die => {
+                    // WAIT-DIE's deadlock prevention (K2 Fig. 17d counts these).
+                    ctx.count("deadlock_aborts", 1);
+                    return self.abort_txn(ctx, txn, AbortReason::Conflict, true);
+                }
+                Acquire::QueueFull => {
                     return self.abort_txn(ctx, txn, AbortReason::Conflict, true);
                 }
             }
@@ -650,6 +655,8 @@ impl Server {
     fn wound(&mut self, ctx: &mut Cx<'_>) {
         for txn in self.locks.take_wounded() {
             if self.txns.get(&txn).is_some_and(|t| !t.prepared) {
+                // WOUND-WAIT's deadlock prevention (K2 Fig. 17d counts these).
+                ctx.count("deadlock_aborts", 1);
                 self.abort_txn(ctx, txn, AbortReason::Conflict, true);
             }
         }

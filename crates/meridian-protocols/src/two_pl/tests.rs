@@ -228,6 +228,7 @@ fn wait_die_kills_a_younger_requester() {
     assert_eq!(d.server(0).lock_mode(b"x", old), Some(LockMode::Exclusive));
     let r_young = run(&mut d, 1, txn(vec![add(0, "x", 10)]));
     assert_eq!(abort_reason(&d, r_young), AbortReason::Conflict);
+    assert_eq!(d.counters.get("deadlock_aborts"), Some(&1));
     d.release_held();
     assert!(d.run_until_answered(&[r_old], 1_000 * MS));
     committed(&d, r_old);
