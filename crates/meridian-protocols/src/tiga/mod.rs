@@ -468,10 +468,10 @@
 //!   at the latest `commit_timeout_ms + retry_ms` after, when a coordinator that said
 //!   nothing has stopped retransmitting anyway (a crashed one). Slimmed entries are what a
 //!   cut may truncate, so a transaction is held about the floor's lag (`retry_ms`) plus a
-//!   GC period after its outcome instead of ≥ 4.4 s: at the runtime's ~20 K txns/s that
-//!   is the difference between ~20 K and ~90 K transactions held on every replica
-//!   (issue 22; `examples/tiga_memory.rs` samples the live heap per transaction; test
-//!   `the_coordinators_finished_watermark_bounds_what_a_shard_retains`). A leader
+//!   GC period after its outcome instead of at least `commit_timeout_ms + retry_ms`
+//!   (4.4 s) after its release (issue 22; `examples/tiga_memory.rs` samples the live heap
+//!   per transaction; test `the_coordinators_finished_watermark_bounds_what_a_shard_retains`).
+//!   A leader
 //!   drops a transaction's timestamp notes when it releases it (a late notification is
 //!   answered from the log). A view change or state transfer replaces the store with one
 //!   restored from a checkpoint, so F restarts at its timestamp. The store itself is
