@@ -1023,11 +1023,20 @@ fn the_coordinators_finished_watermark_bounds_what_a_shard_retains() {
     assert_eq!(total_with, total_without, "the watermark changes no result");
     assert!(total_with > 1_400, "{total_with} increments applied");
     for (known, logged, listed) in with {
-        assert!(known < 1_000, "{known} transactions known with the watermark");
-        assert!(logged < 1_000 && listed < 1_000, "{logged} logged, {listed} listed");
+        assert!(
+            known < 1_000,
+            "{known} transactions known with the watermark"
+        );
+        assert!(
+            logged < 1_000 && listed < 1_000,
+            "{logged} logged, {listed} listed"
+        );
     }
     for (known, _, _) in without {
-        assert!(known >= 1_490, "{known} known without it: the time window keeps all");
+        assert!(
+            known >= 1_490,
+            "{known} known without it: the time window keeps all"
+        );
     }
 }
 
