@@ -214,10 +214,19 @@ impl Coordinator {
     fn probe(&mut self, ctx: &mut Ctx<'_, TigaNode>) {
         let msg = Msg::Probe {
             sent_ns: ctx.now_ns(),
+            finished_below: self.finished_below(),
         };
         let servers: Vec<NodeId> = self.cluster.shards.iter().flatten().copied().collect();
         ctx.multicast(servers, &msg);
         ctx.set_timer(self.opts.probe_ns, Timer::Probe);
+    }
+
+    /// The finished watermark the probes carry ([`Msg::Probe`]): the smallest `seq` of a
+    /// transaction in flight, or the next one's if none is. Every id this coordinator
+    /// ever used below it has its outcome (ids only grow, across incarnations too).
+    fn finished_below(&self) -> u64 {
+        let next = TxnId::new(self.id, self.incarnation, self.counter + 1).seq;
+        self.inflight.keys().map(|id| id.seq).fold(next, u64::min)
     }
 
     /// The OWD estimate to `server` in ns, at the paper's `probe_percentile`.

@@ -482,8 +482,17 @@
 //!   log sync — no later execution reads or writes below F. Hence `MvStore::gc(F)` (older
 //!   versions dropped) and rMap/wMap entries at or below F dropped (they would decide
 //!   nothing F does not). Each transaction's fast reply, execution result and key lists
-//!   are dropped `commit_timeout_ms + retry_ms` after its release (leader) or its sync and
-//!   execution (follower): by then its coordinator has stopped retransmitting. A leader
+//!   are dropped (*slimmed*) at the first GC after its release (leader) or its sync and
+//!   execution (follower) at which its coordinator's *finished watermark* has passed it —
+//!   every coordinator probe ([`Msg::Probe`], every `probe_ms`) carries the smallest id it
+//!   still has in flight, so below it nothing is retransmitted or asked about again — and
+//!   at the latest `commit_timeout_ms + retry_ms` after, when a coordinator that said
+//!   nothing has stopped retransmitting anyway (a crashed one). Slimmed entries are what a
+//!   cut may truncate, so a transaction is held about the floor's lag (`retry_ms`) plus a
+//!   GC period after its outcome instead of at least `commit_timeout_ms + retry_ms`
+//!   (4.4 s) after its release (issue 22; `examples/tiga_memory.rs` samples the live heap
+//!   per transaction; test `the_coordinators_finished_watermark_bounds_what_a_shard_retains`).
+//!   A leader
 //!   drops a transaction's timestamp notes when it releases it (a late notification is
 //!   answered from the log). A view change or state transfer replaces the store with one
 //!   restored from a checkpoint, so F restarts at its timestamp. The store itself is

@@ -401,13 +401,19 @@ impl Server {
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, TigaNode>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::Probe { sent_ns } => ctx.send(
-                from,
-                Msg::ProbeReply {
-                    sent_ns,
-                    server_ns: ctx.now_ns(),
-                },
-            ),
+            Msg::Probe {
+                sent_ns,
+                finished_below,
+            } => {
+                self.gc.note_finished(from, finished_below);
+                ctx.send(
+                    from,
+                    Msg::ProbeReply {
+                        sent_ns,
+                        server_ns: ctx.now_ns(),
+                    },
+                )
+            }
             Msg::NewView(view) => self.on_new_view(ctx, view),
             Msg::ViewChangeReport(report) => self.on_report(ctx, from, *report),
             Msg::Verify {

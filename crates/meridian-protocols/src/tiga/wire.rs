@@ -150,8 +150,16 @@ pub struct Notice {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Msg {
-    /// Coordinator → server OWD probe, stamped with the coordinator's local clock.
-    Probe { sent_ns: u64 },
+    /// Coordinator → server OWD probe, stamped with the coordinator's local clock. It
+    /// also carries the coordinator's *finished watermark*: every transaction of this
+    /// coordinator whose id's `seq` is below `finished_below` has its outcome (committed,
+    /// aborted or unknown), so the coordinator will not retransmit it or ask for its
+    /// replies again, and a server may drop what it kept only to answer it (GC, `slim`).
+    Probe {
+        sent_ns: u64,
+        #[serde(default)]
+        finished_below: u64,
+    },
     /// Server → coordinator: the probe's stamp and the server's local clock at receipt.
     ProbeReply { sent_ns: u64, server_ns: u64 },
     /// Coordinator → every replica of every involved shard (§3.1).

@@ -5,7 +5,8 @@
 use super::{Entry, Server};
 use crate::tiga::TigaNode;
 use meridian_core::node::Ctx;
-use meridian_core::{KeyList, Timestamp};
+use meridian_core::{KeyList, NodeId, Timestamp, TxnId};
+use rustc_hash::FxHashMap;
 
 /// GC progress; reset with the log (a view change or a state transfer replaces both).
 #[derive(Debug, Default)]
@@ -24,7 +25,37 @@ pub(crate) struct GcState {
     /// Release-stream (leader) or synced-prefix (follower) positions below this one have
     /// been slimmed: their replies, results and key lists dropped.
     pub(crate) slimmed: u64,
+    /// Per coordinator, its latest finished watermark ([`Msg::Probe`](crate::tiga::Msg)):
+    /// its transactions with a smaller `seq` have their outcome, so it asks nothing more
+    /// about them. Kept across a reset (a coordinator's watermark only grows).
+    finished: FxHashMap<NodeId, u64>,
     ticks: u32,
+}
+
+impl GcState {
+    /// A coordinator's finished watermark, from its probe.
+    pub(crate) fn note_finished(&mut self, coordinator: NodeId, below: u64) {
+        let known = self.finished.entry(coordinator).or_default();
+        *known = (*known).max(below);
+    }
+
+    /// Whether `id`'s coordinator has its outcome.
+    fn finished(&self, id: TxnId) -> bool {
+        self.finished
+            .get(&id.coordinator)
+            .is_some_and(|&below| id.seq < below)
+    }
+
+    /// The state after a view change or state transfer at a checkpoint of timestamp
+    /// `ts`: the floors restart there, the coordinators' watermarks stay.
+    pub(crate) fn reset_to(&mut self, ts: Timestamp) {
+        *self = GcState {
+            floor: ts,
+            leader_floor: ts,
+            finished: std::mem::take(&mut self.finished),
+            ..GcState::default()
+        };
+    }
 }
 
 /// Collect every this many ticks (`tick_ms`, 20 ms by default: twice a second).
@@ -65,9 +96,11 @@ impl Server {
     }
 
     /// Drops the fast reply, the execution result and the key lists of every transaction
-    /// released (leader) or synced and executed (follower) at least `gc_lag` ago: its
-    /// coordinator has given up retransmitting by then (`commit_timeout_ms`), and the view
-    /// change and state transfer recompute keys from the body, which stays.
+    /// released (leader) or synced and executed (follower) whose coordinator has its
+    /// outcome (its finished watermark passed it) or, failing that word, at least `gc_lag`
+    /// ago: its coordinator has given up retransmitting by then (`commit_timeout_ms`).
+    /// The view change and state transfer recompute keys from the body, which stays.
+    /// In stream order, so a slimmed prefix is what a cut may take.
     fn slim(&mut self, now_ns: u64) {
         let lag = self.opts.commit_timeout_ns + self.opts.retry_ns;
         let (list, upto) = if self.is_leader {
@@ -79,7 +112,7 @@ impl Server {
         while self.gc.slimmed < upto {
             let (id, _) = list.get(self.gc.slimmed);
             let e = self.txns.get_mut(&id).expect("listed entries are known");
-            if e.released_ns.saturating_add(lag) > now_ns {
+            if e.released_ns.saturating_add(lag) > now_ns && !self.gc.finished(id) {
                 break;
             }
             e.last_fast = None;

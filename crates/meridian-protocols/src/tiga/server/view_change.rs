@@ -642,9 +642,7 @@ impl Server {
         self.slow_wanted.clear();
         // The new store starts at the checkpoint (watermark its timestamp): so does the
         // floor — an arrival at or below it conflicts with the checkpoint's entries.
-        self.gc = Default::default();
-        self.gc.floor = base.ts();
-        self.gc.leader_floor = base.ts();
+        self.gc.reset_to(base.ts());
         self.trunc.reset_to(base.pos, base.ts());
     }
 
