@@ -319,7 +319,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 } else {
                     MemoryLog::default()
                 },
-                workers: (0..options.workers.max(1)).map(|_| Worker::idle()).collect(),
+                workers: (0..options.workers.max(1))
+                    .map(|_| Worker::idle())
+                    .collect(),
                 batch_end_queued: false,
             })
             .collect();
