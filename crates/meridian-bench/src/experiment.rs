@@ -21,6 +21,7 @@
 //! drain = "5s"
 //! clock = "huygens"          # optional override of every node's clock profile
 //! service_time = "1.2us"     # per-event processing time at a node (default 0; ns precision)
+//! workers = 8                # simulator: worker threads per node, one queue each (default 1)
 //! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
@@ -156,7 +157,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 18] = [
+const PARAMS: [&str; 19] = [
     "protocol",
     "topology",
     "workload",
@@ -169,6 +170,7 @@ const PARAMS: [&str; 18] = [
     "clock",
     "seed",
     "service_time",
+    "workers",
     "faults",
     "timeline_bucket",
     "wan_scale",
@@ -489,6 +491,10 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
         service_time_ns: match params.get("service_time") {
             None => 0,
             Some(t) => service_ns(t)?,
+        },
+        workers: match number::<u32>("workers", &get("workers", "1"))? {
+            w if (1..=256).contains(&w) => w,
+            w => return Err(format!("`workers`: {w} is not between 1 and 256")),
         },
         faults: get("faults", "none"),
         timeline_bucket_ms: duration_ms("timeline_bucket", &get("timeline_bucket", "1s"))?,

@@ -64,6 +64,9 @@ pub struct Point {
     /// throughput saturates as on real servers (the calibrated cost: `meridian_sim`'s
     /// module doc, "Service time").
     pub service_time_ns: u64,
+    /// Simulator: worker threads per node, each with its own queue (1: one queue).
+    #[serde(default = "one_worker")]
+    pub workers: u32,
     pub seed: u64,
     /// Scheduled faults in the simulator's syntax (`crash:shard0/replica0@10s,…`), or `none`.
     pub faults: String,
@@ -196,4 +199,8 @@ impl Default for RunOutput {
             model: BTreeMap::new(),
         }
     }
+}
+
+fn one_worker() -> u32 {
+    1
 }

@@ -403,6 +403,7 @@ mod tests {
             duration_ms: 1,
             drain_ms: 1,
             service_time_ns: 0,
+            workers: 1,
             seed: 1,
             faults: "none".into(),
             timeline_bucket_ms: 250,

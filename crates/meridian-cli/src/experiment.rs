@@ -432,6 +432,7 @@ pub(crate) fn simulate<P: Protocol>(
         record_history: false,
         open_loop,
         service_time_ns: point.service_time_ns,
+        workers: point.workers,
         faults: FaultPlan::parse(&point.faults, &setup.cluster)
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
@@ -548,11 +549,12 @@ where
     if point.faults != "none"
         || point.clock.is_some()
         || point.service_time_ns > 0
+        || point.workers != 1
         || point.retry_aborted
     {
         return Err(
-            "the runtime target takes no `faults`, `clock`, `service_time` or `retry_aborted` \
-             (simulator only)"
+            "the runtime target takes no `faults`, `clock`, `service_time`, `workers` or \
+             `retry_aborted` (simulator only)"
                 .into(),
         );
     }

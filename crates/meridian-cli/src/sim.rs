@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// Per-node processing time of each event, e.g. `20us` (default: none).
     #[arg(long, default_value = "0ns")]
     service_time: String,
+    /// With a service time: worker threads per node, each with its own queue; an event
+    /// joins a random worker's queue, so events may run out of arrival order (default 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    workers: u32,
     /// Check the history against this model (default: the protocol's own guarantee when a
     /// history is recorded; `none` to skip).
     #[arg(long)]
@@ -164,6 +168,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
             .map_err(|e| format!("--client-timeout: {e}"))?,
         service_time_ns: parse_duration_ns(&args.service_time)
             .map_err(|e| format!("--service-time: {e}"))?,
+        workers: args.workers,
         faults: FaultPlan::default(),
         record_history: true,
         open_loop: None,
@@ -550,6 +555,9 @@ fn replay_command(args: &RunArgs, seed: u64) -> String {
     }
     if args.service_time != "0ns" {
         cmd.push_str(&format!(" --service-time {}", args.service_time));
+    }
+    if args.workers != 1 {
+        cmd.push_str(&format!(" --workers {}", args.workers));
     }
     if let Some(check) = &args.check {
         cmd.push_str(&format!(" --check {check}"));

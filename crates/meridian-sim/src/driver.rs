@@ -49,6 +49,11 @@ pub struct SimOptions {
     pub client_timeout_ns: u64,
     /// Per-node processing time of each event (0: infinitely fast nodes).
     pub service_time_ns: u64,
+    /// With a service time: each node's worker threads, each with its own FIFO backlog. An
+    /// event joins the backlog of a worker drawn at random (a request lands on the queue of
+    /// the thread its connection is bound to, not on the least busy one), so with more than
+    /// one worker, events can run out of their arrival order. 1, the default: one queue.
+    pub workers: u32,
     pub faults: FaultPlan,
     pub record_history: bool,
     /// Open-loop load (Tiga §5.1) instead of closed-loop clients: each coordinator gets
@@ -99,6 +104,7 @@ impl Default for SimOptions {
             clients_per_coordinator: 2,
             client_timeout_ns: 5 * NS_PER_S,
             service_time_ns: 0,
+            workers: 1,
             faults: FaultPlan::default(),
             record_history: true,
             open_loop: None,
@@ -163,11 +169,12 @@ enum Event<M, T> {
     },
     Fault(Fault),
     EndOfLoad,
-    /// A busy node is free again: it takes the next event of its backlog. Stale once the
-    /// node has crashed since (another incarnation).
+    /// A busy worker of a node is free again: it takes the next event of its backlog.
+    /// Stale once the node has crashed since (another incarnation).
     Serve {
         node: NodeId,
         incarnation: u32,
+        worker: u32,
     },
     /// With `batch_max > 1`: the node's open batch ends (queued behind every event due at
     /// the same instant). Stale for another incarnation.
@@ -185,16 +192,32 @@ type EventOf<P> =
 struct Slot<N: Node> {
     host: NodeHost<N>,
     durable: MemoryLog<N::Record>,
-    /// With a service time: the node is busy with an event until then.
-    busy_until_ns: u64,
-    /// Events that reached the node while it was busy, served in arrival order, one
-    /// [`Event::Serve`] at a time (re-queuing them all at every free instant would cost
-    /// O(backlog²) events).
-    backlog: VecDeque<Event<N::Msg, N::Timer>>,
-    /// An [`Event::Serve`] for this incarnation is queued.
-    serve_queued: bool,
+    /// The node's worker threads ([`SimOptions::workers`]; one by default).
+    workers: Vec<Worker<Event<N::Msg, N::Timer>>>,
     /// An [`Event::BatchEnd`] for this incarnation is queued.
     batch_end_queued: bool,
+}
+
+/// One worker thread of a node's CPU (with a service time).
+struct Worker<E> {
+    /// The worker is busy with an event until then.
+    busy_until_ns: u64,
+    /// Events that reached the worker while it was busy, served in arrival order, one
+    /// [`Event::Serve`] at a time (re-queuing them all at every free instant would cost
+    /// O(backlog²) events).
+    backlog: VecDeque<E>,
+    /// An [`Event::Serve`] for this worker and incarnation is queued.
+    serve_queued: bool,
+}
+
+impl<E> Worker<E> {
+    fn idle() -> Self {
+        Worker {
+            busy_until_ns: 0,
+            backlog: VecDeque::new(),
+            serve_queued: false,
+        }
+    }
 }
 
 struct Sim<'w, P: Protocol> {
@@ -233,6 +256,8 @@ struct Sim<'w, P: Protocol> {
     /// Storage faults: how many unsynced records survive a crash (a stream of its own, so
     /// the other streams replay the same with or without them).
     storage_rng: ChaCha8Rng,
+    /// Which worker an event joins ([`SimOptions::workers`]); drawn only with several.
+    worker_rng: ChaCha8Rng,
     timeline: TimelineBuilder,
 }
 
@@ -294,9 +319,9 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 } else {
                     MemoryLog::default()
                 },
-                busy_until_ns: 0,
-                backlog: VecDeque::new(),
-                serve_queued: false,
+                workers: (0..options.workers.max(1))
+                    .map(|_| Worker::idle())
+                    .collect(),
                 batch_end_queued: false,
             })
             .collect();
@@ -340,6 +365,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             clock_errors: ClockErrorSampler::new(options.timeline_bucket_ns),
             arrival_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0xA771, 0)),
             storage_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x5707, 0)),
+            worker_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x3047, 0)),
             network: Network::new(&cluster),
             net_rng: ChaCha8Rng::seed_from_u64(mix(options.seed, 0x4E7, 0)),
             setup,
@@ -585,50 +611,67 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
     }
 
-    /// Takes the node's service slot for an event arriving now, or returns false if the
-    /// node is busy or others wait before it (the event then joins its backlog).
-    fn take_service_slot(&mut self, node: NodeId) -> bool {
+    /// Takes a service slot of the node for an event arriving now: `Ok` if the event runs
+    /// at once, or `Err(worker)` when the worker it landed on is busy or others wait there
+    /// before it (the event then joins that worker's backlog).
+    fn take_service_slot(&mut self, node: NodeId) -> Result<(), u32> {
         let service_ns = self.options.service_time_ns;
-        let slot = &mut self.slots[node.index()];
         if service_ns == 0 {
-            return true;
+            return Ok(());
         }
-        if slot.busy_until_ns > self.now_ns || !slot.backlog.is_empty() {
-            return false;
+        let count = self.slots[node.index()].workers.len();
+        let w = if count > 1 {
+            self.worker_rng.gen_range(0..count)
+        } else {
+            0
+        };
+        let worker = &mut self.slots[node.index()].workers[w];
+        if worker.busy_until_ns > self.now_ns || !worker.backlog.is_empty() {
+            return Err(w as u32);
         }
-        slot.busy_until_ns = self.now_ns + service_ns;
-        true
+        worker.busy_until_ns = self.now_ns + service_ns;
+        Ok(())
     }
 
-    /// Queues the [`Event::Serve`] that takes the next backlog event when the node is free.
-    fn queue_serve(&mut self, node: NodeId) {
+    /// Queues the [`Event::Serve`] that takes the worker's next backlog event when it is
+    /// free.
+    fn queue_serve(&mut self, node: NodeId, w: u32) {
         let slot = &mut self.slots[node.index()];
-        if slot.serve_queued || slot.backlog.is_empty() {
+        let incarnation = slot.host.incarnation();
+        let worker = &mut slot.workers[w as usize];
+        if worker.serve_queued || worker.backlog.is_empty() {
             return;
         }
-        slot.serve_queued = true;
-        let at_ns = slot.busy_until_ns.max(self.now_ns);
-        let incarnation = slot.host.incarnation();
-        self.push(at_ns, Event::Serve { node, incarnation });
+        worker.serve_queued = true;
+        let at_ns = worker.busy_until_ns.max(self.now_ns);
+        self.push(
+            at_ns,
+            Event::Serve {
+                node,
+                incarnation,
+                worker: w,
+            },
+        );
     }
 
-    /// The node is free: it serves the oldest event of its backlog.
-    fn serve(&mut self, node: NodeId, incarnation: u32) {
+    /// The worker is free: it serves the oldest event of its backlog.
+    fn serve(&mut self, node: NodeId, incarnation: u32, w: u32) {
         let service_ns = self.options.service_time_ns;
         let slot = &mut self.slots[node.index()];
         if slot.host.incarnation() != incarnation {
             return;
         }
+        let worker = &mut slot.workers[w as usize];
         assert!(
-            slot.busy_until_ns <= self.now_ns,
+            worker.busy_until_ns <= self.now_ns,
             "{node} served while busy"
         );
-        slot.serve_queued = false;
-        let Some(event) = slot.backlog.pop_front() else {
+        worker.serve_queued = false;
+        let Some(event) = worker.backlog.pop_front() else {
             return;
         };
-        slot.busy_until_ns = self.now_ns + service_ns;
-        self.queue_serve(node);
+        worker.busy_until_ns = self.now_ns + service_ns;
+        self.queue_serve(node, w);
         self.handle(event);
     }
 
@@ -657,9 +700,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
             if !self.slots[node.index()].host.is_up() {
                 return;
             }
-            if !self.take_service_slot(node) {
-                self.slots[node.index()].backlog.push_back(event);
-                self.queue_serve(node);
+            if let Err(w) = self.take_service_slot(node) {
+                self.slots[node.index()].workers[w as usize]
+                    .backlog
+                    .push_back(event);
+                self.queue_serve(node, w);
                 return;
             }
         }
@@ -693,7 +738,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::ClientTimeout { client, request } => self.on_timeout(client, request),
             Event::Fault(fault) => self.apply_fault(fault),
             Event::EndOfLoad => self.end_of_load(),
-            Event::Serve { node, incarnation } => self.serve(node, incarnation),
+            Event::Serve {
+                node,
+                incarnation,
+                worker,
+            } => self.serve(node, incarnation, worker),
             Event::BatchEnd { node, incarnation } => self.end_batch(node, incarnation),
         }
     }
@@ -707,7 +756,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         slot.batch_end_queued = false;
         // Events that queued while the node was busy are the runtime's full inbox: they
         // join the batch (the next one handled queues this end again).
-        if !slot.backlog.is_empty() {
+        if slot.workers.iter().any(|w| !w.backlog.is_empty()) {
             return;
         }
         let now_local = self.local_now(node);
@@ -730,7 +779,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
             Event::ClientTimeout { client, request } => (6, u64::from(*client), request.0),
             Event::Fault(_) => (7, 0, 0),
             Event::EndOfLoad => (8, 0, 0),
-            Event::Serve { node, .. } => (10, node.0 as u64, 0),
+            Event::Serve { node, worker, .. } => (10, node.0 as u64, u64::from(*worker)),
             Event::BatchEnd { node, .. } => (11, node.0 as u64, 0),
         };
         self.trace.write_u64(self.now_ns);
@@ -818,10 +867,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
                     .entry("storage: unsynced records lost".to_string())
                     .or_default() += 1;
             }
-            slot.busy_until_ns = 0;
             // What waited for the node dies with it, as its inbox would.
-            slot.backlog.clear();
-            slot.serve_queued = false;
+            for worker in &mut slot.workers {
+                *worker = Worker::idle();
+            }
             slot.batch_end_queued = false;
         }
     }

@@ -32,7 +32,10 @@
 //! The model: every node (server, coordinator, service) handles one event at a time and is
 //! busy `service_time_ns` per event it handles (a message delivered, a live timer, a client
 //! request); what arrives meanwhile waits in the node's FIFO backlog. A cancelled timer
-//! costs nothing. No per-key, per-byte or per-send cost: MicroBench transactions all touch
+//! costs nothing. With [`SimOptions::workers`] > 1 a node has that many worker threads,
+//! each with its own backlog, and an event joins a worker drawn at random (a request
+//! lands on the queue of the thread its connection is bound to, as with one RDMA queue
+//! pair per thread in Aurogon's testbed): events may then run out of their arrival order. No per-key, per-byte or per-send cost: MicroBench transactions all touch
 //! three keys, one per shard, so a per-key term would only rescale the per-event one.
 //!
 //! **The calibration** (issue 17 item 3), done once, on Tiga alone, against the paper's

@@ -94,6 +94,20 @@
 //!   recovered from the participants).
 //! * **Garbage collection.** A record keeps its newest `versions_kept` committed versions
 //!   beyond the latest; a request older than the oldest kept version is refused.
+//! * **Late arrivals: what the testbed has** (issue 21). The paper's servers run 8 worker
+//!   threads each (the artifact's `arg`: `worker_per_server 8`); every thread is both
+//!   coordinator and participant, with one RDMA queue pair per pair of threads, so a
+//!   request waits in the queue of the thread it lands on while the other threads serve
+//!   the same records; each thread has one transaction in flight (`txn_per_worker`, 1 by
+//!   default, so 8 per server) and retries an aborted one 500 µs later
+//!   (`retry_interval 500`). A node of this simulator is one FIFO queue by default, so a
+//!   primary serves requests in arrival order and only the network (local vs. remote,
+//!   jitter) and the clocks reorder them. `--workers 8` (experiment key `workers = 8`)
+//!   gives every node 8 worker threads, each with its own queue, an event joining a random
+//!   one (the simulator does not know which thread a transaction runs on); 8 clients per
+//!   coordinator are the 8 transactions in flight. Here a machine hosts three nodes
+//!   (coordinator, primary, backup), so 8 workers each is more CPU than the testbed's 8
+//!   threads; the retry after 500 µs is not modelled (`retry_aborted` retries at once).
 //! * **Interactive transactions** are not implemented (answered `Unsupported`): §4.1's
 //!   coordinator could add key-dependent requests while running, but the one-shot model
 //!   already covers the paper's workloads.
