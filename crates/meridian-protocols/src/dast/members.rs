@@ -98,7 +98,8 @@ impl Manager {
         }
         let now = ctx.now_ns();
         let quiet = |t: u64| now.saturating_sub(t) >= self.opts.suspect_ns;
-        let acting = quiet(self.members.started_ns) && self.members.lower_heard_ns.is_none_or(quiet);
+        let acting =
+            quiet(self.members.started_ns) && self.members.lower_heard_ns.is_none_or(quiet);
         if !acting {
             self.members.acting_since = None;
             self.members.round = None;
@@ -140,7 +141,13 @@ impl Manager {
     fn suspect(&self, now: u64) -> Option<NodeId> {
         let since = self.members.acting_since.unwrap_or(now);
         self.members.view.members.iter().copied().find(|n| {
-            let heard = self.members.alive.get(n).copied().unwrap_or(since).max(since);
+            let heard = self
+                .members
+                .alive
+                .get(n)
+                .copied()
+                .unwrap_or(since)
+                .max(since);
             now.saturating_sub(heard) >= self.opts.suspect_ns && self.removable(*n)
         })
     }
@@ -302,7 +309,12 @@ impl Manager {
                 pending.insert(info.id, (info.clone(), *ts));
             }
         }
-        let bound = r.acks.values().map(|a| a.2).max().unwrap_or(Timestamp::ZERO);
+        let bound = r
+            .acks
+            .values()
+            .map(|a| a.2)
+            .max()
+            .unwrap_or(Timestamp::ZERO);
         if let Change::Add { node, .. } = r.change {
             if self.members.joiner.as_ref().is_some_and(|j| j.node == node) {
                 self.members.joiner = None;
@@ -356,6 +368,13 @@ impl Manager {
         view.members.push(from);
         view.members.sort_unstable();
         ctx.count("dast.additions_started", 1);
-        self.start_round(ctx, view, Change::Add { node: from, ts_ckpt });
+        self.start_round(
+            ctx,
+            view,
+            Change::Add {
+                node: from,
+                ts_ckpt,
+            },
+        );
     }
 }

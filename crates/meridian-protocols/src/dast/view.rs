@@ -31,7 +31,10 @@ impl Edge {
     /// The installed view (set at restore: the initial one is every edge node of the
     /// region, id 0).
     pub(super) fn view(&self) -> View {
-        self.membership.view.clone().expect("a view is installed at restore")
+        self.membership
+            .view
+            .clone()
+            .expect("a view is installed at restore")
     }
 
     pub(super) fn vid(&self) -> u64 {
@@ -80,9 +83,7 @@ impl Edge {
             return false;
         }
         match msg {
-            Msg::Beat(_) | Msg::Prepare { .. } | Msg::PrepAck { .. } | Msg::Executed { .. } => {
-                true
-            }
+            Msg::Beat(_) | Msg::Prepare { .. } | Msg::PrepAck { .. } | Msg::Executed { .. } => true,
             Msg::Commit { info, .. } => info.kind == Kind::Irt && info.coord == from,
             Msg::Abort { id } | Msg::Committed { id, .. } => {
                 id.coordinator == from && self.entry_kind(*id) != Some(Kind::Crt)
@@ -116,8 +117,7 @@ impl Edge {
     /// The manager says what the view is: a node no longer in it stops serving (its
     /// participant state will come from a checkpoint, Alg. 4).
     pub(super) fn on_view_is(&mut self, ctx: &mut Ctx<'_, DastNode>, view: View) {
-        if view.vid > self.vid() && !view.members.contains(&self.me) && !self.membership.out
-        {
+        if view.vid > self.vid() && !view.members.contains(&self.me) && !self.membership.out {
             self.go_out(ctx);
         }
     }
@@ -269,7 +269,11 @@ impl Edge {
     /// runs first.
     fn commit_removal(&mut self, ctx: &mut Ctx<'_, DastNode>, c: &ViewCommit, nodes: &[NodeId]) {
         for id in &c.aborted {
-            if self.entries.get(id).is_some_and(|e| e.rec.status == Status::Prepared) {
+            if self
+                .entries
+                .get(id)
+                .is_some_and(|e| e.rec.status == Status::Prepared)
+            {
                 self.abort(ctx, *id);
             }
         }
@@ -336,12 +340,17 @@ impl Edge {
 
     fn release_hold(&mut self) {
         if let Some(h) = self.membership.hold.take() {
-            self.wait.retain(|&(ts, id)| !(ts == h && id.coordinator == NodeId(u32::MAX)));
+            self.wait
+                .retain(|&(ts, id)| !(ts == h && id.coordinator == NodeId(u32::MAX)));
         }
     }
 
     fn others(&self, view: &View) -> Vec<NodeId> {
-        view.members.iter().copied().filter(|&n| n != self.me).collect()
+        view.members
+            .iter()
+            .copied()
+            .filter(|&n| n != self.me)
+            .collect()
     }
 
     /// Alg. 4 line 10: the manager asks this replica for a checkpoint for `to`.
