@@ -49,6 +49,14 @@ impl Edge {
         request: RequestId,
         txn: Txn,
     ) {
+        if self.membership.out {
+            let reason = AbortReason::Unsupported(format!(
+                "{} was removed from its region's view and is being added back (§4.4)",
+                self.me
+            ));
+            ctx.send(port, done(request, Outcome::Aborted { reason }));
+            return;
+        }
         if let Err(reason) = self.admit(&txn) {
             ctx.send(port, done(request, Outcome::Aborted { reason }));
             return;
@@ -254,13 +262,15 @@ impl Edge {
     }
 
     pub fn on_commit_ack(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, id: TxnId) {
-        let Some((_, unacked)) = self.decisions.get_mut(&id) else {
+        let Some((d, unacked)) = self.decisions.get_mut(&id) else {
             return;
         };
         unacked.remove(&from);
         if unacked.is_empty() {
+            let ts = d.ts;
             self.decisions.remove(&id);
-            self.persist(ctx, Record::Settled { id });
+            self.persist(ctx, Record::Settled { id, ts });
+            self.remember_settled(id, ts);
         }
     }
 
@@ -273,8 +283,41 @@ impl Edge {
                 ts: d.ts,
             };
             ctx.send(from, msg);
+        } else if let Some(ts) = self.settled_ts(id) {
+            // Settled: every participant acknowledged the commit once, but a replica
+            // re-added from a checkpoint may hold it undecided again.
+            ctx.send(from, Msg::Committed { id, ts });
         } else if !self.coord.inflight.contains_key(&id) {
             ctx.send(from, Msg::Abort { id });
+        }
+    }
+
+    /// A settled commit, answered to this participant's query.
+    fn on_committed(&mut self, ctx: &mut Ctx<'_, DastNode>, id: TxnId, ts: Timestamp) {
+        if let Some(e) = self.entries.get(&id) {
+            let info = e.rec.info.clone();
+            self.commit(ctx, info, ts, false);
+        }
+    }
+
+    /// The IRTs this node coordinates that are not decided yet.
+    pub(super) fn coord_irts(&self) -> Vec<TxnId> {
+        self.coord
+            .inflight
+            .iter()
+            .filter(|(_, t)| t.info.kind == Kind::Irt && t.decided.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub(super) fn drop_inflight_unknown(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        id: TxnId,
+        reason: &str,
+    ) {
+        if let Some(t) = self.coord.inflight.remove(&id) {
+            ctx.send(t.port, done(t.request, super::view::unknown(reason)));
         }
     }
 
@@ -370,11 +413,22 @@ impl Edge {
                 ctx.send(node, Msg::Abort { id });
             }
         }
-        let reason = AbortReason::Timeout;
-        ctx.send(t.port, done(t.request, Outcome::Aborted { reason }));
+        // An IRT some participant holds may still be committed by a removal of this
+        // node (Alg. 3 commits them): its client hears `unknown`.
+        let outcome = match t.info.kind {
+            Kind::Irt => super::view::unknown("dast: IRT not prepared before the timeout"),
+            Kind::Crt => Outcome::Aborted {
+                reason: AbortReason::Timeout,
+            },
+        };
+        ctx.send(t.port, done(t.request, outcome));
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, msg: Msg) {
+        if self.refuses(from, &msg) {
+            ctx.count("dast.refused_view", 1);
+            return;
+        }
         match msg {
             Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn),
             Msg::Beat(h) => self.on_beat(ctx, from, h),
@@ -388,7 +442,22 @@ impl Edge {
             Msg::Output { id, piece, result } => self.on_output(ctx, id, piece, result),
             Msg::InputQuery { id } => self.on_input_query(ctx, from, id),
             Msg::Executed { id, shard, results } => self.on_executed(ctx, id, shard, results),
-            Msg::Done { .. } | Msg::PrepRemote { .. } => {}
+            Msg::Committed { id, ts } => self.on_committed(ctx, id, ts),
+            Msg::ViewIs { view } => self.on_view_is(ctx, view),
+            Msg::ViewPrep { view, change, base } => {
+                self.on_view_prep(ctx, from, view, change, base)
+            }
+            Msg::ViewCommit(c) => self.on_view_commit(ctx, *c),
+            Msg::TransferCkpt { to } => self.on_transfer_ckpt(ctx, to),
+            Msg::Install(ckpt) => self.on_install(ctx, *ckpt),
+            Msg::Done { .. }
+            | Msg::PrepRemote { .. }
+            | Msg::Alive { .. }
+            | Msg::ManagerBeat
+            | Msg::ViewAck { .. }
+            | Msg::ViewNack { .. }
+            | Msg::Join
+            | Msg::InstallOk { .. } => {}
         }
     }
 }

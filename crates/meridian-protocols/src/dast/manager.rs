@@ -9,8 +9,13 @@
 //! in time; safety does not rest on the managers (a participant raises an anticipation its
 //! clock has passed, `node.rs`), so a backup that starts with a lower clock only makes a
 //! first anticipation less accurate.
+//!
+//! Membership (§4.4, `members.rs`): the acting manager suspects an edge node it has not
+//! heard from for `suspect_ms` and removes it (Alg. 3), and adds a removed node that asks
+//! back from a live replica's checkpoint (Alg. 4).
 
 use super::dclock::Dclock;
+use super::members::Members;
 use super::options::Options;
 use super::wire::{Msg, TxnInfo};
 use super::DastNode;
@@ -26,12 +31,13 @@ const PERCENTILE: f64 = 90.0;
 
 #[derive(Debug)]
 pub struct Manager {
-    me: NodeId,
-    region: RegionId,
-    cluster: Arc<Cluster>,
-    opts: Options,
-    clock: Dclock,
+    pub(super) me: NodeId,
+    pub(super) region: RegionId,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) opts: Options,
+    pub(super) clock: Dclock,
     owd: OwdEstimator,
+    pub(super) members: Members,
 }
 
 impl Manager {
@@ -41,14 +47,16 @@ impl Manager {
             region: cluster.region_of(me),
             owd: OwdEstimator::new(me, cluster.nodes.len()),
             clock: Dclock::new(me.0, false),
+            members: Members::new(&cluster, me),
             cluster,
             opts,
         }
     }
 
     pub fn on_message(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, msg: Msg) {
-        if let Msg::PrepRemote { info, sent_ns, .. } = msg {
-            self.on_prep_remote(ctx, from, info, sent_ns);
+        match msg {
+            Msg::PrepRemote { info, sent_ns, .. } => self.on_prep_remote(ctx, from, info, sent_ns),
+            other => self.on_membership(ctx, from, other),
         }
     }
 

@@ -21,6 +21,8 @@
 //! | readyQ, waitQ, PCT (`maxTs`, notifications, `notifiedTs`), execution in timestamp order (Alg. 1 lines 21-27), prep-crt / commit-remote at a participant (Alg. 2 lines 17-26), value dependencies pushed (§4.1, §5) | `node.rs` |
 //! | `CoordIRT` (Alg. 1 lines 10-20), `CoordCRT` (Alg. 2 lines 1-9) | `coord.rs` |
 //! | the manager: `GetAnticipateTs`, prep-remote → prep-crt (Alg. 2 lines 10-16) | `manager.rs` |
+//! | views, remove-prep/commit and add-prep/commit at an edge node, the checkpoint source and the joining node (§4.4, Alg. 3 lines 20-26, Alg. 4 lines 10-21) | `view.rs` |
+//! | the manager's failure detection, `RemoveNodes` and `AddReplica` (Alg. 3 lines 4-19, Alg. 4 lines 1-9), which manager acts | `members.rs` |
 //! | messages, records | `wire.rs` |
 //! | PCT's `maxTs` and the peers' pause points (§4.2, §4.3) | `pct.rs` |
 //!
@@ -44,16 +46,52 @@
 //!   the manager's anticipation, below which its commit timestamp cannot fall, until the
 //!   commit arrives (the paper puts only committed CRTs there; this is the same order,
 //!   spelled out).
-//! * **Durability and crashes.** The paper removes a failed node (Alg. 3) and re-adds it
-//!   from a checkpoint (Alg. 4). Here a node recovers from its own log instead (Algs. 3-4
-//!   are **not implemented**): participants persist every entry and every execution's
+//! * **Durability and crashes.** Participants persist every entry and every execution's
 //!   writes; a coordinator persists its decision before sending it and resends it until
-//!   every participant has it; a participant asks the coordinator about a transaction
-//!   undecided for `query_ms`, and a coordinator that no longer knows it answers abort
-//!   (presumed abort); the dclock persists a ceiling so it never repeats a timestamp; a
-//!   restarted node re-sends every notification it might still owe. While a node is down,
-//!   its region executes nothing above its last promise (the paper's fast failover would
-//!   remove it instead).
+//!   every participant has it, then remembers it (`SETTLED_MEMORY` ids) for late queries;
+//!   a participant asks the coordinator about a transaction undecided for `query_ms`, and
+//!   a coordinator that does not know it answers abort (presumed abort); the dclock
+//!   persists a ceiling so it never repeats a timestamp; a restarted node re-sends every
+//!   notification it might still owe. A node that restarts before the manager suspects it
+//!   simply resumes from its log.
+//! * **Views and removal (Alg. 3).** A region's view (id, member edge nodes) is held
+//!   durably by its members; `maxTs` tracks exactly the view's other members. The acting
+//!   manager suspects a member silent for `suspect_ms` (edge nodes report to their
+//!   region's managers every tick) and removes it by 2PC with every remaining member,
+//!   one node per view change, and only while every shard keeps a majority of its replicas
+//!   in the view (a further removal could lose a CRT's prepared quorum, Lemma 1). A member
+//!   acknowledging remove-prep stops accepting the removed node's heartbeats, prepares,
+//!   acks, results and IRT decisions, and reports the removed coordinators' IRTs it holds
+//!   *or executed recently* (`EXECUTED_IRT_MEMORY` per coordinator: an IRT runs once every
+//!   peer promised past it, so one participant may have run it while another never heard
+//!   of it), those it aborted, and its promise. The commit aborts the reported-aborted ones
+//!   everywhere and commits the rest (the paper: "committing all IRTs received by at least
+//!   one node") before the removed node leaves `maxTs`: a member that never heard of such
+//!   an IRT has not executed past it, since the removed node's promise to it stayed below.
+//!   **Differs from the paper:** the removed node's *CRTs* are not aborted: their decisions
+//!   are durable at the coordinator and accepted from it whatever the view (the paper
+//!   aborts them, which needs the decision replicated inside the region before
+//!   commit-remote, not implemented here). A coordinator's IRT not prepared in time
+//!   answers its client `unknown` (a removal may still commit it), and a removed
+//!   coordinator answers its undecided IRTs `unknown` when it learns it was removed.
+//! * **Adding a replica back (Alg. 4).** A removed node (told so by the manager) drops its
+//!   participant state and asks to join. The manager has a live member replica of its
+//!   shard send a checkpoint — its store, executed frontier (`ts_ckpt`) and every
+//!   transaction it holds — once that replica has executed past every promise reported at
+//!   the removal (so whatever the removed node acknowledged before is in it). The node
+//!   installs it durably and says so; then add-prep: each member holds its clock below a
+//!   timestamp above everything it handed out (a placeholder in its waitQ, Alg. 4 line 15)
+//!   and answers with it; `ts_ins` is the largest (the paper has the manager anticipate
+//!   one; a member's own bound cannot be passed already). add-commit: members drop the
+//!   placeholder, start the node's `maxTs` at `ts_ins` and notify it again of everything
+//!   they hold (`notifiedTs[n] ← ts_ckpt`; notifications to a removed node are kept
+//!   meanwhile), and the node starts its clock above `ts_ins`.
+//! * **View agreement.** A member acknowledges a prep only if it extends the member's
+//!   installed view and has a larger id than any it acknowledged, and installs a commit
+//!   only for the prep it acknowledged last; a member one view behind gets the commit
+//!   forwarded by a peer that sees its older view id in a heartbeat. This is not
+//!   consensus among managers: two managers acting at once (a partition between managers
+//!   only, which the nemesis does not draw) could have members install different views.
 //! * **Snapshots** (every `checkpoint_every` records) are taken between events
 //!   (`on_batch_end`), never inside a handler whose state may not yet reflect the record
 //!   it just wrote. A commit that arrives below a node's executed frontier can only be a
@@ -75,8 +113,13 @@
 //!   per edge node, 1 s of load) it measured 370k messages per region per virtual second
 //!   at both 10 and 100 regions, and 4.75 s (10 regions) and 116 s (100 regions, 6300
 //!   nodes) of CPU per virtual second.
-//! * **Manager failover** is the coordinator's: a prep-remote not answered within
-//!   `retry_ms` goes to the region's next manager. No SMR, no view ids.
+//! * **Manager failover.** For CRTs, the coordinator's: a prep-remote not answered within
+//!   `retry_ms` goes to the region's next manager. For membership, managers beat each
+//!   other every tick and a manager acts once it is up and has heard no lower-id manager
+//!   of its region for `suspect_ms` (the paper elects one by SMR); it adopts the largest
+//!   view the members report. The paper's new manager raises its dclock above its
+//!   predecessors' anticipations; here safety does not rest on the manager's anticipation
+//!   (see "A late prep-crt"), so it does not.
 //! * **The coordinator's region** counts as a participating region like any other: its
 //!   manager anticipates for it.
 //! * **Anticipation** = the manager's dclock + twice the 90th percentile of the
@@ -90,7 +133,7 @@
 //! * **Interactive transactions** are refused (`Unsupported`): DAST runs stored procedures.
 //!
 //! ## Options
-//! See [`Options`]: `heartbeat_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,
+//! See [`Options`]: `heartbeat_ms`, `suspect_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,
 //! `query_ms`, `anticipation_margin_ms`, `max_inflight`, `max_notices`,
 //! `checkpoint_every`, `stretch` (the ablation), and the **test-only**
 //! `unsafe_skip_anticipation=true`, which breaks the anticipation rule (a coordinator
@@ -102,9 +145,11 @@
 mod coord;
 mod dclock;
 mod manager;
+mod members;
 mod node;
 mod options;
 mod pct;
+mod view;
 mod wire;
 
 #[cfg(test)]
@@ -257,8 +302,10 @@ impl Node for DastNode {
     type Record = Record;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let DastNode::Edge(e) = self {
-            e.on_start(ctx);
+        match self {
+            DastNode::Edge(e) => e.on_start(ctx),
+            DastNode::Manager(m) => m.on_start(ctx),
+            _ => {}
         }
     }
 
@@ -276,15 +323,18 @@ impl Node for DastNode {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Self>, timer: Timer) {
-        if let DastNode::Edge(e) = self {
-            match timer {
+        match self {
+            DastNode::Edge(e) => match timer {
                 Timer::Heartbeat => e.on_heartbeat(ctx),
                 Timer::Tick => {
                     e.coord_tick(ctx);
                     e.participant_tick(ctx);
+                    e.membership_tick(ctx);
                     ctx.set_timer(e.opts.retry_ns / 4, Timer::Tick);
                 }
-            }
+            },
+            DastNode::Manager(m) => m.on_tick(ctx),
+            _ => {}
         }
     }
 

@@ -9,8 +9,8 @@ use super::dclock::{Created, Dclock};
 use super::options::Options;
 use super::pct::Peers;
 use super::wire::{
-    Decision, EntryRecord, Header, Kind, Msg, Notice, NoticeState, Record, Snapshot, Status, Timer,
-    TxnInfo,
+    Checkpoint, Decision, EntryRecord, Header, Kind, Membership, Msg, Notice, NoticeState, Record,
+    Snapshot, Status, Timer, TxnInfo,
 };
 use super::DastNode;
 use meridian_core::node::Ctx;
@@ -28,6 +28,14 @@ use std::sync::Arc;
 const DONE_MEMORY: usize = 1 << 16;
 /// Outputs buffered for transactions not known yet.
 const EARLY_OUTPUTS_MAX: usize = 1 << 14;
+/// How many aborted transaction ids a node remembers (a removal asks for the removed
+/// coordinators', §4.4), and how many settled commits a coordinator remembers (late
+/// queries from a replica re-added from a checkpoint).
+const ABORTED_MEMORY: usize = 1 << 12;
+const SETTLED_MEMORY: usize = 1 << 14;
+/// How many executed IRTs a node remembers per other coordinator of its region (a removal
+/// commits them at the members that never heard of them, §4.4).
+const EXECUTED_IRT_MEMORY: usize = 256;
 /// How far ahead of the clock the persisted ceiling is set.
 const CEILING_AHEAD_NS: u64 = 100 * NS_PER_MS;
 
@@ -76,15 +84,15 @@ pub struct Edge {
     /// their pause points.
     pub(super) peers: Peers,
     store: FxHashMap<Key, Value>,
-    entries: FxHashMap<TxnId, Entry>,
+    pub(super) entries: FxHashMap<TxnId, Entry>,
     /// readyQ: IRTs and CRTs in timestamp order (prepared CRTs at their lower bound, so
     /// nothing above it runs before they are decided).
     ready: BTreeSet<QKey>,
     /// waitQ: this node's anticipations of prepared CRTs, and committed CRTs waiting for
     /// inputs, at their commit timestamps (§4.3). The clock stretches below its head.
-    wait: BTreeSet<QKey>,
+    pub(super) wait: BTreeSet<QKey>,
     /// The last transaction executed.
-    frontier: Option<QKey>,
+    pub(super) frontier: Option<QKey>,
     done: FxHashSet<TxnId>,
     done_order: VecDeque<TxnId>,
     /// This node's outputs of recently executed transactions (answers to input queries).
@@ -98,6 +106,21 @@ pub struct Edge {
     records: usize,
     /// A broken invariant, reported by `check_invariants`.
     violation: Option<String>,
+    /// The view state (§4.4, `view.rs`).
+    pub(super) membership: Membership,
+    /// Recently aborted transactions, oldest first.
+    pub(super) aborted: VecDeque<TxnId>,
+    /// Recently settled commits this node coordinated.
+    settled: FxHashMap<TxnId, Timestamp>,
+    settled_order: VecDeque<TxnId>,
+    /// A joining replica this node owes a checkpoint (Alg. 4 line 10).
+    pub(super) transfer: Option<NodeId>,
+    /// When a commit was last forwarded to each lagging member.
+    pub(super) forwarded: FxHashMap<NodeId, u64>,
+    /// Added back from a checkpoint in this incarnation (for the counters).
+    pub(super) rejoined: bool,
+    /// Recently executed IRTs of the region's other coordinators, by coordinator.
+    pub(super) executed_irts: FxHashMap<NodeId, VecDeque<(TxnInfo, Timestamp)>>,
 }
 
 impl Edge {
@@ -145,12 +168,110 @@ impl Edge {
             decisions: BTreeMap::new(),
             records: 0,
             violation: None,
+            membership: Membership::default(),
+            aborted: VecDeque::new(),
+            settled: FxHashMap::default(),
+            settled_order: VecDeque::new(),
+            transfer: None,
+            forwarded: FxHashMap::default(),
+            executed_irts: FxHashMap::default(),
+            rejoined: false,
         };
         for record in recovered {
             edge.replay(record);
         }
         edge.rebuild_queues();
+        edge.restore_membership();
         edge
+    }
+
+    /// After replay: `maxTs` tracks the installed view's members, an addition's hold is
+    /// back in the waitQ, and a removed node keeps no participant state.
+    fn restore_membership(&mut self) {
+        if self.membership.view.is_none() {
+            let mut members = region_edges(&self.cluster, self.region);
+            members.sort_unstable();
+            self.membership.view = Some(super::wire::View { vid: 0, members });
+        }
+        let view = self.view();
+        let others = view.members.into_iter().filter(|&n| n != self.me).collect();
+        self.peers = Peers::new(others);
+        if let Some(h) = self.membership.hold {
+            self.wait
+                .insert((h, super::view::hold_id(self.membership.promised)));
+        }
+        if self.membership.out {
+            self.clear_participant_state();
+        }
+    }
+
+    /// Drops everything this node holds as a participant (a removed node's state is
+    /// replaced by a checkpoint before it serves again).
+    pub(super) fn clear_participant_state(&mut self) {
+        self.entries.clear();
+        self.ready.clear();
+        self.wait.clear();
+        self.outbox.clear();
+        self.early_outputs.clear();
+        self.transfer = None;
+        self.membership.hold = None;
+    }
+
+    /// Installs a live replica's checkpoint (Alg. 4): its store, executed frontier and the
+    /// transactions it holds (undecided ones are resolved by their coordinators).
+    pub(super) fn load_checkpoint(&mut self, ckpt: Checkpoint) {
+        self.clear_participant_state();
+        self.store = ckpt.store.into_iter().collect();
+        self.frontier = ckpt.frontier;
+        self.done.clear();
+        self.done_order.clear();
+        self.recent_outputs.clear();
+        for rec in ckpt.entries {
+            self.ready.insert((rec.key, rec.info.id));
+            self.entries.insert(rec.info.id, Entry::new(rec, 0));
+        }
+    }
+
+    pub(super) fn sorted_store(&self) -> Vec<(Key, Value)> {
+        let mut store: Vec<(Key, Value)> = self
+            .store
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        store.sort();
+        store
+    }
+
+    fn remember_executed_irt(&mut self, info: &TxnInfo, key: Timestamp) {
+        if info.kind != Kind::Irt || info.coord == self.me {
+            return;
+        }
+        let log = self.executed_irts.entry(info.coord).or_default();
+        log.push_back((info.clone(), key));
+        if log.len() > EXECUTED_IRT_MEMORY {
+            log.pop_front();
+        }
+    }
+
+    fn remember_aborted(&mut self, id: TxnId) {
+        self.aborted.push_back(id);
+        while self.aborted.len() > ABORTED_MEMORY {
+            self.aborted.pop_front();
+        }
+    }
+
+    pub(super) fn remember_settled(&mut self, id: TxnId, ts: Timestamp) {
+        if self.settled.insert(id, ts).is_none() {
+            self.settled_order.push_back(id);
+        }
+        while self.settled_order.len() > SETTLED_MEMORY {
+            let old = self.settled_order.pop_front().expect("non-empty");
+            self.settled.remove(&old);
+        }
+    }
+
+    pub(super) fn settled_ts(&self, id: TxnId) -> Option<Timestamp> {
+        self.settled.get(&id).copied()
     }
 
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, DastNode>) {
@@ -178,10 +299,14 @@ impl Edge {
                 let entry = Entry::new(rec.clone(), 0);
                 self.entries.insert(rec.info.id, entry);
             }
-            Record::Dropped { id } => {
+            Record::Dropped { id, aborted } => {
                 self.entries.remove(id);
                 self.remember_done(*id);
+                if *aborted {
+                    self.remember_aborted(*id);
+                }
             }
+            Record::Membership(m) => self.membership = m.clone(),
             Record::Executed { id, key, writes } => {
                 for (k, v) in writes {
                     self.store.insert(k.clone(), v.clone());
@@ -194,8 +319,9 @@ impl Edge {
                 let participants = participants(&self.cluster, &d.info);
                 self.decisions.insert(d.info.id, (d.clone(), participants));
             }
-            Record::Settled { id } => {
+            Record::Settled { id, ts } => {
                 self.decisions.remove(id);
+                self.remember_settled(*id, *ts);
             }
         }
     }
@@ -221,6 +347,13 @@ impl Edge {
         self.outbox.clear();
         for (peer, notice) in &s.outbox {
             self.notify(*peer, notice.clone());
+        }
+        self.membership = s.membership.clone();
+        self.aborted = s.aborted.iter().copied().collect();
+        self.settled.clear();
+        self.settled_order.clear();
+        for &(id, ts) in &s.settled {
+            self.remember_settled(id, ts);
         }
     }
 
@@ -268,13 +401,8 @@ impl Edge {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
-        let mut store: Vec<(Key, Value)> = self
-            .store
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        store.sort();
+    pub(super) fn snapshot(&self) -> Snapshot {
+        let store = self.sorted_store();
         let mut entries: Vec<EntryRecord> = self.entries.values().map(|e| e.rec.clone()).collect();
         entries.sort_by_key(|r| r.info.id);
         let mut outbox = Vec::new();
@@ -293,6 +421,13 @@ impl Edge {
             entries,
             decisions: self.decisions.values().map(|(d, _)| d.clone()).collect(),
             outbox,
+            membership: self.membership.clone(),
+            aborted: self.aborted.iter().copied().collect(),
+            settled: self
+                .settled_order
+                .iter()
+                .map(|id| (*id, self.settled[id]))
+                .collect(),
         }
     }
 
@@ -350,6 +485,11 @@ impl Edge {
         }
     }
 
+    /// This node's promise to its peers (reported to a manager removing a node, §4.4).
+    pub(super) fn promise(&self) -> Timestamp {
+        self.announce()
+    }
+
     /// Every node of the region (this one included) has promised past `ts`.
     fn horizon(&mut self) -> Timestamp {
         self.announce().min(self.peers.floor())
@@ -372,6 +512,7 @@ impl Edge {
             }
         }
         Header {
+            vid: self.vid(),
             clock,
             pause: self.wait.first().map(|k| k.0),
             delivered: self.peers.max_ts(peer),
@@ -412,6 +553,10 @@ impl Edge {
     }
 
     pub fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
+        if self.membership.out {
+            return;
+        }
         self.create_ts(ctx);
         for i in 0..self.peers.ids().len() {
             let peer = self.peers.ids()[i];
@@ -419,13 +564,13 @@ impl Edge {
             ctx.send(peer, Msg::Beat(header));
         }
         self.try_execute(ctx);
-        ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
     }
 
     pub fn on_beat(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, h: Header) {
         let Some(slot) = self.peers.slot(from) else {
             return;
         };
+        self.forward_commit(ctx, from, h.vid);
         self.clock.calibrate(ctx.now_ns(), h.clock);
         if let Some(out) = self.outbox.get_mut(&from) {
             while let Some((&key, _)) = out.first_key_value() {
@@ -454,7 +599,9 @@ impl Edge {
                 }
             }
             NoticeState::Prepared(lb) => {
-                if !self.entries.contains_key(&id) {
+                // Below the frontier it was decided before this node executed past it
+                // (it held the readyQ at `lb` until then): a stale notice.
+                if !self.entries.contains_key(&id) && !self.below_frontier((lb, id)) {
                     self.insert(ctx, n.info, Status::Prepared, lb, None);
                 }
             }
@@ -590,7 +737,8 @@ impl Edge {
                 if let Some(p) = proposal {
                     self.wait.remove(&(p, id));
                 }
-                self.persist(ctx, Record::Dropped { id });
+                let aborted = false;
+                self.persist(ctx, Record::Dropped { id, aborted });
             }
             self.remember_done(id);
             return;
@@ -651,8 +799,9 @@ impl Edge {
         if let Some(p) = e.rec.proposal {
             self.wait.remove(&(p, id));
         }
-        self.persist(ctx, Record::Dropped { id });
+        self.persist(ctx, Record::Dropped { id, aborted: true });
         self.remember_done(id);
+        self.remember_aborted(id);
         for out in self.outbox.values_mut() {
             out.retain(|k, _| k.1 != id);
         }
@@ -798,6 +947,9 @@ impl Edge {
         self.frontier = Some((key, id));
         self.remember_done(id);
         ctx.count("dast.executed", 1);
+        if self.rejoined {
+            ctx.count("dast.executed_after_rejoin", 1);
+        }
         self.push_outputs(ctx, &e.rec.info, &mine);
         let results = match failed {
             Some(reason) => Err(reason),
@@ -808,6 +960,7 @@ impl Edge {
         };
         let shard = self.shard.0;
         self.recent_outputs.insert(id, mine);
+        self.remember_executed_irt(&e.rec.info, key);
         let coord = e.rec.info.coord;
         self.reply(ctx, coord, Msg::Executed { id, shard, results });
     }
@@ -842,6 +995,9 @@ impl Edge {
     /// Participants ask about transactions undecided too long, and for inputs that do
     /// not come.
     pub fn participant_tick(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        if self.membership.out {
+            return;
+        }
         let now = ctx.now_ns();
         let mut stale: Vec<(TxnId, Status)> = self
             .entries

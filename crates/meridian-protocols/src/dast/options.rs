@@ -4,8 +4,9 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 11] = [
+pub const OPTIONS: [&str; 12] = [
     "heartbeat_ms",
+    "suspect_ms",
     "retry_ms",
     "prepare_timeout_ms",
     "result_timeout_ms",
@@ -38,6 +39,10 @@ pub struct Options {
     /// Added to a manager's anticipation (`anticipation_margin_ms`; default one
     /// intra-region round trip): the hop from manager to nodes and back to its clock.
     pub margin_ns: u64,
+    /// The acting manager removes an edge node it has not heard from this long, and a
+    /// backup manager takes over from a lower one silent this long (`suspect_ms`; default
+    /// 4 × retry, §4.4).
+    pub suspect_ns: u64,
     /// Undecided transactions per coordinator (`max_inflight`; 4096).
     pub max_inflight: usize,
     /// Notifications per message; the announced clock stops below the first left out
@@ -76,6 +81,7 @@ impl Options {
             "result_timeout_ms",
             raw.get("result_timeout_ms", 2.0 * prepare_timeout_ms)?,
         )?;
+        let suspect_ms = positive_ms("suspect_ms", raw.get("suspect_ms", 4.0 * retry_ms)?)?;
         let query_ms = positive_ms("query_ms", raw.get("query_ms", 2.0 * retry_ms)?)?;
         let margin_ms: f64 = raw.get("anticipation_margin_ms", intra_ms)?;
         if !(margin_ms.is_finite() && (0.0..=1e6).contains(&margin_ms)) {
@@ -92,6 +98,7 @@ impl Options {
             prepare_timeout_ns: ms_to_ns(prepare_timeout_ms),
             result_timeout_ns: ms_to_ns(result_timeout_ms),
             query_ns: ms_to_ns(query_ms),
+            suspect_ns: ms_to_ns(suspect_ms),
             margin_ns: ms_to_ns(margin_ms),
             max_inflight,
             max_notices,

@@ -35,6 +35,23 @@ impl Peers {
         }
     }
 
+    /// The peers `ids` after a view change: a kept peer keeps its announcements, a new
+    /// one starts at the `seeded` clock given for it (else zero).
+    pub fn rebuild(&self, ids: Vec<NodeId>, seeded: &[(NodeId, Timestamp)]) -> Peers {
+        let mut next = Peers::new(ids);
+        for i in 0..next.ids.len() {
+            let id = next.ids[i];
+            if let Some(old) = self.slot(id) {
+                next.max_ts[i] = self.max_ts[old];
+                next.pauses[i] = self.pauses[old];
+            }
+            if let Some((_, ts)) = seeded.iter().find(|(n, _)| *n == id) {
+                next.max_ts[i] = next.max_ts[i].max(*ts);
+            }
+        }
+        next
+    }
+
     pub fn ids(&self) -> &[NodeId] {
         &self.ids
     }

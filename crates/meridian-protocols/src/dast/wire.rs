@@ -50,6 +50,8 @@ pub struct Notice {
 /// delivery acknowledgement of Alg. 1 line 17).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
+    /// The sender's installed view (§4.4): a receiver at a later view refuses it.
+    pub vid: u64,
     pub clock: Timestamp,
     pub pause: Option<Timestamp>,
     pub delivered: Timestamp,
@@ -125,6 +127,97 @@ pub enum Msg {
         shard: u32,
         results: Result<Vec<(u16, PieceResult)>, AbortReason>,
     },
+    /// A coordinator that remembers a settled commit answers a participant's query.
+    Committed {
+        id: TxnId,
+        ts: Timestamp,
+    },
+    /// Edge node → its region's managers, every tick: its installed view (failure
+    /// detection, §4.4; a manager learns the current view from these).
+    Alive {
+        view: View,
+    },
+    /// Manager → an edge node whose view is stale or that is no longer a member.
+    ViewIs {
+        view: View,
+    },
+    /// Manager ↔ manager: the sender acts as the region's manager (backups take over when
+    /// these stop, §4.4).
+    ManagerBeat,
+    /// remove-prep / add-prep (Alg. 3 line 9, Alg. 4 line 7).
+    ViewPrep {
+        view: View,
+        change: Change,
+        /// The view id it extends (a member refuses a prep that does not extend its own).
+        base: u64,
+    },
+    /// remove-ack / add-ack (Alg. 3 line 22, Alg. 4 line 16): for a removal, the pending
+    /// IRTs of the removed coordinators, the ones aborted here, and this node's promise; for
+    /// an addition, this node's lower bound for `ts_ins` (its clock is held below it).
+    ViewAck {
+        vid: u64,
+        pending: Vec<(TxnInfo, Timestamp)>,
+        aborted: Vec<TxnId>,
+        promise: Timestamp,
+    },
+    /// A prep refused: the member's installed view and the largest view id it promised.
+    ViewNack {
+        view: View,
+        promised: u64,
+    },
+    /// remove-commit / add-commit (Alg. 3 line 15, Alg. 4 line 9).
+    ViewCommit(Box<ViewCommit>),
+    /// A removed node asks to be added back (Alg. 4).
+    Join,
+    /// Manager → a member replica of the joining node's shard (Alg. 4 line 2).
+    TransferCkpt {
+        to: NodeId,
+    },
+    /// Replica → joining node: the checkpoint (Alg. 4 line 12).
+    Install(Box<Checkpoint>),
+    /// Joining node → manager (Alg. 4 line 13): installed, at `ts_ckpt`.
+    InstallOk {
+        ts_ckpt: Timestamp,
+    },
+}
+
+/// A region's membership (§4.4): the edge nodes PCT tracks, at a view id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    pub vid: u64,
+    /// Sorted.
+    pub members: Vec<NodeId>,
+}
+
+/// What a view change does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    Remove { nodes: Vec<NodeId> },
+    Add { node: NodeId, ts_ckpt: Timestamp },
+}
+
+/// A committed view change, as members keep it (and forward it to a member that missed it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewCommit {
+    pub view: View,
+    /// The view id it extends.
+    pub base: u64,
+    pub change: Change,
+    /// Removal: the removed coordinators' IRTs to commit (Alg. 3 line 26).
+    pub pending: Vec<(TxnInfo, Timestamp)>,
+    /// Removal: their IRTs some member had already aborted (aborted everywhere).
+    pub aborted: Vec<TxnId>,
+    /// Removal: every promise a member had made (a checkpoint for the removed node's return
+    /// is taken only once the source has executed past it). Addition: `ts_ins`.
+    pub bound: Timestamp,
+}
+
+/// A replica's state for a joining replica of its shard (Alg. 4 line 11).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub frontier: Option<(Timestamp, TxnId)>,
+    pub store: Vec<(Key, Value)>,
+    pub entries: Vec<EntryRecord>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,6 +266,31 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     /// Notifications not known delivered when the snapshot was taken: (peer, notice).
     pub outbox: Vec<(NodeId, Notice)>,
+    pub membership: Membership,
+    /// Recently aborted transactions (a removal asks for the removed coordinators').
+    pub aborted: Vec<TxnId>,
+    /// Recently settled commits this node coordinated (answers to late queries).
+    pub settled: Vec<(TxnId, Timestamp)>,
+}
+
+/// An edge node's durable view state (§4.4).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Membership {
+    /// The installed view; `None` until the first change (the initial view: every edge node
+    /// of the region, id 0).
+    pub view: Option<View>,
+    /// The largest view id this node acknowledged a prep for.
+    pub promised: u64,
+    /// The prep acknowledged at `promised`, not yet committed.
+    pub prepared: Option<(View, Change)>,
+    /// The last committed change (forwarded to members that missed it).
+    pub last: Option<ViewCommit>,
+    /// Per removed node, the bound its checkpoint must pass.
+    pub bounds: Vec<(NodeId, Timestamp)>,
+    /// Removed from the region and not yet added back.
+    pub out: bool,
+    /// The timestamp this node holds its clock below for an addition (Alg. 4 line 15).
+    pub hold: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,10 +305,14 @@ pub enum Record {
     },
     /// An entry entered or changed (prepare, commit).
     Entry(EntryRecord),
-    /// An entry was aborted.
+    /// An entry was dropped: aborted, or a stale duplicate of an executed one.
     Dropped {
         id: TxnId,
+        aborted: bool,
     },
+    /// The view state changed (§4.4).
+    Membership(Membership),
+
     /// An entry was executed: its writes, in order.
     Executed {
         id: TxnId,
@@ -199,9 +321,11 @@ pub enum Record {
     },
     /// A coordinator decided to commit (written before the COMMIT messages leave).
     Decided(Decision),
-    /// Every participant acknowledged a decision.
+    /// Every participant acknowledged a decision (its timestamp is remembered for late
+    /// queries: a replica re-added from a checkpoint may hold it still undecided).
     Settled {
         id: TxnId,
+        ts: Timestamp,
     },
     Snapshot(Box<Snapshot>),
 }
