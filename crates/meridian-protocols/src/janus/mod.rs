@@ -16,6 +16,8 @@
 //! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
 //! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
 //! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
+//! | state transfer of a lagging replica (not in the paper) | `replica.rs` `fetch_state`, `on_fetch_state`, `on_state`, `on_executed`, `recovered_executed`; [`Graph::adopt`](graph::Graph::adopt) |
+//! | coordinator admission (not in the paper) | `coordinator.rs` `on_client_request`, `start_queued` |
 //!
 //! ## Choices the paper leaves open
 //! * **Fast quorum**: the kit's super quorum f + ⌈f/2⌉ + 1 per shard — with three replicas
@@ -54,6 +56,22 @@
 //!   through it (skipping those its reporter had executed lost such orderings — the swarm
 //!   caught it). One its replicas executed and forgot counts as placed (tracked up to
 //!   `window`); that is sound unless this replica lags more than `keep_ms` (see Limits).
+//! * **State transfer**: a replica that missed what its shard committed (down, or cut
+//!   off) learns those transactions only as dependencies of later ones, one inquiry round
+//!   trip per link of a chain, and a link its peers executed and forgot (after `keep_ms`)
+//!   cannot be learned at all. So a replica asks a peer of its shard for its whole state
+//!   (store, executed slots, key table, committed transactions) when it restarts, when an
+//!   inquiry about a transaction of its own shard is answered "executed and forgotten",
+//!   and when a recovery finds one so. It installs the state only if the peer executed
+//!   everything it did and more: every replica executes its shard's transactions in one
+//!   order, so the peer's store is its own further along. It keeps its own pre-accept
+//!   answers, promises and accepts of what the peer has not executed (quorum
+//!   intersection rests on them), takes the peer's key table plus its own unexecuted
+//!   accesses, and checkpoints the result before it answers anything else.
+//! * **Admission**: a coordinator runs at most `max_inflight` transactions and queues
+//!   the rest (at most `max_queued`, then refuses them `Unsupported("overloaded …")`,
+//!   counted as `janus.refused_overloaded`): an overloaded Janus slows down rather than
+//!   abort. Janus itself never aborts for conflicts; it orders them.
 //! * **Inquiries** go first to the nearest replica of each of the dependency's shards (on
 //!   `gcp-tiga` a replica of every shard shares each region), then to all every tick.
 //! * **Durability** (`Effect::Persist`): a replica persists every pre-accept (with its
@@ -69,7 +87,10 @@
 //! ## Differences from the Janus framework (NYU-NEWS/janus, `src/deptran/janus`)
 //! * The framework ships the relevant part of the dependency graph in its messages; here
 //!   messages carry direct dependencies and a replica inquires about what it lacks.
-//! * Garbage collection and the slot watermarks are this implementation's.
+//! * Garbage collection, the slot watermarks and state transfer are this
+//!   implementation's. The framework does not recover from failures (`OnAccept` in
+//!   `src/deptran/janus/scheduler.cc` at 58b9146: `verify(0); // do not support failure
+//!   recovery so far.`).
 //! * Cross-shard value dependencies (pieces whose inputs are other shards' outputs) and
 //!   validation ops (`Op::Check`, an abort decided by one shard's data) are refused
 //!   `Unsupported`: execution here is per shard, and Janus has no round in which one
@@ -142,7 +163,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use coordinator::{Coordinator, SPLIT_OUTCOMES};
+pub use coordinator::{Coordinator, QUEUED, REFUSED_OVERLOADED, SPLIT_OUTCOMES, TIMED_OUT};
 pub use options::{Options, OPTIONS};
 pub use replica::Replica;
 pub use wire::{Ballot, Body, Dep, Deps, Known, Msg, Record, Tag, Timer};
