@@ -421,7 +421,10 @@ impl Replica {
             .copied()
             .filter(|&r| r != self.me)
             .min_by(|&a, &b| {
-                let (da, db) = (self.cluster.rtt_ms(self.me, a), self.cluster.rtt_ms(self.me, b));
+                let (da, db) = (
+                    self.cluster.rtt_ms(self.me, a),
+                    self.cluster.rtt_ms(self.me, b),
+                );
                 da.total_cmp(&db).then(a.cmp(&b))
             })
     }
@@ -455,7 +458,8 @@ impl Replica {
             return;
         }
         self.fetching = None;
-        if !self.graph.executed_within(&snap.executed) || !self.graph.executed_beyond(&snap.executed)
+        if !self.graph.executed_within(&snap.executed)
+            || !self.graph.executed_beyond(&snap.executed)
         {
             return;
         }

@@ -271,7 +271,12 @@ mod state_transfer {
 
     /// Commits `n` writes of `key` while the last replica of shard 0 hears nothing, then
     /// lets the peers forget them; returns that replica.
-    fn commit_while_away(d: &mut Driver, key: &Key, n: usize, away: impl FnOnce(&mut Driver, NodeId)) -> NodeId {
+    fn commit_while_away(
+        d: &mut Driver,
+        key: &Key,
+        n: usize,
+        away: impl FnOnce(&mut Driver, NodeId),
+    ) -> NodeId {
         let lagging = d.cluster.replicas(ShardId(0))[2];
         away(d, lagging);
         for i in 0..n {
