@@ -76,3 +76,17 @@ fn janus_runs_one_shot_tpcc_under_random_faults_and_rollbacks_are_atomic() {
     }
     assert!(rollbacks > 0, "no NewOrder rolled back in three seeds");
 }
+
+/// Issue 18's liveness failure: on seed 166 (one of seven of 200) the end-of-run audit
+/// never got every shard's results — replicas back from a crash chased what they missed
+/// one dependency at a time until they met transactions their peers had executed and
+/// forgotten, and stayed stuck on them. They now fetch a peer's state (counted).
+#[test]
+fn janus_tpcc_seed_166_replicas_back_from_a_crash_catch_up_and_the_audit_completes() {
+    let report = simulate::<Janus>(166, "warehouses=6,interactive=false", 20);
+    assert_sound("janus", 166, &report);
+    let transfers = report
+        .counters
+        .get(meridian_protocols::janus::replica::STATE_TRANSFERS);
+    assert!(transfers.is_some_and(|&n| n > 0), "{:?}", report.counters);
+}

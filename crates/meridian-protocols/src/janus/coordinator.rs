@@ -10,6 +10,7 @@ use meridian_core::txn::{
 };
 use meridian_core::{ClientResponse, Cluster, NodeId, RequestId, ShardId, TxnId};
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 #[derive(Debug, PartialEq)]
@@ -46,6 +47,17 @@ struct Inflight {
 /// theirs (answered `Unknown`). Zero when every abort is decided from the inputs.
 pub const SPLIT_OUTCOMES: &str = "janus.split_outcomes";
 
+/// Counter: requests that waited for an in-flight slot (`max_inflight` were unfinished).
+pub const QUEUED: &str = "janus.queued";
+
+/// Counter: requests refused because `max_inflight` were unfinished and `max_queued`
+/// more were waiting (the only load-related refusal; answered `Aborted(Unsupported)`).
+pub const REFUSED_OVERLOADED: &str = "janus.refused_overloaded";
+
+/// Counter: transactions answered `Unknown` after `commit_timeout_ms` without every
+/// shard's results.
+pub const TIMED_OUT: &str = "janus.timed_out";
+
 /// One coordinator.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -57,6 +69,9 @@ pub struct Coordinator {
     /// Next slot per shard in this incarnation (dense: assigned only when sent).
     slots: Vec<u64>,
     inflight: FxHashMap<TxnId, Inflight>,
+    /// Admitted requests waiting for an in-flight slot, oldest first (at most
+    /// `max_queued`): an overloaded coordinator queues and slows down rather than abort.
+    queued: VecDeque<(RequestId, Txn)>,
 }
 
 impl Coordinator {
@@ -77,6 +92,7 @@ impl Coordinator {
             counter: 0,
             slots: vec![0; shards],
             inflight: FxHashMap::default(),
+            queued: VecDeque::new(),
         }
     }
 
@@ -97,6 +113,35 @@ impl Coordinator {
         if let Err(reason) = self.admit(&txn) {
             return ctx.respond_aborted(request, reason);
         }
+        if self.inflight.len() < self.opts.max_inflight {
+            return self.start(ctx, request, txn);
+        }
+        if self.queued.len() >= self.opts.max_queued {
+            ctx.count(REFUSED_OVERLOADED, 1);
+            let why = format!(
+                "overloaded: {} transactions in flight (max_inflight) and {} waiting (max_queued)",
+                self.inflight.len(),
+                self.queued.len()
+            );
+            return ctx.respond_aborted(request, AbortReason::Unsupported(why));
+        }
+        ctx.count(QUEUED, 1);
+        self.queued.push_back((request, txn));
+    }
+
+    /// Starts waiting requests while in-flight slots are free (after one finished).
+    fn start_queued(&mut self, ctx: &mut Cx<'_>) {
+        while self.inflight.len() < self.opts.max_inflight {
+            let Some((request, txn)) = self.queued.pop_front() else {
+                return;
+            };
+            self.start(ctx, request, txn);
+        }
+    }
+
+    /// Pre-accepts an admitted transaction (§4.1): its id, a slot on each shard, the
+    /// multicast to every replica of every shard it touches.
+    fn start(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: Txn) {
         let id = TxnId::new(self.me, self.incarnation, self.counter);
         self.counter += 1;
         let slots = txn
@@ -149,10 +194,6 @@ impl Coordinator {
     fn admit(&self, txn: &Txn) -> Result<(), AbortReason> {
         txn.validate(self.cluster.shard_count())
             .map_err(|e| AbortReason::Invalid(e.to_string()))?;
-        if self.inflight.len() >= self.opts.max_inflight {
-            let why = format!("overloaded: {} transactions in flight", self.inflight.len());
-            return Err(AbortReason::Unsupported(why));
-        }
         for piece in &txn.pieces {
             let cross = piece
                 .dependencies()
@@ -371,6 +412,7 @@ impl Coordinator {
                 },
             };
             ctx.respond(t.request, ClientResponse::Outcome(outcome));
+            self.start_queued(ctx);
         }
     }
 
@@ -398,10 +440,12 @@ impl Coordinator {
         if ctx.now_ns().saturating_sub(t.started_ns) >= self.opts.commit_timeout_ns {
             let t = self.inflight.remove(&id).expect("inflight");
             let reason = "janus: no results before commit_timeout_ms".to_string();
+            ctx.count(TIMED_OUT, 1);
             ctx.respond(
                 t.request,
                 ClientResponse::Outcome(Outcome::Unknown { reason }),
             );
+            self.start_queued(ctx);
             return;
         }
         let body = t.body.clone();

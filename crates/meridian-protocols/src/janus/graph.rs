@@ -24,7 +24,7 @@ pub enum Status {
 }
 
 /// A transaction this replica knows.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Vertex {
     pub body: Arc<Body>,
     pub status: Status,
@@ -45,7 +45,7 @@ pub struct Vertex {
 /// when a newer access arrives: a transaction learned late (a slow pre-accept, an accept or
 /// commit of one never pre-accepted here) may be older than what is recorded, so "the last
 /// writer" is only known once executed, in the graph's order.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KeyEntry {
     done_writer: Option<Tag>,
     done_readers: Vec<Tag>,
@@ -53,7 +53,7 @@ pub struct KeyEntry {
 }
 
 /// Slots of one coordinator incarnation executed here: all below `below`, and `above`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SlotSet {
     below: u64,
     above: BTreeSet<u64>,
@@ -72,6 +72,16 @@ impl SlotSet {
             self.below += 1;
         }
     }
+
+    /// Whether every slot here is also in `other`.
+    fn is_subset(&self, other: &SlotSet) -> bool {
+        let gap = self.below.saturating_sub(other.below);
+        // The slots in [other.below, self.below) must all be in other.above.
+        let gap_covered = gap == 0
+            || (gap <= other.above.len() as u64
+                && (other.below..self.below).all(|s| other.above.contains(&s)));
+        gap_covered && self.above.iter().all(|&s| other.contains(s))
+    }
 }
 
 /// A coordinator incarnation: the key of the executed-slot table.
@@ -80,7 +90,7 @@ fn incarnation(id: TxnId) -> (NodeId, u64) {
 }
 
 /// What a replica checkpoints (the durable form of [`Graph`] without its store).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct GraphSnapshot {
     pub vertices: Vec<(TxnId, Vertex)>,
     pub keys: Vec<(Key, KeyEntry)>,
@@ -379,6 +389,101 @@ impl Graph {
             keys,
             executed,
             store,
+        }
+    }
+
+    /// Whether `peer` (a snapshot's executed slots) executed everything this replica did:
+    /// only then is its store this replica's state advanced along the shard's one order.
+    pub fn executed_within(&self, peer: &[((NodeId, u64), SlotSet)]) -> bool {
+        let peer: FxHashMap<_, _> = peer.iter().map(|(k, s)| (*k, s)).collect();
+        self.executed.iter().all(|(k, mine)| {
+            (mine.below == 0 && mine.above.is_empty())
+                || peer.get(k).is_some_and(|theirs| mine.is_subset(theirs))
+        })
+    }
+
+    /// Whether `peer` executed something this replica has not.
+    pub fn executed_beyond(&self, peer: &[((NodeId, u64), SlotSet)]) -> bool {
+        peer.iter().any(|(k, theirs)| match self.executed.get(k) {
+            Some(mine) => !theirs.is_subset(mine),
+            None => theirs.below > 0 || !theirs.above.is_empty(),
+        })
+    }
+
+    /// State transfer: takes a peer's executed slots and key table (its store replaces
+    /// the caller's), and its committed and executed transactions, keeping what this
+    /// replica knows that the peer has not executed — its own pre-accept answers, promises
+    /// and accepts above all (quorum intersection rests on them). The caller checked
+    /// [`Graph::executed_within`].
+    pub fn adopt(&mut self, snap: &GraphSnapshot, now_ns: u64) {
+        self.executed = snap.executed.iter().cloned().collect();
+        let mut keys: FxHashMap<Key, KeyEntry> = snap.keys.iter().cloned().collect();
+        for (key, entry) in std::mem::take(&mut self.keys) {
+            for (tag, write) in entry.live {
+                if self.executed_slot(&tag) {
+                    continue;
+                }
+                let live = &mut keys.entry(key.clone()).or_default().live;
+                match live.iter_mut().find(|(t, _)| t.id == tag.id) {
+                    Some((_, w)) => *w |= write,
+                    None => live.push((tag, write)),
+                }
+            }
+        }
+        self.keys = keys;
+        for (id, theirs) in &snap.vertices {
+            if theirs.status < Status::Committed {
+                continue;
+            }
+            let executed = theirs.status == Status::Executed;
+            match self.vertices.get_mut(id) {
+                Some(v) if v.status >= theirs.status => continue,
+                Some(v) => {
+                    v.status = theirs.status;
+                    v.deps = theirs.deps.clone();
+                    v.touched_ns = now_ns;
+                }
+                None => {
+                    let mut v = theirs.clone();
+                    v.touched_ns = now_ns;
+                    self.vertices.insert(*id, v);
+                }
+            }
+            if executed {
+                self.forget_queue.push_back((now_ns, *id));
+            }
+        }
+        // This replica's own transactions the peer executed (and perhaps forgot).
+        let mut caught_up: Vec<TxnId> = Vec::new();
+        for (id, v) in &self.vertices {
+            if v.status < Status::Executed && self.executed_slot(&v.body.tag) {
+                caught_up.push(*id);
+            }
+        }
+        caught_up.sort_unstable();
+        for id in caught_up {
+            if let Some(v) = self.vertices.get_mut(&id) {
+                v.status = Status::Executed;
+            }
+            self.forget_queue.push_back((now_ns, id));
+        }
+        self.dirty = true;
+    }
+
+    /// Whether `tag` touches this shard and its slot is executed here.
+    fn executed_slot(&self, tag: &Tag) -> bool {
+        tag.slot(self.shard).is_some_and(|slot| {
+            self.executed
+                .get(&incarnation(tag.id))
+                .is_some_and(|s| s.contains(slot))
+        })
+    }
+
+    /// After a restart: executed transactions replayed from the log are kept `keep_ns`
+    /// from now (to answer lagging peers), not from the epoch.
+    pub fn restamp_forget(&mut self, now_ns: u64) {
+        for entry in &mut self.forget_queue {
+            entry.0 = entry.0.max(now_ns);
         }
     }
 

@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 10] = [
+pub const OPTIONS: [&str; 11] = [
     "unsafe_no_dep_union",
     "retry_ms",
     "fast_wait_ms",
@@ -15,6 +15,7 @@ pub const OPTIONS: [&str; 10] = [
     "window",
     "max_inflight",
     "checkpoint_every",
+    "max_queued",
 ];
 
 /// Parsed options; durations default to multiples of the topology's largest round trip.
@@ -44,8 +45,14 @@ pub struct Options {
     pub commit_timeout_ns: u64,
     /// Bound of the tables that track other shards' transactions (`window`; 100 000).
     pub window: usize,
-    /// Unfinished transactions per coordinator; more are refused (`max_inflight`; 1024).
+    /// Unfinished transactions per coordinator; more wait in its queue (`max_inflight`;
+    /// 16 384: above the largest open-loop cap the experiments offer, 8 000 per
+    /// coordinator, so the load's cap and the servers' capacity, not this bound, limit
+    /// what Janus commits).
     pub max_inflight: usize,
+    /// Requests a coordinator holds while `max_inflight` are unfinished; more are refused
+    /// `Unsupported("overloaded …")` (`max_queued`; 65 536).
+    pub max_queued: usize,
     /// A replica writes a snapshot after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
 }
@@ -67,7 +74,8 @@ impl Options {
             keep_ns: ms_to_ns(ms("keep_ms", 4.0 * recovery_ms)?),
             commit_timeout_ns: ms_to_ns(ms("commit_timeout_ms", 16.0 * retry_ms)?),
             window: count(config, "window", 100_000usize)?,
-            max_inflight: count(config, "max_inflight", 1024usize)?,
+            max_inflight: count(config, "max_inflight", 16_384usize)?,
+            max_queued: count(config, "max_queued", 65_536usize)?,
             checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
         })
     }

@@ -14,6 +14,17 @@ use rand::Rng;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
+/// Counter: state requests sent (after a restart, or on meeting a transaction of this
+/// shard that a peer executed and forgot).
+pub const STATE_FETCHES: &str = "janus.state_fetches";
+
+/// Counter: recoveries that found a transaction of this shard executed and forgotten only
+/// by other shards' replicas (its decision cannot reach this shard any more).
+pub const DECISIONS_LOST: &str = "janus.decisions_lost";
+
+/// Counter: peer states installed (the peer had executed more, and all this replica had).
+pub const STATE_TRANSFERS: &str = "janus.state_transfers";
+
 /// What a shard's pieces of one transaction produced.
 type PieceOutcome = Result<Vec<(u16, PieceResult)>, AbortReason>;
 
@@ -43,6 +54,10 @@ pub struct Replica {
     /// When each missing dependency was last inquired about (bounded: cleared each pass).
     inquired: FxHashMap<TxnId, u64>,
     records: usize,
+    /// Rebuilt from durable records: it missed what its shard committed while it was down.
+    restarted: bool,
+    /// The peer last asked for its state, and when (one request per `retry_ms`).
+    fetching: Option<(NodeId, u64)>,
 }
 
 /// A write buffer over the store: a shard's pieces of one transaction apply all or nothing.
@@ -81,6 +96,8 @@ impl Replica {
             recoveries: FxHashMap::default(),
             inquired: FxHashMap::default(),
             records: 0,
+            restarted: !recovered.is_empty(),
+            fetching: None,
         };
         for record in recovered {
             replica.replay(record);
@@ -140,21 +157,27 @@ impl Replica {
     fn log(&mut self, ctx: &mut Cx<'_>, record: Record) {
         self.records += 1;
         if self.records >= self.opts.checkpoint_every {
-            self.records = 0;
-            let store = {
-                let mut s: Vec<_> = self
-                    .store
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                s.sort_by(|a, b| a.0.cmp(&b.0));
-                s
-            };
-            let snap: GraphSnapshot = self.graph.snapshot(store);
-            ctx.checkpoint(Record::Snapshot(Box::new(snap)));
+            self.checkpoint(ctx);
         } else {
             ctx.persist(record);
         }
+    }
+
+    /// Everything this replica knows, store included.
+    fn snapshot(&self) -> GraphSnapshot {
+        let mut store: Vec<_> = self
+            .store
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        store.sort_by(|a, b| a.0.cmp(&b.0));
+        self.graph.snapshot(store)
+    }
+
+    /// A snapshot record, which subsumes every earlier one.
+    fn checkpoint(&mut self, ctx: &mut Cx<'_>) {
+        self.records = 0;
+        ctx.checkpoint(Record::Snapshot(Box::new(self.snapshot())));
     }
 
     pub fn on_start(&mut self, ctx: &mut Cx<'_>) {
@@ -162,7 +185,16 @@ impl Replica {
         for v in self.graph.vertices.values_mut() {
             v.touched_ns = now;
         }
+        self.graph.restamp_forget(now);
         self.graph.dirty = true;
+        if self.restarted {
+            // What the shard committed while this replica was down reaches it only as
+            // dependencies of later transactions, one inquiry round trip per link of a
+            // chain; a peer's state brings all of it at once.
+            if let Some(peer) = self.nearest_peer() {
+                self.fetch_state(ctx, peer);
+            }
+        }
         self.tick(ctx);
     }
 
@@ -193,10 +225,9 @@ impl Replica {
             } => self.on_prepare_reply(ctx, from, id, ballot, ok, known),
             Msg::AcceptReply { id, ballot, ok } => self.on_accept_reply(ctx, from, id, ballot, ok),
             Msg::Inquire { tag } => self.on_inquire(ctx, from, tag),
-            Msg::Executed { id } => {
-                let capacity = self.opts.window;
-                self.graph.note_foreign_done(id, capacity);
-            }
+            Msg::Executed { tag } => self.on_executed(ctx, from, tag),
+            Msg::FetchState => self.on_fetch_state(ctx, from),
+            Msg::State { snapshot } => self.on_state(ctx, from, &snapshot),
             Msg::PreAcceptReply { .. } | Msg::Result { .. } => {}
         }
     }
@@ -362,9 +393,87 @@ impl Replica {
                 };
                 ctx.send(from, msg);
             }
-            None if self.graph.forgotten(&tag) => ctx.send(from, Msg::Executed { id: tag.id }),
+            None if self.graph.forgotten(&tag) => ctx.send(from, Msg::Executed { tag }),
             _ => {}
         }
+    }
+
+    /// A peer executed and forgot `tag`: another shard's transaction is then placed; one
+    /// of this shard that this replica has not executed means it lags beyond what its
+    /// peers keep, and only their state can bring it up to date.
+    fn on_executed(&mut self, ctx: &mut Cx<'_>, from: NodeId, tag: Tag) {
+        if !self.graph.is_local(&tag) {
+            let capacity = self.opts.window;
+            self.graph.note_foreign_done(tag.id, capacity);
+        } else if !self.graph.is_done(&tag) && self.cluster.shard_of_node(from) == Some(self.shard)
+        {
+            self.fetch_state(ctx, from);
+        }
+    }
+
+    // ---- state transfer -----------------------------------------------------------------
+
+    /// The closest other replica of this shard.
+    fn nearest_peer(&self) -> Option<NodeId> {
+        self.cluster
+            .replicas(self.shard)
+            .iter()
+            .copied()
+            .filter(|&r| r != self.me)
+            .min_by(|&a, &b| {
+                let (da, db) = (
+                    self.cluster.rtt_ms(self.me, a),
+                    self.cluster.rtt_ms(self.me, b),
+                );
+                da.total_cmp(&db).then(a.cmp(&b))
+            })
+    }
+
+    /// Asks `peer` for its state, at most once per `retry_ms`.
+    fn fetch_state(&mut self, ctx: &mut Cx<'_>, peer: NodeId) {
+        let now = ctx.now_ns();
+        if self
+            .fetching
+            .is_some_and(|(_, at)| now.saturating_sub(at) < self.opts.retry_ns)
+        {
+            return;
+        }
+        self.fetching = Some((peer, now));
+        ctx.count(STATE_FETCHES, 1);
+        ctx.send(peer, Msg::FetchState);
+    }
+
+    fn on_fetch_state(&mut self, ctx: &mut Cx<'_>, from: NodeId) {
+        if self.cluster.shard_of_node(from) == Some(self.shard) {
+            let snapshot = Arc::new(self.snapshot());
+            ctx.send(from, Msg::State { snapshot });
+        }
+    }
+
+    /// Installs a peer's state if it executed everything this replica did and more (every
+    /// replica executes its shard's transactions in one order, so the peer's store is this
+    /// replica's, further along), then persists it before anything else is answered.
+    fn on_state(&mut self, ctx: &mut Cx<'_>, from: NodeId, snap: &GraphSnapshot) {
+        if self.fetching.map(|(peer, _)| peer) != Some(from) {
+            return;
+        }
+        self.fetching = None;
+        if !self.graph.executed_within(&snap.executed)
+            || !self.graph.executed_beyond(&snap.executed)
+        {
+            return;
+        }
+        self.graph.adopt(snap, ctx.now_ns());
+        self.store = snap.store.iter().cloned().collect();
+        let graph = &self.graph;
+        self.recoveries.retain(|id, _| {
+            graph
+                .vertices
+                .get(id)
+                .is_some_and(|v| v.status < Status::Committed)
+        });
+        self.checkpoint(ctx);
+        ctx.count(STATE_TRANSFERS, 1);
     }
 
     // ---- execution (§4.4) ---------------------------------------------------------------
@@ -592,8 +701,9 @@ impl Replica {
         let r = self.recoveries.get_mut(&id).expect("recovery");
         let decision = choose(&r.replies);
         match decision {
-            Choice::Done => {
+            Choice::Done(executed_at) => {
                 self.recoveries.remove(&id);
+                self.recovered_executed(ctx, &body.tag, &executed_at);
             }
             Choice::Commit(deps) => {
                 self.recoveries.remove(&id);
@@ -638,6 +748,30 @@ impl Replica {
         }
     }
 
+    /// A recovery found `tag` executed and forgotten at `executed_at`: committed, with its
+    /// decision gone there. A peer of this shard among them has its effects (fetch its
+    /// state); if only other shards' replicas executed it, its decision is lost to this
+    /// shard (counted: `keep_ms` was too short for how long this shard was unreachable).
+    fn recovered_executed(&mut self, ctx: &mut Cx<'_>, tag: &Tag, executed_at: &[NodeId]) {
+        if !self.graph.is_local(tag) || self.graph.is_done(tag) {
+            return;
+        }
+        let peer = executed_at
+            .iter()
+            .copied()
+            .find(|&n| self.cluster.shard_of_node(n) == Some(self.shard));
+        match peer {
+            Some(peer) => self.fetch_state(ctx, peer),
+            None => ctx.count(DECISIONS_LOST, 1),
+        }
+    }
+
+    /// The value this replica's store holds for `key` (tests).
+    #[cfg(test)]
+    pub(crate) fn stored(&self, key: &Key) -> Option<&Value> {
+        self.store.get(key)
+    }
+
     pub fn check_invariants(&self) -> Result<(), String> {
         Ok(())
     }
@@ -646,8 +780,9 @@ impl Replica {
 /// What a recovery coordinator does with a majority of every shard's prepare replies (§5).
 #[derive(Debug, PartialEq)]
 pub(crate) enum Choice {
-    /// Some replica executed and forgot it: it was committed; nothing to recover.
-    Done,
+    /// These replicas executed and forgot it: it was committed; nothing to recover (a
+    /// replica of the recoverer's shard among them can send its state).
+    Done(Vec<NodeId>),
     Commit(Deps),
     Accept(Deps),
 }
@@ -663,11 +798,19 @@ pub(crate) fn choose(replies: &[(NodeId, Known)]) -> Choice {
     }) {
         return Choice::Commit(deps.clone());
     }
+    let executed_at: Vec<NodeId> = replies
+        .iter()
+        .filter(|(_, k)| *k == Known::Executed)
+        .map(|(n, _)| *n)
+        .collect();
+    if !executed_at.is_empty() {
+        return Choice::Done(executed_at);
+    }
     let mut accepted: Option<(Ballot, &Deps)> = None;
     let mut union: Deps = Vec::new();
     for (_, known) in replies {
         match known {
-            Known::Executed => return Choice::Done,
+            Known::Executed => {}
             Known::Committed(_) => {}
             Known::Accepted(b, deps) => {
                 if accepted.is_none_or(|(best, _)| *b > best) {

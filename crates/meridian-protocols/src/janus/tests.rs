@@ -205,3 +205,131 @@ fn random_graphs_execute_in_a_valid_order() {
         }
     }
 }
+
+// ---- state transfer (scenarios on the test driver) --------------------------------------
+
+mod state_transfer {
+    use super::super::replica::{STATE_FETCHES, STATE_TRANSFERS};
+    use super::super::{Janus, JanusNode, Msg};
+    use crate::testkit::{three_regions, MsgKind, MS};
+    use meridian_core::txn::{CommitPath, Op, Operand, Outcome, Piece, Procedures, Txn};
+    use meridian_core::{Key, NodeId, ShardId};
+
+    type Driver = crate::testkit::Driver<JanusNode>;
+
+    impl MsgKind for Msg {
+        fn kind(&self) -> &'static str {
+            match self {
+                Msg::PreAccept { .. } => "pre-accept",
+                Msg::PreAcceptReply { .. } => "pre-accept-reply",
+                Msg::Accept { .. } => "accept",
+                Msg::AcceptReply { .. } => "accept-reply",
+                Msg::Commit { .. } => "commit",
+                Msg::Prepare { .. } => "prepare",
+                Msg::PrepareReply { .. } => "prepare-reply",
+                Msg::Inquire { .. } => "inquire",
+                Msg::Executed { .. } => "executed",
+                Msg::FetchState => "fetch-state",
+                Msg::State { .. } => "state",
+                Msg::Result { .. } => "result",
+            }
+        }
+    }
+
+    /// Regions A, B, C, two shards of three replicas; executed transactions are kept only
+    /// 100 ms, so a replica away for a second lags beyond what its peers remember.
+    fn driver() -> Driver {
+        let topology = three_regions("janus-test", 40.0, 60.0, 80.0);
+        Driver::on_topology::<Janus>(&topology, "keep_ms=100", Procedures::new(), 1, 0)
+    }
+
+    /// Reads `key` and writes `value` to it (one piece on shard 0).
+    fn write(key: &Key, value: &str) -> Txn {
+        let ops = vec![
+            Op::Get(key.clone()),
+            Op::Put(key.clone(), Operand::Literal(Key::from(value.to_string()))),
+        ];
+        Txn {
+            pieces: vec![Piece::ops(ShardId(0), ops)],
+        }
+    }
+
+    fn run(d: &mut Driver, txn: Txn) -> Outcome {
+        let request = d.submit(0, txn);
+        assert!(d.run_until_answered(&[request], 10_000 * MS));
+        d.outcome(request).cloned().expect("answered")
+    }
+
+    fn stored(d: &Driver, node: NodeId, key: &Key) -> Option<String> {
+        match d.node(node) {
+            Some(JanusNode::Replica(r)) => r
+                .stored(key)
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            other => panic!("{node} is {other:?}"),
+        }
+    }
+
+    /// Commits `n` writes of `key` while the last replica of shard 0 hears nothing, then
+    /// lets the peers forget them; returns that replica.
+    fn commit_while_away(
+        d: &mut Driver,
+        key: &Key,
+        n: usize,
+        away: impl FnOnce(&mut Driver, NodeId),
+    ) -> NodeId {
+        let lagging = d.cluster.replicas(ShardId(0))[2];
+        away(d, lagging);
+        for i in 0..n {
+            let outcome = run(d, write(key, &format!("v{i}")));
+            assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+        }
+        d.run_for(1_000 * MS);
+        lagging
+    }
+
+    fn path(outcome: &Outcome) -> CommitPath {
+        match outcome {
+            Outcome::Committed { path, .. } => *path,
+            other => panic!("not committed: {other:?}"),
+        }
+    }
+
+    /// A replica down while 20 writes committed (and were forgotten by its peers) fetches
+    /// a peer's state when it restarts, and then answers like its peers: the next write
+    /// commits on the fast path, which needs its identical answer.
+    #[test]
+    fn a_restarted_replica_takes_a_peers_state_and_serves_the_fast_quorum() {
+        let mut d = driver();
+        let key = d.key_on(0, "x");
+        assert_eq!(path(&run(&mut d, write(&key, "v-first"))), CommitPath::Fast);
+        let lagging = commit_while_away(&mut d, &key, 20, |d, n| d.crash(n));
+        d.restart(lagging);
+        d.run_for(100 * MS);
+        assert_eq!(stored(&d, lagging, &key).as_deref(), Some("v19"));
+        assert_eq!(d.counters.get(STATE_TRANSFERS), Some(&1));
+        let next = run(&mut d, write(&key, "v-next"));
+        assert_eq!(path(&next), CommitPath::Fast, "{next:?}");
+        d.run_for(100 * MS);
+        assert_eq!(stored(&d, lagging, &key).as_deref(), Some("v-next"));
+    }
+
+    /// A replica cut off (not crashed) while its peers executed and forgot 20 writes meets
+    /// the first forgotten one as a dependency: the peer's `Executed` answer makes it fetch
+    /// the peer's state, after which it executes the new write too.
+    #[test]
+    fn a_replica_that_meets_a_forgotten_transaction_of_its_shard_fetches_a_peers_state() {
+        let mut d = driver();
+        let key = d.key_on(0, "x");
+        run(&mut d, write(&key, "v-first"));
+        let lagging = commit_while_away(&mut d, &key, 20, |d, n| {
+            d.drop = Some(Box::new(move |_, to, _| to == n));
+        });
+        d.drop = None;
+        assert_eq!(stored(&d, lagging, &key).as_deref(), Some("v-first"));
+        assert_eq!(d.counters.get(STATE_FETCHES), None);
+        run(&mut d, write(&key, "v-next"));
+        d.run_for(1_000 * MS);
+        assert!(d.counters.get(STATE_TRANSFERS).is_some_and(|&n| n >= 1));
+        assert_eq!(stored(&d, lagging, &key).as_deref(), Some("v-next"));
+    }
+}

@@ -151,8 +151,17 @@ pub enum Msg {
     Inquire {
         tag: Tag,
     },
+    /// The answer to an `Inquire` about a transaction the answerer executed and forgot.
+    /// To a replica of the same shard that has not executed it: you lag, fetch my state.
     Executed {
-        id: TxnId,
+        tag: Tag,
+    },
+    /// State transfer: a replica that lags (restarted, or met a transaction of its shard
+    /// its peers executed and forgot) asks a peer of its shard for its whole state.
+    FetchState,
+    /// The peer's state: store, executed slots, key table, committed transactions.
+    State {
+        snapshot: Arc<GraphSnapshot>,
     },
     /// Replica → coordinator: the results of the transaction's pieces on `shard`.
     Result {
