@@ -24,7 +24,7 @@ mod two_pl_raft {
     const SPEC: Conformance = Conformance {
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "640724dbe1cd6a24"), (6, "3e143c31f7498a60")],
+        golden: &[(5, "3422ac08052980ae"), (6, "a53e17ea6bc91c2b")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_early_release=true",
             workload: "bank",
@@ -41,7 +41,7 @@ mod occ_raft {
         workload_opts: "interactive=true",
         seconds: 20,
         min_committed: 10,
-        golden: &[(5, "6be4ce91d0532afc"), (6, "5a688c0fe2e289c0")],
+        golden: &[(5, "6065402d832155a2"), (6, "26975f396396840a")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_validation=true",
             workload: "bank",

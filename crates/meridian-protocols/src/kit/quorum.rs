@@ -41,6 +41,38 @@ pub fn super_quorum_round_trip_ms(
         .fold(0.0, f64::max)
 }
 
+/// Over `shards`, the largest round trip from `coordinator` to a shard's placed leader plus
+/// the leader's round trip to the nearest followers that make up a majority with it: the
+/// latency bound of protocols that commit through a leader-based log (Raft, Multi-Paxos),
+/// whose leader answers only once its record is on a majority. On `gcp-tiga` (leaders in
+/// SC) an SC coordinator's bound is SC–BR, not a LAN round trip.
+pub fn leader_majority_round_trip_ms(
+    cluster: &Cluster,
+    coordinator: NodeId,
+    shards: &[ShardId],
+) -> f64 {
+    shards
+        .iter()
+        .map(|&s| {
+            let leader = cluster.initial_leader(s);
+            let replicas = cluster.replicas(s);
+            let mut rtts: Vec<f64> = replicas
+                .iter()
+                .filter(|&&r| r != leader)
+                .map(|&r| cluster.rtt_ms(leader, r))
+                .collect();
+            rtts.sort_by(f64::total_cmp);
+            // The leader counts itself: it needs `majority - 1` followers.
+            let replication = majority(replicas.len())
+                .checked_sub(2)
+                .and_then(|i| rtts.get(i))
+                .copied()
+                .unwrap_or(0.0);
+            cluster.rtt_ms(coordinator, leader) + replication
+        })
+        .fold(0.0, f64::max)
+}
+
 /// The replies of a fixed set of members, by member id (iteration is in id order).
 #[derive(Clone, Debug)]
 pub struct Votes<V> {

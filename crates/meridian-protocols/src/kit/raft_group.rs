@@ -394,11 +394,37 @@ impl RaftGroup {
         self.node.store().size()
     }
 
-    /// Starts an election now rather than after the election timeout: a fresh group's
-    /// placed leader calls it at boot, so the group serves from its first round trip instead
-    /// of after `election_ticks` of silence.
-    pub fn campaign(&mut self) -> Result<(), String> {
-        self.node.campaign().map_err(|e| format!("raft: {e}"))
+    /// Starts a fresh group (term 0, empty log) with `leader` already elected in term 1,
+    /// as raft-rs's examples bootstrap their first leader: `leader` becomes leader of term
+    /// 1, every other member a follower of term 1 that voted for it. Every member of a
+    /// fresh group calls it with the same `leader`, so term 1 has one leader, as if every
+    /// member had voted for it (the votes are persisted by the next [`RaftGroup::drain`]).
+    /// The group then serves after one round trip (its first entry replicated to a
+    /// majority) instead of an election's pre-vote and vote rounds.
+    ///
+    /// Call it only on a member with no records: one with records has voted or learned a
+    /// term already and must not vote again. A member whose records were all lost sent
+    /// nothing after them (a record is durable once a later message leaves), so calling it
+    /// again gives the same term-1 vote it had, and a leader that comes back empty had
+    /// appended nothing anyone holds.
+    pub fn bootstrap(&mut self, leader: NodeId) -> Result<(), String> {
+        let leader_id = self.raft_id(leader)?;
+        if self.node.raft.term != 0 || self.node.store().last() != 0 {
+            return Err(format!(
+                "raft bootstrap: member {} is not fresh (term {})",
+                self.members[(self.node.raft.id - 1) as usize],
+                self.node.raft.term
+            ));
+        }
+        let raft = &mut self.node.raft;
+        if raft.id == leader_id {
+            raft.become_candidate();
+            raft.become_leader();
+        } else {
+            raft.become_follower(1, leader_id);
+            raft.vote = leader_id;
+        }
+        Ok(())
     }
 
     /// One tick of the host's timer.
@@ -870,6 +896,49 @@ mod tests {
         assert!(g.step(NodeId(1), &RaftMsg(vec![0xff, 0x01, 0x02])).is_err());
         assert!(g.step(NodeId(7), &RaftMsg(Vec::new())).is_err());
         assert!(RaftGroup::new(NodeId(9), members, TIMING, &[]).is_err());
+    }
+
+    /// A bootstrapped group has its leader at once, commits its first proposal in one
+    /// exchange (no election), and persists every member's term-1 vote, so a restarted
+    /// member does not vote again in term 1.
+    #[test]
+    fn a_bootstrapped_group_commits_without_an_election() {
+        let mut h = Harness::new(3);
+        for g in h.groups.iter_mut().flatten() {
+            g.bootstrap(NodeId(1)).unwrap();
+        }
+        for i in 0..3 {
+            h.drain(i);
+        }
+        assert_eq!(h.leader(), Some(1), "no tick, no message: already elected");
+        h.propose(b"first");
+        // One delivery round: appends out, acknowledgements back, commit out.
+        while let Some((from, to, m)) = h.wire.pop_front() {
+            h.groups[to.index()]
+                .as_mut()
+                .unwrap()
+                .step(from, &m)
+                .unwrap();
+            h.drain(to.index());
+        }
+        for applied in &h.applied {
+            assert_eq!(applied, &vec![b"first".to_vec()]);
+        }
+        for records in &h.records {
+            assert!(records.iter().any(|r| matches!(
+                r,
+                RaftRecord::HardState {
+                    term: 1,
+                    vote: 2,
+                    ..
+                }
+            )));
+        }
+        let members: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let mut g = RaftGroup::new(NodeId(0), members.clone(), TIMING, &h.records[0]).unwrap();
+        assert!(g.bootstrap(NodeId(0)).is_err(), "not fresh");
+        let mut g = RaftGroup::new(NodeId(0), members, TIMING, &[]).unwrap();
+        assert!(g.bootstrap(NodeId(7)).is_err(), "not a member");
     }
 
     #[test]

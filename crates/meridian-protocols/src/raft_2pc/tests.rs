@@ -175,3 +175,29 @@ fn a_transaction_at_boot_waits_for_the_election_not_for_a_retry_period() {
     let took = d.now - start;
     assert!(took < 25 * MS, "took {} ms", took / MS);
 }
+
+/// A fresh group's placed leader serves after one round trip to its followers (10 ms
+/// here): it starts elected (`RaftGroup::bootstrap`) and only its barrier must reach a
+/// majority. Campaigning at boot (pre-vote, vote, barrier) took three.
+#[test]
+fn placed_leaders_serve_after_one_round_trip() {
+    let topology = crate::testkit::three_regions("raft-2pc-test", 10.0, 10.0, 10.0);
+    let mut d = Driver::on_topology::<TwoPlRaft>(&topology, "", Default::default(), 0, 0);
+    d.run_for(15 * MS);
+    assert_eq!(d.counters.get(PARTITION_TAKEOVERS).copied(), Some(2));
+    for s in 0..2 {
+        assert!(member(&d, d.cluster.initial_leader(ShardId(s))).leads());
+    }
+}
+
+/// The bound on `gcp-tiga` (leaders in SC): the coordinator's round trip to SC plus SC's
+/// to its nearest follower (BR, 117 ms), not the LAN round trip a single copy needs.
+#[test]
+fn the_bound_counts_the_leaders_majority_round_trip() {
+    let cluster = Cluster::new(meridian_core::Topology::load("gcp-tiga").unwrap(), &[]).unwrap();
+    let shards = [ShardId(0), ShardId(1), ShardId(2)];
+    let sc = cluster.coordinators[0];
+    let hk = *cluster.coordinators.last().unwrap();
+    assert_eq!(TwoPlRaft::bound_ms(&cluster, sc, &shards), 0.5 + 117.0);
+    assert_eq!(OccRaft::bound_ms(&cluster, hk, &shards), 201.0 + 117.0);
+}
