@@ -199,10 +199,6 @@ use meridian_core::{
     ShardId,
 };
 
-/// `nodes` ordered by round trip from `me`, nearest first (ties by id): whom to ask
-/// first, and next when a request goes unanswered.
-pub(crate) use crate::kit::ttc::nearest_first;
-
 /// The name of the oracle service (topology `[[services]] name`).
 pub use crate::kit::ttc::ORACLE_SERVICE;
 

@@ -100,7 +100,9 @@
 //! catching.
 
 mod anchor;
+mod closed;
 mod coordinator;
+mod follower;
 mod options;
 mod primary;
 mod store;
@@ -110,7 +112,8 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use options::{Options, OPTIONS};
+pub use follower::Follower;
+pub use options::{Options, ReplicaReads, OPTIONS};
 pub use primary::Primary;
 pub use wire::{Msg, Record, Timer, TxnRef};
 
@@ -129,7 +132,9 @@ pub struct MvtoHlc;
 pub enum MvtoNode {
     Primary(Box<Primary>),
     Coordinator(Box<Coordinator>),
-    /// Read replicas (no ClosedTS reads yet) and services this protocol does not run.
+    /// A read replica serving ClosedTS follower reads (`replica_reads=closedts`).
+    Follower(Box<Follower>),
+    /// Read replicas without ClosedTS, and services this protocol does not run.
     Inert,
 }
 
@@ -166,6 +171,11 @@ impl Protocol for MvtoHlc {
                 cluster.clone(),
                 recovered,
             ))),
+            NodeRole::Replica { shard, .. } if opts.closed_ts() => {
+                let primary = cluster.initial_leader(*shard);
+                let procedures = setup.procedures.clone();
+                MvtoNode::Follower(Box::new(Follower::new(primary, opts, procedures)))
+            }
             _ => MvtoNode::Inert,
         }
     }
@@ -189,6 +199,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_start(ctx),
             MvtoNode::Coordinator(c) => c.on_start(ctx),
+            MvtoNode::Follower(f) => f.on_start(ctx),
             MvtoNode::Inert => {}
         }
     }
@@ -197,6 +208,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_message(ctx, from, msg),
             MvtoNode::Coordinator(c) => c.on_message(ctx, msg),
+            MvtoNode::Follower(f) => f.on_message(ctx, from, msg),
             MvtoNode::Inert => {}
         }
     }
@@ -205,6 +217,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_timer(ctx, timer),
             MvtoNode::Coordinator(c) => c.on_timer(ctx, timer),
+            MvtoNode::Follower(f) => f.on_timer(ctx, timer),
             MvtoNode::Inert => {}
         }
     }
