@@ -363,7 +363,10 @@ fn a_write_arriving_after_a_closing_is_pushed_above_the_closed_timestamp() {
         d.run_for(30 * MS);
         d.modify(0, txn, &x, append(&x, 1));
         assert!(d.commit(0, txn).is_committed());
-        d.counters.get("mvto_hlc.writes_pushed").copied().unwrap_or(0)
+        d.counters
+            .get("mvto_hlc.writes_pushed")
+            .copied()
+            .unwrap_or(0)
     };
     assert_eq!(pushed(""), 0, "without closings nothing pushes the write");
     assert!(pushed("replica_reads=closedts,closed_ts_interval_ms=5") >= 1);
