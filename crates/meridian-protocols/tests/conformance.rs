@@ -378,7 +378,7 @@ mod mvto_hlc_closedts {
     const SPEC: Conformance = Conformance {
         protocol_opts: "replica_reads=closedts",
         seeds: 1..11,
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "144beaa1c72e7e79")],
         broken: Broken::Swarm {
             protocol_opts: "replica_reads=closedts,unsafe_serve_above_closed=true",
             workload: "list-append",
