@@ -366,3 +366,25 @@ mod k2_vcr_snapshot {
     };
     meridian_sim::conformance_tests!(meridian_protocols::k2::K2, SPEC);
 }
+
+// ClosedTS (K2 §6.1, §7.4) on MVTO-HLC: read-only one-shot transactions are follower reads
+// at the nearest copy of each shard, at the top of their uncertainty interval, served once
+// the copy's closed timestamp covers it and no intent at or below it is on a key read.
+// Checked at the protocol's promise (strong partition serializability) together with the
+// primaries' history. The broken variant serves follower reads at once, above the closed
+// timestamp: a replica behind its primary answers with a stale value.
+mod mvto_hlc_closedts {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        protocol_opts: "replica_reads=closedts",
+        seeds: 1..11,
+        golden: &[(5, "144beaa1c72e7e79")],
+        broken: Broken::Swarm {
+            protocol_opts: "replica_reads=closedts,unsafe_serve_above_closed=true",
+            workload: "list-append",
+            workload_opts: "",
+        },
+        ..Conformance::new("k2-five-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::mvto_hlc::MvtoHlc, SPEC);
+}

@@ -914,8 +914,7 @@ impl Route {
             let primary = cluster.initial_leader(piece.shard);
             return (primary, Msg::Execute(Box::new(exec)));
         };
-        let copies = super::nearest_first(cluster, me, cluster.replicas(piece.shard).to_vec());
-        let to = copies[self.ticks as usize % copies.len()];
+        let to = crate::kit::replica_reads::nearest_copy(cluster, me, piece.shard, self.ticks);
         let msg = Msg::RepRead {
             txn,
             step,

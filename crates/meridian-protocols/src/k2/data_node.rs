@@ -110,12 +110,12 @@ impl DataNode {
         let mut node = DataNode {
             id,
             shard,
+            rep_reads: ReadQueue::new(&opts),
             opts,
             epochs: EpochClock::new(oracles),
             by_epoch: BTreeMap::new(),
             indexed_from: 0,
             pullers: BTreeMap::new(),
-            rep_reads: ReadQueue::default(),
             epoch_floors: BTreeMap::new(),
             cluster,
             procedures,
@@ -304,7 +304,7 @@ impl DataNode {
                     complete: self.complete_epoch(),
                     procedures: &self.procedures,
                 };
-                self.rep_reads.offer(ctx, &self.opts, &view, read);
+                self.rep_reads.offer(ctx, &view, read);
             }
             _ => {}
         }

@@ -143,8 +143,8 @@
 //! * **Visibility delay** is counted per replayed version, from its finalization at the
 //!   primary to its replay at a replica (two nodes' clocks: ordinary clocks' skew is in
 //!   it): `k2.visibility_delay_us_sum / k2.visible_versions` is the mean, and
-//!   `k2.visibility_delay_le_*ms` a histogram. A replica catching up from nothing does
-//!   not count.
+//!   `k2.visibility_delay_le_*ms` a histogram (`kit::replica_reads`, which `mvto-hlc`'s
+//!   ClosedTS counts with too). A replica catching up from nothing does not count.
 //! * **Restarts**: a primary proposes nothing until its first cut after a restart (the
 //!   cut is not logged; a piece arriving before it aborts); a replica keeps nothing
 //!   durable and pulls from epoch 0.
@@ -198,10 +198,6 @@ use meridian_core::{
     Cluster, Node, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, ReplicaKind, RequestId,
     ShardId,
 };
-
-/// `nodes` ordered by round trip from `me`, nearest first (ties by id): whom to ask
-/// first, and next when a request goes unanswered.
-pub(crate) use crate::kit::ttc::nearest_first;
 
 /// The name of the oracle service (topology `[[services]] name`).
 pub use crate::kit::ttc::ORACLE_SERVICE;

@@ -20,6 +20,7 @@ use super::options::Options;
 use super::wire::{Msg, Timer, TxnTs};
 use super::write_stream::{KeyState, Version};
 use super::K2Node;
+use crate::kit::replica_reads::{record_delay, DelayCounters, HeldReads, Offered, Puller};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
     execute_piece, AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value,
@@ -39,55 +40,45 @@ pub struct RepRead {
     pub inputs: Vec<(u16, PieceResult)>,
 }
 
-/// Replica reads held until their epoch is complete (bounded).
-#[derive(Debug, Default)]
+/// Replica reads held until their epoch is complete (bounded: `max_waiting_per_node`).
+#[derive(Debug)]
 pub struct ReadQueue {
-    waiting: Vec<RepRead>,
+    held: HeldReads<RepRead>,
 }
 
 impl ReadQueue {
+    pub fn new(opts: &Options) -> ReadQueue {
+        ReadQueue {
+            held: HeldReads::new(opts.max_waiting_per_node),
+        }
+    }
+
     /// Serves `read` now if `complete` covers it, else holds it.
-    pub fn offer(
-        &mut self,
-        ctx: &mut Ctx<'_, K2Node>,
-        opts: &Options,
-        view: &ReadView<'_>,
-        read: RepRead,
-    ) {
-        if read.epoch <= view.complete {
-            return serve(ctx, view, read);
-        }
-        let duplicate = self
-            .waiting
-            .iter()
-            .any(|w| w.txn == read.txn && w.step == read.step);
-        if duplicate {
-            return;
-        }
-        if self.waiting.len() >= opts.max_waiting_per_node {
-            ctx.count("k2.replica_read_overflow", 1);
-            let outcome = Err(AbortReason::Conflict);
-            let (txn, step) = (read.txn, read.step);
-            return ctx.send(
-                read.from,
-                Msg::Executed {
+    pub fn offer(&mut self, ctx: &mut Ctx<'_, K2Node>, view: &ReadView<'_>, read: RepRead) {
+        let complete = view.complete;
+        let same = |a: &RepRead, b: &RepRead| a.txn == b.txn && a.step == b.step;
+        match self.held.offer(read, |r| r.epoch <= complete, same) {
+            Offered::Serve(read) => serve(ctx, view, read),
+            Offered::Held | Offered::Duplicate => {}
+            Offered::Overflow(read) => {
+                ctx.count("k2.replica_read_overflow", 1);
+                let outcome = Err(AbortReason::Conflict);
+                let (txn, step) = (read.txn, read.step);
+                let epoch = 0;
+                let msg = Msg::Executed {
                     txn,
                     step,
                     outcome,
-                    epoch: 0,
-                },
-            );
+                    epoch,
+                };
+                ctx.send(read.from, msg);
+            }
         }
-        self.waiting.push(read);
     }
 
     /// Serves what `view.complete` now covers.
     pub fn release(&mut self, ctx: &mut Ctx<'_, K2Node>, view: &ReadView<'_>) {
-        let (ready, rest) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|r| r.epoch <= view.complete);
-        self.waiting = rest;
-        for read in ready {
+        for read in self.held.release(|r| r.epoch <= view.complete) {
             serve(ctx, view, read);
         }
     }
@@ -162,16 +153,8 @@ impl KvAccess for EpochAccess<'_> {
     }
 }
 
-/// Visibility-delay buckets (ms): a version's delay is counted in the first that holds
-/// it, or in `k2.visibility_delay_gt_1000ms`.
-const DELAY_BUCKETS: [(u64, &str); 6] = [
-    (10, "k2.visibility_delay_le_10ms"),
-    (50, "k2.visibility_delay_le_50ms"),
-    (100, "k2.visibility_delay_le_100ms"),
-    (200, "k2.visibility_delay_le_200ms"),
-    (500, "k2.visibility_delay_le_500ms"),
-    (1000, "k2.visibility_delay_le_1000ms"),
-];
+/// K2-VCR's visibility-delay counters (`k2.visible_versions`, …).
+static DELAY: DelayCounters = crate::delay_counters!("k2");
 
 /// A read replica.
 #[derive(Debug)]
@@ -183,20 +166,20 @@ pub struct Replica {
     /// Every epoch up to this one is replayed here.
     complete: u64,
     reads: ReadQueue,
-    /// Local time of the last pull (a pull unanswered for `retry` is sent again).
-    pulled_ns: u64,
+    /// A pull unanswered for `retry` is sent again.
+    puller: Puller,
 }
 
 impl Replica {
     pub fn new(primary: NodeId, opts: Options, procedures: Arc<Procedures>) -> Replica {
         Replica {
             primary,
+            reads: ReadQueue::new(&opts),
             opts,
             procedures,
             keys: FxHashMap::default(),
             complete: 0,
-            reads: ReadQueue::default(),
-            pulled_ns: 0,
+            puller: Puller::default(),
         }
     }
 
@@ -208,7 +191,7 @@ impl Replica {
     }
 
     fn pull(&mut self, ctx: &mut Ctx<'_, K2Node>) {
-        self.pulled_ns = ctx.now_ns();
+        self.puller.pulled(ctx.now_ns());
         ctx.send(
             self.primary,
             Msg::Pull {
@@ -222,8 +205,7 @@ impl Replica {
             return;
         }
         ctx.set_timer(self.opts.retry_ns, Timer::ReplicaTick);
-        let now = ctx.now_ns();
-        if now.saturating_sub(self.pulled_ns) >= self.opts.retry_ns || now < self.pulled_ns {
+        if self.puller.due(ctx.now_ns(), self.opts.retry_ns) {
             self.pull(ctx);
         }
     }
@@ -255,7 +237,7 @@ impl Replica {
                     complete: self.complete,
                     procedures: &self.procedures,
                 };
-                self.reads.offer(ctx, &self.opts, &view, read);
+                self.reads.offer(ctx, &view, read);
             }
             _ => {}
         }
@@ -279,7 +261,7 @@ impl Replica {
         let measured = self.complete > 0;
         for (key, version) in versions {
             if measured && version.finalized_ns > 0 {
-                record_delay(ctx, now.saturating_sub(version.finalized_ns));
+                record_delay(ctx, &DELAY, now.saturating_sub(version.finalized_ns));
             }
             let max = self.opts.max_versions_per_key;
             self.keys
@@ -303,17 +285,4 @@ impl Replica {
     pub(crate) fn complete(&self) -> u64 {
         self.complete
     }
-}
-
-/// Counts one version's visibility delay (finalized at the primary → replayed here, on
-/// two nodes' clocks).
-fn record_delay(ctx: &mut Ctx<'_, K2Node>, delay_ns: u64) {
-    let ms = delay_ns / 1_000_000;
-    ctx.count("k2.visible_versions", 1);
-    ctx.count("k2.visibility_delay_us_sum", delay_ns / 1_000);
-    let bucket = DELAY_BUCKETS
-        .iter()
-        .find(|(le, _)| ms < *le)
-        .map_or("k2.visibility_delay_gt_1000ms", |(_, name)| name);
-    ctx.count(bucket, 1);
 }

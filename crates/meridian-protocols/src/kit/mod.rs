@@ -17,6 +17,7 @@
 //! | [`hlc`] | a hybrid logical clock (`Hlc`, `HlcTs`): monotonic over a stepped clock, dominating received timestamps, refusing ones beyond the maximum offset | `mvto-hlc` (K2 §7.3's CockroachDB-like baseline): start timestamps, versions |
 //! | [`promotion`] | a backup promoted by a small consensus of the coordinators (Aurogon §4.5): a coordinator grants each epoch of a shard to the first candidate (`Grants`), a majority of grants makes it primary (`Candidacy`) | `aurogon`, [`primary_backup`] |
 //! | [`primary_backup`] | a partition server run unchanged on its shard's primary: records replicated synchronously to every backup, sends held until every backup acknowledged what they depend on, a promoted backup rebuilding the server from its records | `2pl-pb`, `occ-pb` |
+//! | [`replica_reads`] | reads at asynchronous read replicas under a watermark: held reads (`HeldReads`), pulled replication's retry (`Puller`), the visibility delay counted one way (`Visibility`, `delay_counters!`), the nearest copy of a shard (`nearest_copy`) | `k2` (K2-VCR), `p2pl-ttc` (`replica_reads=safets`), `mvto-hlc` (`replica_reads=closedts`) |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
@@ -32,6 +33,7 @@ pub mod primary_backup;
 pub mod promotion;
 pub mod quorum;
 pub mod raft_group;
+pub mod replica_reads;
 pub mod replicated;
 pub mod ttc;
 pub mod two_pc;

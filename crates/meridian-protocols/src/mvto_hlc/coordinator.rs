@@ -105,6 +105,8 @@ struct CTxn {
     aborting: Option<AbortReason>,
     failed: Option<AbortReason>,
     ticks: u64,
+    /// ClosedTS: a read-only one-shot transaction read at the nearest copies at `limit`.
+    follower: bool,
 }
 
 impl CTxn {
@@ -120,6 +122,37 @@ impl CTxn {
         let shards: BTreeSet<ShardId> = self.writes.values().map(|(s, _)| *s).collect();
         shards.into_iter().collect()
     }
+}
+
+/// Where step `step` of `t` goes, and the message: an `Eval` to its shard's primary, or
+/// (ClosedTS) a follower read to the nearest copy, the next nearest on each resend.
+fn eval_msg(cluster: &Cluster, me: NodeId, t: &CTxn, step: u32, p: &Pend) -> (NodeId, Msg) {
+    let shard = p.piece.shard;
+    if t.follower {
+        let to = crate::kit::replica_reads::nearest_copy(cluster, me, shard, t.ticks);
+        let msg = Msg::RepRead {
+            txn: t.id,
+            step,
+            ts: p.sent_ts.0,
+            piece: p.piece.clone(),
+            inputs: p.inputs.clone(),
+        };
+        return (to, msg);
+    }
+    let eval = Eval {
+        txn: TxnMeta {
+            id: t.id,
+            orig: t.orig,
+            anchor: t.anchor.unwrap_or(me),
+        },
+        step,
+        piece: p.piece.clone(),
+        inputs: p.inputs.clone(),
+        read_ts: p.sent_ts.0,
+        write_ts: p.sent_ts.1,
+        limit: t.limit,
+    };
+    (cluster.initial_leader(shard), Msg::Eval(Box::new(eval)))
 }
 
 fn ts_of(ts: HlcTs) -> Timestamp {
@@ -200,8 +233,16 @@ impl Coordinator {
                     results: vec![None; n],
                     sent: vec![false; n],
                 };
+                let follower = self.opts.closed_ts() && anchor.is_none();
                 if let Some(seq) = self.admit(ctx, request, body) {
                     let t = self.txns.get_mut(&seq).expect("admitted");
+                    if follower {
+                        // ClosedTS: read at the top of the uncertainty interval, so that
+                        // whatever committed before the start is below (every clock is
+                        // within max_offset of this one); the copies wait until it is
+                        // closed, so whatever commits after is above.
+                        (t.follower, t.read_ts, t.write_ts) = (true, t.limit, t.limit);
+                    }
                     t.anchor = anchor;
                     t.request = Some(request);
                     self.advance(ctx, seq);
@@ -257,6 +298,7 @@ impl Coordinator {
             aborting: None,
             failed: None,
             ticks: 0,
+            follower: false,
         };
         self.txns.insert(seq, txn);
         Some(seq)
@@ -413,22 +455,9 @@ impl Coordinator {
         }
         let mut p = p;
         p.sent_ts = (t.read_ts, t.write_ts.max(t.read_ts));
-        let eval = Eval {
-            txn: TxnMeta {
-                id: t.id,
-                orig: t.orig,
-                anchor: t.anchor.unwrap_or(self.id),
-            },
-            step,
-            piece: p.piece.clone(),
-            inputs: p.inputs.clone(),
-            read_ts: p.sent_ts.0,
-            write_ts: p.sent_ts.1,
-            limit: t.limit,
-        };
-        let primary = self.cluster.initial_leader(p.piece.shard);
+        let (to, msg) = eval_msg(&self.cluster, self.id, t, step, &p);
         t.pending.insert(step, p);
-        ctx.send(primary, Msg::Eval(Box::new(eval)));
+        ctx.send(to, msg);
     }
 
     /// One-shot: queues every piece whose inputs are known and whose earlier pieces on
@@ -847,23 +876,8 @@ impl Coordinator {
             return ctx.send(t.anchor.expect("staged"), msg);
         }
         for (step, p) in &t.pending {
-            let eval = Eval {
-                txn: TxnMeta {
-                    id: t.id,
-                    orig: t.orig,
-                    anchor: t.anchor.unwrap_or(self.id),
-                },
-                step: *step,
-                piece: p.piece.clone(),
-                inputs: p.inputs.clone(),
-                read_ts: p.sent_ts.0,
-                write_ts: p.sent_ts.1,
-                limit: t.limit,
-            };
-            ctx.send(
-                self.cluster.initial_leader(p.piece.shard),
-                Msg::Eval(Box::new(eval)),
-            );
+            let (to, msg) = eval_msg(&self.cluster, self.id, t, *step, p);
+            ctx.send(to, msg);
         }
         self.send_refresh(ctx, seq);
         self.send_stage(ctx, seq);

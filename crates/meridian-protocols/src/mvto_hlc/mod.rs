@@ -56,8 +56,8 @@
 //! ## Choices the papers left open
 //! * **Deployment**: K2 §7.3 keeps its own replication for both baselines; here, as for
 //!   `k2` and `p2pl-ttc`, a shard's data lives on its primary (a `voter` in its home
-//!   region) and the asynchronous read replicas are idle: ClosedTS replica reads
-//!   (K2 §7.4's "ClosedTS") are not implemented. A crashed primary restarts in place from
+//!   region); the asynchronous read replicas are idle unless `replica_reads=closedts`
+//!   (below). A crashed primary restarts in place from
 //!   its log (intents, resolutions, records and the timestamp-cache floor are persisted
 //!   before anything depending on them is sent), like `k2`'s.
 //! * **Conflicts between writers**: wound-wait on start timestamps (CockroachDB uses
@@ -94,13 +94,54 @@
 //! * **HLC**: every received timestamp further ahead than `max_offset_ms` is counted
 //!   (`mvto_hlc.hlc_too_far_ahead`) and not taken; CockroachDB would stop the node.
 //!
+//! ## ClosedTS replica reads (`replica_reads=closedts`; K2 §6.1, §7.4)
+//! K2 §7.4's "ClosedTS" baseline, CockroachDB's closed timestamps and follower reads:
+//! `closed.rs` (a primary closes, replicates, serves), `follower.rs` (a read replica),
+//! `coordinator.rs` (`eval_msg`: where a follower read goes).
+//! * **Closing**: every `closed_ts_interval_ms` (100, K2-VCR's default epoch: §7.4 sets
+//!   the interval to the epoch length) a primary closes `HLC.now − closed_ts_lag_ms`
+//!   (lag 0: §6.1's closed timestamp advances to the present at each interval;
+//!   CockroachDB targets 3 s). It raises its timestamp-cache floor there (reserved in the
+//!   log first), so every later write lands above the closed timestamp: pushed, refreshed
+//!   at commit, aborted when the refresh fails (`mvto_hlc.refresh_failed`) — §6.1's
+//!   Limitation, the abort rate of Fig. 23b.
+//! * **Replication**: a replica pulls; the primary answers at its next closing with the
+//!   versions committed since, every intent it holds (key and timestamp) and the closed
+//!   timestamp. Intents ship as markers, not values: a follower read meeting one at or
+//!   below its timestamp waits for the resolution (§6.1: an undetermined key blocks only
+//!   its readers), which arrives with a later closing.
+//! * **Follower reads**: read-only one-shot transactions (interactive ones cannot be told
+//!   read-only up front) read every piece at the nearest copy of its shard, the primary
+//!   included, at the top of their uncertainty interval (`HLC.now + max_offset`); a copy
+//!   serves once its closed timestamp covers that and no intent at or below it is on a
+//!   key read. A resend goes to the next nearest copy.
+//! * **What they promise**: the protocol's own level, strong partition serializability,
+//!   together with the primaries' history (checked so by `mvto_hlc_closedts` in the
+//!   conformance suite). A transaction that committed before the read began has a commit
+//!   timestamp at most `max_offset` above the reader's clock, so below the read; one that
+//!   commits on a key the read touched after the read was served lands above the closed
+//!   timestamp, so above the read. Not strict serializability, as for the primaries.
+//! * **Visibility delay** (K2 §7.4): per replayed version, from the intent's resolution
+//!   at the primary to the moment the replica's closed timestamp covers it (two nodes'
+//!   clocks): `mvto_hlc.visibility_delay_us_sum / mvto_hlc.visible_versions` is the mean,
+//!   `mvto_hlc.visibility_delay_le_*ms` the histogram (`kit::replica_reads`, counted as
+//!   K2-VCR counts). A replica's catch-up from a full snapshot is not counted.
+//! * **Restarts**: a replica keeps nothing and pulls a full snapshot; a restarted primary
+//!   starts a new stream (its replicas take a full snapshot) and closes from its clock
+//!   again; a replica's closed timestamp never moves back, which is safe because the
+//!   recovered floor keeps every new write above what was closed before.
+//!
 //! ## Options
 //! See [`Options`]. The test-only `unsafe_skip_read_refresh=true` moves a transaction's
 //! timestamp without refreshing its reads, which the conformance suite shows the checker
-//! catching.
+//! catching. The test-only `unsafe_serve_above_closed=true` serves follower reads at once,
+//! whatever the closed timestamp, which the conformance suite shows the checker catching
+//! (a replica behind its primary answers stale).
 
 mod anchor;
+mod closed;
 mod coordinator;
+mod follower;
 mod options;
 mod primary;
 mod store;
@@ -110,7 +151,8 @@ mod wire;
 mod tests;
 
 pub use coordinator::Coordinator;
-pub use options::{Options, OPTIONS};
+pub use follower::Follower;
+pub use options::{Options, ReplicaReads, OPTIONS};
 pub use primary::Primary;
 pub use wire::{Msg, Record, Timer, TxnRef};
 
@@ -129,7 +171,9 @@ pub struct MvtoHlc;
 pub enum MvtoNode {
     Primary(Box<Primary>),
     Coordinator(Box<Coordinator>),
-    /// Read replicas (no ClosedTS reads yet) and services this protocol does not run.
+    /// A read replica serving ClosedTS follower reads (`replica_reads=closedts`).
+    Follower(Box<Follower>),
+    /// Read replicas without ClosedTS, and services this protocol does not run.
     Inert,
 }
 
@@ -166,6 +210,11 @@ impl Protocol for MvtoHlc {
                 cluster.clone(),
                 recovered,
             ))),
+            NodeRole::Replica { shard, .. } if opts.closed_ts() => {
+                let primary = cluster.initial_leader(*shard);
+                let procedures = setup.procedures.clone();
+                MvtoNode::Follower(Box::new(Follower::new(primary, opts, procedures)))
+            }
             _ => MvtoNode::Inert,
         }
     }
@@ -189,6 +238,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_start(ctx),
             MvtoNode::Coordinator(c) => c.on_start(ctx),
+            MvtoNode::Follower(f) => f.on_start(ctx),
             MvtoNode::Inert => {}
         }
     }
@@ -197,6 +247,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_message(ctx, from, msg),
             MvtoNode::Coordinator(c) => c.on_message(ctx, msg),
+            MvtoNode::Follower(f) => f.on_message(ctx, from, msg),
             MvtoNode::Inert => {}
         }
     }
@@ -205,6 +256,7 @@ impl Node for MvtoNode {
         match self {
             MvtoNode::Primary(p) => p.on_timer(ctx, timer),
             MvtoNode::Coordinator(c) => c.on_timer(ctx, timer),
+            MvtoNode::Follower(f) => f.on_timer(ctx, timer),
             MvtoNode::Inert => {}
         }
     }

@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 12] = [
+pub const OPTIONS: [&str; 16] = [
     "max_offset_ms",
     "retry_ms",
     "txn_timeout_ms",
@@ -17,7 +17,21 @@ pub const OPTIONS: [&str; 12] = [
     "checkpoint_every",
     "read_floor_ms",
     "unsafe_skip_read_refresh",
+    "replica_reads",
+    "closed_ts_interval_ms",
+    "closed_ts_lag_ms",
+    "unsafe_serve_above_closed",
 ];
+
+/// Where read-only one-shot transactions run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaReads {
+    /// At the primaries, like every transaction (the default).
+    Off,
+    /// ClosedTS (K2 §6.1, §7.4; CockroachDB's follower reads): at the nearest copy of
+    /// each shard, once its closed timestamp covers the read.
+    ClosedTs,
+}
 
 /// Parsed options.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +74,18 @@ pub struct Options {
     /// commits at the pushed timestamp without refreshing its reads. The conformance suite
     /// shows the checker catching it.
     pub unsafe_skip_read_refresh: bool,
+    /// `replica_reads=off|closedts` (default off).
+    pub replica_reads: ReplicaReads,
+    /// A primary closes a timestamp this often (`closed_ts_interval_ms`; 100, K2-VCR's
+    /// default epoch length, as K2 §7.4 sets ClosedTS's interval to the epoch length).
+    pub closed_ts_interval_ns: u64,
+    /// How far behind its HLC a primary closes (`closed_ts_lag_ms`; 0: K2 §6.1's ClosedTS
+    /// advances to the present at each interval; CockroachDB's target is 3 s).
+    pub closed_ts_lag_ns: u64,
+    /// TEST-ONLY, deliberately broken: a copy serves a follower read at once, without
+    /// waiting for its closed timestamp to cover it. The conformance suite shows the
+    /// checker catching it.
+    pub unsafe_serve_above_closed: bool,
 }
 
 impl Options {
@@ -91,6 +117,25 @@ impl Options {
             config.get("recovery_after_ms", (4.0 * retry_ms).max(500.0))?,
         )?;
         let read_floor_ms = positive_ms("read_floor_ms", config.get("read_floor_ms", 1000.0)?)?;
+        let replica_reads = match config.get("replica_reads", "off".to_string())?.as_str() {
+            "off" => ReplicaReads::Off,
+            "closedts" => ReplicaReads::ClosedTs,
+            other => {
+                return Err(format!(
+                    "protocol option `replica_reads` must be `off` or `closedts`, got `{other}`"
+                ))
+            }
+        };
+        let closed_ts_interval_ms = positive_ms(
+            "closed_ts_interval_ms",
+            config.get("closed_ts_interval_ms", 100.0)?,
+        )?;
+        let closed_ts_lag_ms: f64 = config.get("closed_ts_lag_ms", 0.0)?;
+        if !(0.0..=60_000.0).contains(&closed_ts_lag_ms) {
+            return Err(format!(
+                "protocol option `closed_ts_lag_ms` must be in 0..=60000, got {closed_ts_lag_ms}"
+            ));
+        }
         Ok(Options {
             max_offset_ns: ms_to_ns(max_offset_ms),
             retry_ns: ms_to_ns(retry_ms),
@@ -104,6 +149,10 @@ impl Options {
             checkpoint_every: count(config, "checkpoint_every", 4096)?,
             read_floor_ns: ms_to_ns(read_floor_ms),
             unsafe_skip_read_refresh: config.get("unsafe_skip_read_refresh", false)?,
+            replica_reads,
+            closed_ts_interval_ns: ms_to_ns(closed_ts_interval_ms),
+            closed_ts_lag_ns: ms_to_ns(closed_ts_lag_ms),
+            unsafe_serve_above_closed: config.get("unsafe_serve_above_closed", false)?,
         })
     }
 
@@ -111,5 +160,10 @@ impl Options {
     /// refuses to stage one (so a forgotten abort stays an abort).
     pub fn max_txn_age_ns(&self) -> u64 {
         2 * self.txn_timeout_ns
+    }
+
+    /// Whether primaries close timestamps and replicas replay (ClosedTS).
+    pub fn closed_ts(&self) -> bool {
+        self.replica_reads == ReplicaReads::ClosedTs
     }
 }

@@ -9,6 +9,7 @@
 //! gives up after `lock_wait` (a STAGING holder cannot be wounded).
 
 use super::anchor::Anchor;
+use super::closed::{Closer, Copy, FollowerRead};
 use super::options::Options;
 use super::store::{Intent, Store, View};
 use super::wire::{
@@ -79,6 +80,9 @@ pub struct Primary {
     /// The timestamp-cache floor reserved in the log.
     floor_reserved: HlcTs,
     records: usize,
+    /// ClosedTS (`replica_reads=closedts`): the closed timestamp, the replication log,
+    /// held pulls and follower reads.
+    closer: Option<Closer>,
 }
 
 impl Primary {
@@ -90,7 +94,12 @@ impl Primary {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> Primary {
+        let closer = opts.closed_ts().then(|| {
+            let replicas = cluster.replicas(shard).iter().copied();
+            Closer::new(&opts, replicas.filter(|r| *r != id))
+        });
         let mut node = Primary {
+            closer,
             id,
             shard,
             hlc: Hlc::new(opts.max_offset_ns),
@@ -233,6 +242,9 @@ impl Primary {
 
     pub fn on_start(&mut self, ctx: &mut Ctx<'_, MvtoNode>) {
         ctx.set_timer(self.opts.retry_ns, Timer::PrimaryTick);
+        if let Some(closer) = &mut self.closer {
+            closer.start(ctx, &self.opts);
+        }
     }
 
     /// Takes a received timestamp into the HLC (one too far ahead is counted, not taken).
@@ -260,6 +272,28 @@ impl Primary {
             } => self.on_resolve(ctx, from, txn, committed, ts, ack),
             Msg::QueryIntents { txn, ts, writes } => {
                 self.on_query_intents(ctx, from, txn, ts, writes)
+            }
+            Msg::Pull { stream, after } => {
+                if let Some(closer) = &mut self.closer {
+                    closer.on_pull(from, stream, after);
+                }
+            }
+            Msg::RepRead {
+                txn,
+                step,
+                ts,
+                piece,
+                inputs,
+            } => {
+                let read = FollowerRead {
+                    from,
+                    txn,
+                    step,
+                    ts,
+                    piece,
+                    inputs,
+                };
+                self.on_follower_read(ctx, read);
             }
             other => self.on_anchor_message(ctx, from, other),
         }
@@ -628,6 +662,9 @@ impl Primary {
     ) {
         if let Some(live) = self.live.get(&txn) {
             let orig_wall_ns = live.txn.orig.wall_ns;
+            if committed {
+                self.replicate_commit(ctx, txn, ts);
+            }
             self.finalize(txn, committed, ts, orig_wall_ns);
             self.persist(
                 ctx,
@@ -671,6 +708,80 @@ impl Primary {
             }
         }
         self.wake(ctx, txn);
+        self.release_follower_reads(ctx);
+    }
+
+    // ---- ClosedTS (closed.rs) ---------------------------------------------------------
+
+    /// Logs the versions `txn` is about to commit here at `ts`, for the replicas.
+    fn replicate_commit(&mut self, ctx: &mut Ctx<'_, MvtoNode>, txn: TxnRef, ts: HlcTs) {
+        let (Some(closer), Some(live)) = (&mut self.closer, self.live.get(&txn)) else {
+            return;
+        };
+        for key in &live.keys {
+            if let Some(i) = self.store.key(key).and_then(|s| s.own_intent(txn)) {
+                closer.committed(key.clone(), ts, i.value.clone(), ctx.now_ns());
+            }
+        }
+    }
+
+    /// `Timer::CloseTick`: closes `HLC.now − lag` (the floor reserved in the log first,
+    /// then raised so every later write lands above it), answers the held pulls, serves
+    /// the follower reads it now covers.
+    fn close(&mut self, ctx: &mut Ctx<'_, MvtoNode>) {
+        let Some(closed) = self.closer.as_ref().map(|c| c.closed) else {
+            return;
+        };
+        ctx.set_timer(self.opts.closed_ts_interval_ns, Timer::CloseTick);
+        let now = self.hlc.now(ctx.now_ns());
+        let target = HlcTs {
+            wall_ns: now.wall_ns.saturating_sub(self.opts.closed_ts_lag_ns),
+            logical: 0,
+        };
+        if target > closed {
+            self.reserve_floor(ctx, target);
+            self.store.floor = self.store.floor.max(target);
+            self.closer.as_mut().expect("checked").closed = target;
+            ctx.count("mvto_hlc.closings", 1);
+        }
+        let closer = self.closer.as_mut().expect("checked");
+        closer.answer_pulls(ctx, &self.store);
+        self.release_follower_reads(ctx);
+    }
+
+    fn on_follower_read(&mut self, ctx: &mut Ctx<'_, MvtoNode>, read: FollowerRead) {
+        let Some(closer) = &mut self.closer else {
+            let why = "follower reads need replica_reads=closedts".to_string();
+            let outcome = EvalOutcome::Failed(AbortReason::Invalid(why));
+            return self.reply(ctx, read.from, read.txn, read.step, outcome);
+        };
+        let store = &self.store;
+        let intent = |k: &Key| store.key(k).and_then(|s| s.intent.as_ref()).map(|i| i.ts);
+        let copy = Copy {
+            store,
+            closed: closer.closed,
+            intent: &intent,
+            unsafe_serve_above_closed: self.opts.unsafe_serve_above_closed,
+        };
+        copy.offer(ctx, &mut closer.reads, read, &self.procedures);
+    }
+
+    fn release_follower_reads(&mut self, ctx: &mut Ctx<'_, MvtoNode>) {
+        let Some(closer) = &mut self.closer else {
+            return;
+        };
+        if closer.reads.is_empty() {
+            return;
+        }
+        let store = &self.store;
+        let intent = |k: &Key| store.key(k).and_then(|s| s.intent.as_ref()).map(|i| i.ts);
+        let copy = Copy {
+            store,
+            closed: closer.closed,
+            intent: &intent,
+            unsafe_serve_above_closed: self.opts.unsafe_serve_above_closed,
+        };
+        copy.release(ctx, &mut closer.reads, &self.procedures);
     }
 
     fn finalize(&mut self, txn: TxnRef, committed: bool, ts: HlcTs, orig_wall_ns: u64) {
@@ -708,6 +819,9 @@ impl Primary {
     // ---- housekeeping ---------------------------------------------------------------
 
     pub fn on_timer(&mut self, ctx: &mut Ctx<'_, MvtoNode>, timer: Timer) {
+        if matches!(timer, Timer::CloseTick) {
+            return self.close(ctx);
+        }
         if !matches!(timer, Timer::PrimaryTick) {
             return;
         }

@@ -28,6 +28,9 @@ impl MsgKind for Msg {
             Msg::Resolved { .. } => "resolved",
             Msg::QueryIntents { .. } => "query-intents",
             Msg::IntentsQueried { .. } => "intents-queried",
+            Msg::Pull { .. } => "pull",
+            Msg::Replicate { .. } => "replicate",
+            Msg::RepRead { .. } => "rep-read",
         }
     }
 }
@@ -299,4 +302,73 @@ fn options_are_checked() {
         .contains("txn_timeout_ms"));
     assert!(cluster("nonsense=1").unwrap_err().contains("nonsense"));
     let _ = Operand::Literal(encode_int(0));
+}
+
+// ---- ClosedTS (replica_reads=closedts) ------------------------------------------------
+
+/// The test topology with both coordinators in region B, where the read replicas n1 and
+/// n3 are (the primaries n0 and n2 are in A, 100 ms away).
+fn follower_driver(options: &str) -> Driver {
+    let topology =
+        crate::testkit::TOPOLOGY.replace("region = \"A\"\ncount = 2", "region = \"B\"\ncount = 2");
+    Driver::on_topology::<MvtoHlc>(&topology, options, Procedures::new(), 7, 0)
+}
+
+fn one_shot(pieces: Vec<Piece>) -> Txn {
+    Txn { pieces }
+}
+
+#[test]
+fn a_follower_read_is_served_at_the_replica_once_closed_and_sees_what_committed_before() {
+    let opts = "replica_reads=closedts,closed_ts_interval_ms=5,max_offset_ms=10";
+    let mut d = follower_driver(opts);
+    d.run_for(20 * MS);
+    let (k, j) = (d.key_on(0, "k"), d.key_on(1, "j"));
+    let write = |key: &Key, v: i64, shard: u32| {
+        let op = Op::Append(key.clone(), Operand::Literal(encode_int(v)));
+        Piece::ops(ShardId(shard), vec![op])
+    };
+    let writer = d.submit(0, one_shot(vec![write(&k, 1, 0), write(&j, 2, 1)]));
+    assert!(d.run_until_answered(&[writer], 2_000 * MS));
+    assert!(matches!(d.outcome(writer), Some(Outcome::Committed { .. })));
+    let reads = vec![
+        Piece::ops(ShardId(0), vec![Op::Get(k.clone())]),
+        Piece::ops(ShardId(1), vec![Op::Get(j.clone())]),
+    ];
+    let reader = d.submit(1, one_shot(reads));
+    assert!(d.run_until_answered(&[reader], 2_000 * MS));
+    let Some(Outcome::Committed { results, .. }) = d.outcome(reader) else {
+        panic!("reader: {:?}", d.outcome(reader));
+    };
+    let list = |r: &meridian_core::txn::PieceResult| {
+        decode_list(r.outputs[0].as_ref().expect("a value")).expect("a list")
+    };
+    assert_eq!((list(&results[0]), list(&results[1])), (vec![1], vec![2]));
+    assert!(d.counters.get("mvto_hlc.follower_reads") >= Some(&2));
+    assert_eq!(
+        d.sent.get("eval").copied().unwrap_or(0),
+        2,
+        "only the writer's pieces reached the primaries"
+    );
+    assert!(d.counters.get("mvto_hlc.visible_versions") >= Some(&1));
+}
+
+#[test]
+fn a_write_arriving_after_a_closing_is_pushed_above_the_closed_timestamp() {
+    let pushed = |opts: &str| {
+        let mut d = driver(opts);
+        d.run_for(20 * MS);
+        let x = d.key_on(0, "x");
+        let txn = d.begin(0, None);
+        // The transaction's timestamp is now older than the closings that follow.
+        d.run_for(30 * MS);
+        d.modify(0, txn, &x, append(&x, 1));
+        assert!(d.commit(0, txn).is_committed());
+        d.counters
+            .get("mvto_hlc.writes_pushed")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(pushed(""), 0, "without closings nothing pushes the write");
+    assert!(pushed("replica_reads=closedts,closed_ts_interval_ms=5") >= 1);
 }

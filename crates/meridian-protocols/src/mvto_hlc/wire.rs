@@ -140,12 +140,51 @@ pub enum Msg {
         shard: ShardId,
         found: bool,
     },
+    /// ClosedTS, replica → primary: send what follows entry `after` of `stream` (a
+    /// stream the primary does not hold, or has trimmed past, gets a full snapshot).
+    Pull { stream: u64, after: u64 },
+    /// ClosedTS, primary → replica at its next closing: the versions committed after
+    /// entry `after` up to `upto` (everything, if `full`), every intent it holds now (key
+    /// and timestamp), and its closed timestamp now.
+    Replicate {
+        stream: u64,
+        after: u64,
+        upto: u64,
+        full: bool,
+        versions: Vec<RepVersion>,
+        intents: Vec<(Key, HlcTs)>,
+        closed: HlcTs,
+    },
+    /// ClosedTS, coordinator → the nearest copy of a shard: a read-only piece at `ts`,
+    /// served once the copy's closed timestamp covers `ts` and no intent at or below it
+    /// is on a key it reads. Answered with `Evaluated`.
+    RepRead {
+        txn: TxnRef,
+        step: u32,
+        ts: HlcTs,
+        piece: Piece,
+        inputs: Vec<(u16, PieceResult)>,
+    },
 }
 
 #[derive(Clone, Debug)]
 pub enum Timer {
     CoordinatorTick,
     PrimaryTick,
+    /// ClosedTS: a primary closes a timestamp and answers its replicas' pulls.
+    CloseTick,
+    /// ClosedTS: a replica's pull is sent again if unanswered.
+    FollowerTick,
+}
+
+/// ClosedTS: a committed version as replicated (`committed_ns`: the primary's clock when
+/// it resolved the intent; 0 in a full snapshot, which is not measured).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RepVersion {
+    pub key: Key,
+    pub ts: HlcTs,
+    pub value: Value,
+    pub committed_ns: u64,
 }
 
 /// Intents laid by one evaluation, persisted before the reply.
