@@ -107,7 +107,7 @@ mod dast {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "crt_ratio=0.2,keys=40",
-        golden: &[(5, "a33151ecb62a18c7"), (6, "0547b5794c22f639")],
+        golden: &[(5, "9e7273cc35a9d580"), (6, "fae1b6376ead5cc8")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_anticipation=true",
             workload: "list-append",

@@ -50,7 +50,7 @@ pub struct FollowerRead {
 }
 
 /// What a copy knows when it decides about a follower read.
-pub struct Copy<'a> {
+pub struct ClosedCopy<'a> {
     pub store: &'a Store,
     pub closed: HlcTs,
     /// The timestamp of the intent on a key, if one is held.
@@ -58,7 +58,7 @@ pub struct Copy<'a> {
     pub unsafe_serve_above_closed: bool,
 }
 
-impl Copy<'_> {
+impl ClosedCopy<'_> {
     /// Whether `read` may be served now: its timestamp closed, no undetermined write at
     /// or below it on its keys.
     pub fn ready(&self, read: &FollowerRead) -> bool {

@@ -7,7 +7,7 @@
 //! below what it closed before; its recovered timestamp-cache floor still keeps every new
 //! write above the old closing, so the replica's view below it stays complete).
 
-use super::closed::{Copy, FollowerRead};
+use super::closed::{ClosedCopy, FollowerRead};
 use super::options::Options;
 use super::store::Store;
 use super::wire::{Msg, RepVersion, Timer};
@@ -130,7 +130,7 @@ impl Follower {
                 };
                 let intents = &self.intents;
                 let intent = |k: &Key| intents.get(k).copied();
-                let copy = Copy {
+                let copy = ClosedCopy {
                     store: &self.store,
                     closed: self.closed,
                     intent: &intent,
@@ -173,7 +173,7 @@ impl Follower {
     fn release(&mut self, ctx: &mut Ctx<'_, MvtoNode>) {
         let intents = &self.intents;
         let intent = |k: &Key| intents.get(k).copied();
-        let copy = Copy {
+        let copy = ClosedCopy {
             store: &self.store,
             closed: self.closed,
             intent: &intent,

@@ -9,7 +9,7 @@
 //! gives up after `lock_wait` (a STAGING holder cannot be wounded).
 
 use super::anchor::Anchor;
-use super::closed::{Closer, Copy, FollowerRead};
+use super::closed::{ClosedCopy, Closer, FollowerRead};
 use super::options::Options;
 use super::store::{Intent, Store, View};
 use super::wire::{
@@ -757,7 +757,7 @@ impl Primary {
         };
         let store = &self.store;
         let intent = |k: &Key| store.key(k).and_then(|s| s.intent.as_ref()).map(|i| i.ts);
-        let copy = Copy {
+        let copy = ClosedCopy {
             store,
             closed: closer.closed,
             intent: &intent,
@@ -775,7 +775,7 @@ impl Primary {
         }
         let store = &self.store;
         let intent = |k: &Key| store.key(k).and_then(|s| s.intent.as_ref()).map(|i| i.ts);
-        let copy = Copy {
+        let copy = ClosedCopy {
             store,
             closed: closer.closed,
             intent: &intent,
