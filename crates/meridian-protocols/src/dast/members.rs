@@ -234,10 +234,8 @@ impl Manager {
 
     pub(super) fn on_membership(&mut self, ctx: &mut Ctx<'_, DastNode>, from: NodeId, msg: Msg) {
         match msg {
-            Msg::ManagerBeat => {
-                if from < self.me {
-                    self.members.lower_heard_ns = Some(ctx.now_ns());
-                }
+            Msg::ManagerBeat if from < self.me => {
+                self.members.lower_heard_ns = Some(ctx.now_ns());
             }
             Msg::Alive { view } => self.on_alive(ctx, from, view),
             Msg::ViewAck {

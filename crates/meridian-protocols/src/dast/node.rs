@@ -306,7 +306,7 @@ impl Edge {
                     self.remember_aborted(*id);
                 }
             }
-            Record::Membership(m) => self.membership = m.clone(),
+            Record::Membership(m) => self.membership = (**m).clone(),
             Record::Executed { id, key, writes } => {
                 for (k, v) in writes {
                     self.store.insert(k.clone(), v.clone());

@@ -98,7 +98,7 @@ impl Edge {
 
     fn persist_membership(&mut self, ctx: &mut Ctx<'_, DastNode>) {
         let m = self.membership.clone();
-        self.persist(ctx, Record::Membership(m));
+        self.persist(ctx, Record::Membership(Box::new(m)));
     }
 
     /// Every tick: the installed view to the region's managers (their failure detector),

@@ -310,8 +310,8 @@ pub enum Record {
         id: TxnId,
         aborted: bool,
     },
-    /// The view state changed (§4.4).
-    Membership(Membership),
+    /// The view state changed (§4.4); boxed, as it is far larger than the other records.
+    Membership(Box<Membership>),
 
     /// An entry was executed: its writes, in order.
     Executed {
