@@ -23,8 +23,9 @@
 //! is in the numbers.
 
 use meridian_core::node::Context;
+use meridian_core::txn::{execute_piece, AbortReason, KvAccess, Piece, PieceResult, Procedures};
 use meridian_core::{Cluster, NodeId, ShardId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// The bucket bounds (ms, exclusive) of the visibility-delay histogram.
 pub const DELAY_BUCKETS_MS: [u64; 10] = [5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
@@ -242,6 +243,140 @@ impl Puller {
             || now_ns.saturating_sub(self.pulled_ns) >= retry_ns
             || now_ns < self.pulled_ns
     }
+}
+
+/// What a primary answers one held pull with (see [`RepLog`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RepAnswer<V> {
+    pub replica: NodeId,
+    /// The primary's stream (a restart starts another).
+    pub stream: u64,
+    /// The entry the replica had (0 with `full`).
+    pub after: u64,
+    /// The last entry of the log now: the replica's position once it applies the answer.
+    pub upto: u64,
+    /// The replica is on another stream or behind what the log keeps: the caller sends
+    /// its whole state instead of `versions` (which is then empty).
+    pub full: bool,
+    /// The entries after `after`.
+    pub versions: Vec<V>,
+}
+
+/// A primary's side of pulled replication: the versions committed since its start (a
+/// volatile, bounded log), and the pulls held until the protocol's next watermark step.
+/// A replica on an unknown stream, or behind what the log still keeps, is answered
+/// `full`.
+#[derive(Debug)]
+pub struct RepLog<V> {
+    /// This run's stream (its start time: a restart starts another).
+    stream: u64,
+    /// Committed versions; `log[0]` is entry `first`.
+    log: VecDeque<V>,
+    first: u64,
+    max: usize,
+    /// Pulls held until the next answer: replica → the entry it has (`None`: unknown).
+    pulls: BTreeMap<NodeId, Option<u64>>,
+    /// The entry each replica last said it has (the log is trimmed below the least).
+    acked: BTreeMap<NodeId, u64>,
+}
+
+impl<V: Clone> RepLog<V> {
+    /// A log of at most `max` entries for `replicas`.
+    pub fn new(replicas: impl IntoIterator<Item = NodeId>, max: usize) -> RepLog<V> {
+        RepLog {
+            stream: 0,
+            log: VecDeque::new(),
+            first: 1,
+            max,
+            pulls: BTreeMap::new(),
+            acked: replicas.into_iter().map(|r| (r, 0)).collect(),
+        }
+    }
+
+    /// Starts this run's stream (`now_ns`: the primary's clock at its start).
+    pub fn start(&mut self, now_ns: u64) {
+        self.stream = now_ns.max(1);
+    }
+
+    /// The last entry of the log.
+    pub fn last(&self) -> u64 {
+        self.first + self.log.len() as u64 - 1
+    }
+
+    /// A version just committed.
+    pub fn push(&mut self, version: V) {
+        self.log.push_back(version);
+        if self.log.len() > self.max {
+            self.log.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// A replica's pull: held until [`RepLog::answers`].
+    pub fn on_pull(&mut self, from: NodeId, stream: u64, after: u64) {
+        let known = stream == self.stream && after + 1 >= self.first && after <= self.last();
+        if known {
+            self.acked.insert(from, after);
+            let least = self.acked.values().copied().min().unwrap_or(0);
+            while self.first <= least && !self.log.is_empty() {
+                self.log.pop_front();
+                self.first += 1;
+            }
+        }
+        self.pulls.insert(from, known.then_some(after));
+    }
+
+    /// Whether a pull is held.
+    pub fn has_pulls(&self) -> bool {
+        !self.pulls.is_empty()
+    }
+
+    /// Takes every held pull and says what to answer it with now.
+    pub fn answers(&mut self) -> Vec<RepAnswer<V>> {
+        let upto = self.last();
+        let mut out = Vec::with_capacity(self.pulls.len());
+        for (replica, after) in std::mem::take(&mut self.pulls) {
+            let (full, after, versions) = match after {
+                Some(after) => {
+                    let skip = (after + 1 - self.first) as usize;
+                    (false, after, self.log.iter().skip(skip).cloned().collect())
+                }
+                None => (true, 0, Vec::new()),
+            };
+            out.push(RepAnswer {
+                replica,
+                stream: self.stream,
+                after,
+                upto,
+                full,
+                versions,
+            });
+        }
+        out
+    }
+}
+
+/// Runs a read-only `piece` against `access` with its `inputs` (the results of the pieces
+/// it depends on, by index), as every replica read does.
+pub fn run_read_only(
+    piece: &Piece,
+    inputs: &[(u16, PieceResult)],
+    procedures: &Procedures,
+    access: &mut dyn KvAccess,
+) -> Result<PieceResult, AbortReason> {
+    if !piece.is_read_only() {
+        let why = "a replica read runs read-only pieces only".to_string();
+        return Err(AbortReason::Invalid(why));
+    }
+    let mut by_index: Vec<Option<&PieceResult>> = Vec::new();
+    for (index, result) in inputs {
+        let i = usize::from(*index);
+        if by_index.len() <= i {
+            by_index.resize(i + 1, None);
+        }
+        by_index[i] = Some(result);
+    }
+    execute_piece(piece, &by_index, procedures, access)
 }
 
 /// The copy of `shard` a replica read's `attempt`-th send goes to: its copies (primary
