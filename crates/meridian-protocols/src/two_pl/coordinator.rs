@@ -223,12 +223,14 @@ impl Coordinator {
         req: ClientRequest,
     ) {
         match req {
-            ClientRequest::OneShot(txn) => match &mut self.reader {
-                Some(reader) if SafeReader::takes(&txn) && self.validate(ctx, request, &txn) => {
-                    reader.submit(ctx, request, txn)
+            // p2pl-ttc's SafeTS: read-only one-shot transactions read at the replicas.
+            ClientRequest::OneShot(txn) if self.reader.is_some() && SafeReader::takes(&txn) => {
+                if self.validate(ctx, request, &txn) {
+                    let reader = self.reader.as_mut().expect("checked");
+                    reader.submit(ctx, request, txn);
                 }
-                _ => self.submit(ctx, request, txn),
-            },
+            }
+            ClientRequest::OneShot(txn) => self.submit(ctx, request, txn),
             ClientRequest::Interactive(_) if !self.opts.interactive => {
                 let reason = AbortReason::Unsupported(
                     "2pl-2pc runs one-shot transactions only; interactive sessions are \
@@ -1033,12 +1035,7 @@ impl Coordinator {
         if !self.checkpoint_due {
             return;
         }
-        let pending: Vec<(TxnId, Vec<NodeId>)> = self
-            .commits
-            .checkpoint()
-            .into_iter()
-            .map(|(txn, commit_ts, waiting)| (txn, commit_ts, waiting))
-            .collect();
+        let pending = self.commits.checkpoint();
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,
