@@ -399,7 +399,7 @@ mod p2pl_ttc_safets {
     const SPEC: Conformance = Conformance {
         protocol_opts: "replica_reads=safets",
         seeds: 1..11,
-        golden: &[(5, "0000000000000000")],
+        golden: &[(5, "536024eb09a0a6eb")],
         broken: Broken::Swarm {
             protocol_opts: "replica_reads=safets,unsafe_serve_above_safe=true",
             workload: "list-append",

@@ -10,6 +10,10 @@
 //!   duplicates dropped, released when the protocol says they are ready.
 //! * [`Puller`]: the replica's side of pulled replication — one pull outstanding, sent
 //!   again when unanswered for a retry interval (a lost message, a restarted primary).
+//! * [`RepLog`]: the primary's side — the versions committed since its start (volatile,
+//!   bounded), pulls held until the next watermark step, and a full snapshot for a
+//!   replica on another stream or too far behind (ClosedTS, SafeTS).
+//! * [`run_read_only`]: a read-only piece run against a copy's versions.
 //! * [`Visibility`]: the *visibility delay* of K2 §7.4 (Figs. 22-23) — from a write's
 //!   commit at its primary until a replica read may see it — counted the same way by the
 //!   three protocols into per-protocol counters ([`DelayCounters`], made by

@@ -43,8 +43,8 @@
 //!   A wounded transaction aborts unless it has prepared.
 //! * **Every transaction goes through 2PC and the oracle**, single-shard ones too (no
 //!   one-round local commit): each committed transaction gets a TTC timestamp. Read-only
-//!   transactions take shared locks like the rest (Spanner's lock-free snapshot reads would
-//!   need versioned storage at the replicas, i.e. SafeTS).
+//!   transactions take shared locks like the rest, unless `replica_reads=safets` sends the
+//!   one-shot ones to the replicas (below).
 //! * **Where the wait sits**: after the oracle's reply, before the decision is logged. A
 //!   coordinator that crashes while waiting has decided nothing (presumed abort), and a
 //!   prepared server asking meanwhile hears nothing until the decision exists.
