@@ -24,9 +24,7 @@ use crate::kit::replica_reads::{
     record_delay, run_read_only, DelayCounters, HeldReads, Offered, Puller,
 };
 use meridian_core::node::Ctx;
-use meridian_core::txn::{
-    AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value,
-};
+use meridian_core::txn::{AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value};
 use meridian_core::{NodeId, Timestamp};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;

@@ -28,9 +28,7 @@ use super::MvtoNode;
 use crate::kit::hlc::HlcTs;
 use crate::kit::replica_reads::{run_read_only, HeldReads, Offered, RepLog};
 use meridian_core::node::Ctx;
-use meridian_core::txn::{
-    AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value,
-};
+use meridian_core::txn::{AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value};
 use meridian_core::NodeId;
 
 /// Committed versions a primary keeps for its replicas; a replica further behind gets a

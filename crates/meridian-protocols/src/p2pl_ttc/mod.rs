@@ -118,17 +118,19 @@ pub mod safets;
 #[cfg(test)]
 mod tests;
 
-use crate::kit::ttc::{check_oracle_clocks, OracleClock, ORACLE_SERVICE};
 use crate::kit::options::{ms_to_ns, positive_ms};
-use crate::two_pl::{Coordinator, Msg, Options, Policy, Record, Server, Ttc, TwoPlNode, TwoPlTwoPc};
-use meridian_core::node::Ctx;
-use safets::{SafeMsg, SafePrimary, SafeReplica, SafeTs};
+use crate::kit::ttc::{check_oracle_clocks, OracleClock, ORACLE_SERVICE};
+use crate::two_pl::{
+    Coordinator, Msg, Options, Policy, Record, Server, Ttc, TwoPlNode, TwoPlTwoPc,
+};
 use crate::two_pl::{OPTIONS, P2PL_TTC_OPTIONS};
+use meridian_core::node::Ctx;
 use meridian_core::node::Setup;
 use meridian_core::time::NS_PER_US;
 use meridian_core::{
     Cluster, NodeId, NodeRole, Protocol, ProtocolConfig, RegionId, ReplicaKind, ShardId,
 };
+use safets::{SafeMsg, SafePrimary, SafeReplica, SafeTs};
 
 /// K2's p2PL-TTC baseline. Implements [`Protocol`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -188,7 +190,8 @@ impl Protocol for P2plTtc {
         match &cluster.node(node).role {
             NodeRole::Replica { shard, .. } if cluster.initial_leader(*shard) == node => {
                 let procedures = setup.procedures.clone();
-                let safe = safe.map(|s| SafePrimary::new(s, cluster, node, *shard, procedures.clone()));
+                let safe =
+                    safe.map(|s| SafePrimary::new(s, cluster, node, *shard, procedures.clone()));
                 let server = Server::restore_with(node, opts, procedures, recovered, safe);
                 TwoPlNode::Server(Box::new(server))
             }
@@ -240,9 +243,8 @@ fn parse_safe_ts(
                 .copied()
                 .filter(|k| !own.contains(k))
                 .collect();
-            raw.check_known(&rest).map_err(|_| {
-                format!("protocol options {own:?} need `replica_reads=safets`")
-            })?;
+            raw.check_known(&rest)
+                .map_err(|_| format!("protocol options {own:?} need `replica_reads=safets`"))?;
             Ok(None)
         }
         "safets" if !commit_wait => Err(
@@ -252,10 +254,8 @@ fn parse_safe_ts(
                 .to_string(),
         ),
         "safets" => {
-            let interval_ms = positive_ms(
-                "safe_ts_interval_ms",
-                raw.get("safe_ts_interval_ms", 10.0)?,
-            )?;
+            let interval_ms =
+                positive_ms("safe_ts_interval_ms", raw.get("safe_ts_interval_ms", 10.0)?)?;
             let max_versions_per_key: usize = raw.get("max_versions_per_key", 64)?;
             let max_held_reads: usize = raw.get("max_held_reads", 4096)?;
             for (key, value) in [

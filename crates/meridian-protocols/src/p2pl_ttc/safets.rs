@@ -290,7 +290,10 @@ struct AtTs<'a> {
 impl KvAccess for AtTs<'_> {
     fn get(&mut self, key: &Key) -> Option<Value> {
         let k = self.keys.get(key)?;
-        k.versions.range(..=self.ts).next_back().map(|(_, v)| v.clone())
+        k.versions
+            .range(..=self.ts)
+            .next_back()
+            .map(|(_, v)| v.clone())
     }
 
     fn put(&mut self, _key: Key, _value: Value) {
@@ -548,7 +551,13 @@ impl SafeReplica {
     }
 
     /// Applies one replication, then moves `t_safe` (never back).
-    fn replay(&mut self, ctx: &mut Cx<'_>, full: bool, versions: Vec<SafeVersion>, safe: Timestamp) {
+    fn replay(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        full: bool,
+        versions: Vec<SafeVersion>,
+        safe: Timestamp,
+    ) {
         if full {
             // Merged under the old `t_safe`: versions above it may have gaps below them.
             for v in versions {
@@ -559,7 +568,8 @@ impl SafeReplica {
             let safe_after = self.copy.safe().max(safe);
             for v in versions {
                 if v.committed_ns > 0 {
-                    self.visibility.replayed(ctx, safe_after, v.ts, v.committed_ns);
+                    self.visibility
+                        .replayed(ctx, safe_after, v.ts, v.committed_ns);
                 }
                 self.copy.insert(v.key, v.ts, v.value, true);
             }

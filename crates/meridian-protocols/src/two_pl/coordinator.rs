@@ -164,7 +164,10 @@ impl Coordinator {
                 incarnation,
                 pending,
             }) => {
-                let pending = pending.iter().map(|(t, ts, p)| (*t, *ts, p.clone())).collect();
+                let pending = pending
+                    .iter()
+                    .map(|(t, ts, p)| (*t, *ts, p.clone()))
+                    .collect();
                 Some((*incarnation, pending))
             }
             _ => None,
@@ -183,9 +186,11 @@ impl Coordinator {
             Some(_) => crate::kit::ttc::oracles_nearest_first(&cluster, id),
             None => Vec::new(),
         };
-        let reader = opts.ttc.as_ref().and_then(|ttc| ttc.safe.clone()).map(|safe| {
-            SafeReader::new(safe, id, cluster.clone(), opts.max_inflight)
-        });
+        let reader = opts
+            .ttc
+            .as_ref()
+            .and_then(|ttc| ttc.safe.clone())
+            .map(|safe| SafeReader::new(safe, id, cluster.clone(), opts.max_inflight));
         Coordinator {
             reader,
             id,

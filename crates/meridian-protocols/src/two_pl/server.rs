@@ -10,10 +10,10 @@ use super::wire::{
     Age, Cx, Finished, LocalCommit, LocalOutcome, Msg, PieceRun, PreparedTxn, Record,
     ServerSnapshot, Timer, ToCoord, ToServer,
 };
+use crate::p2pl_ttc::safets::{SafeMsg, SafePrimary};
 use meridian_core::txn::{
     execute_piece, AbortReason, KvAccess, PieceBody, PieceResult, Procedures,
 };
-use crate::p2pl_ttc::safets::{SafeMsg, SafePrimary};
 use meridian_core::{Key, NodeId, TimerId, Timestamp, TxnId, Value};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;

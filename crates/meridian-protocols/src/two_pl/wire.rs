@@ -3,10 +3,10 @@
 
 use super::locks::LockMode;
 use crate::kit::primary_backup::{PbMsg, PbRecord};
+use crate::p2pl_ttc::safets::SafeMsg;
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
-use crate::p2pl_ttc::safets::SafeMsg;
 use meridian_core::{NodeId, RequestId, Timestamp, TxnId};
 use serde::{Deserialize, Serialize};
 
