@@ -259,10 +259,10 @@ pub struct RepAnswer<V> {
     pub after: u64,
     /// The last entry of the log now: the replica's position once it applies the answer.
     pub upto: u64,
-    /// The replica is on another stream or behind what the log keeps: the caller sends
-    /// its whole state instead of `versions` (which is then empty).
+    /// The replica is on another stream or behind what the log keeps: `versions` is the
+    /// primary's whole state instead.
     pub full: bool,
-    /// The entries after `after`.
+    /// The entries after `after` (or the whole state, `full`).
     pub versions: Vec<V>,
 }
 
@@ -335,8 +335,9 @@ impl<V: Clone> RepLog<V> {
         !self.pulls.is_empty()
     }
 
-    /// Takes every held pull and says what to answer it with now.
-    pub fn answers(&mut self) -> Vec<RepAnswer<V>> {
+    /// Takes every held pull and says what to answer it with now; `whole` gives the
+    /// primary's whole state for a `full` answer.
+    pub fn answers(&mut self, whole: impl Fn() -> Vec<V>) -> Vec<RepAnswer<V>> {
         let upto = self.last();
         let mut out = Vec::with_capacity(self.pulls.len());
         for (replica, after) in std::mem::take(&mut self.pulls) {
@@ -345,7 +346,7 @@ impl<V: Clone> RepLog<V> {
                     let skip = (after + 1 - self.first) as usize;
                     (false, after, self.log.iter().skip(skip).cloned().collect())
                 }
-                None => (true, 0, Vec::new()),
+                None => (true, 0, whole()),
             };
             out.push(RepAnswer {
                 replica,
@@ -405,6 +406,30 @@ mod tests {
         assert_eq!(q.offer(8, |r| *r <= 5, same), Offered::Overflow(8));
         assert_eq!(q.release(|r| *r <= 8), vec![7]);
         assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_rep_log_answers_known_pulls_with_what_follows_and_others_in_full() {
+        let (a, b) = (NodeId(1), NodeId(2));
+        let mut log: RepLog<u32> = RepLog::new([a, b], 2);
+        log.start(7);
+        log.push(10);
+        // `a` knows nothing of stream 7: a full answer.
+        log.on_pull(a, 0, 0);
+        let answers = log.answers(|| vec![99]);
+        assert!(answers[0].full && answers[0].versions == vec![99] && answers[0].upto == 1);
+        // On the stream: what follows its position.
+        log.push(11);
+        log.on_pull(a, 7, 1);
+        log.on_pull(b, 7, 0);
+        let answers = log.answers(Vec::new);
+        assert_eq!(answers[0].versions, vec![11]);
+        assert_eq!(answers[1].versions, vec![10, 11]);
+        // Entry 1 falls out of the bounded log: `b`, still at 0, is answered in full.
+        log.push(12);
+        log.on_pull(b, 7, 0);
+        assert!(log.answers(Vec::new)[0].full);
+        assert!(!log.has_pulls());
     }
 
     #[test]

@@ -214,18 +214,13 @@ impl Closer {
             .iter()
             .filter_map(|(k, s)| s.intent.as_ref().map(|i| (k.clone(), i.ts)))
             .collect();
-        for a in self.log.answers() {
-            let versions = if a.full {
-                full_snapshot(store)
-            } else {
-                a.versions
-            };
+        for a in self.log.answers(|| full_snapshot(store)) {
             let msg = Msg::Replicate {
                 stream: a.stream,
                 after: a.after,
                 upto: a.upto,
                 full: a.full,
-                versions,
+                versions: a.versions,
                 intents: intents.clone(),
                 closed: self.closed,
             };

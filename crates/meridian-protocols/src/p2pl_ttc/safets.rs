@@ -447,18 +447,13 @@ impl SafePrimary {
             return;
         }
         let safe = self.copy.safe();
-        for a in self.log.answers() {
-            let versions = if a.full {
-                self.copy.newest()
-            } else {
-                a.versions
-            };
+        for a in self.log.answers(|| self.copy.newest()) {
             let msg = SafeMsg::Replicate {
                 stream: a.stream,
                 after: a.after,
                 upto: a.upto,
                 full: a.full,
-                versions,
+                versions: a.versions,
                 safe,
             };
             ctx.send(a.replica, Msg::Safe(msg));
