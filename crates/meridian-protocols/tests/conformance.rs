@@ -388,3 +388,24 @@ mod mvto_hlc_closedts {
     };
     meridian_sim::conformance_tests!(meridian_protocols::mvto_hlc::MvtoHlc, SPEC);
 }
+
+// SafeTS (K2 §6.1, §7.4; Spanner's safe time) on p2PL-TTC: read-only one-shot
+// transactions read at TTC now (`T_high` of the nearest oracle) at the nearest copy of each
+// shard, served once the copy's `t_safe` covers them. Checked strict serializable together
+// with the primaries' history. The broken variant serves them at once, above `t_safe`: a
+// copy behind its primary answers stale.
+mod p2pl_ttc_safets {
+    use super::*;
+    const SPEC: Conformance = Conformance {
+        protocol_opts: "replica_reads=safets",
+        seeds: 1..11,
+        golden: &[(5, "536024eb09a0a6eb")],
+        broken: Broken::Swarm {
+            protocol_opts: "replica_reads=safets,unsafe_serve_above_safe=true",
+            workload: "list-append",
+            workload_opts: "",
+        },
+        ..Conformance::new("k2-five-regions", "list-append")
+    };
+    meridian_sim::conformance_tests!(meridian_protocols::p2pl_ttc::P2plTtc, SPEC);
+}
