@@ -15,7 +15,7 @@
 //! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
 //! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
 //! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
-//! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
+//! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`, [`Graph::note_peer_executed`](graph::Graph::note_peer_executed); [`Tag`] slots; `replica.rs` `tick` (`Msg::ExecutedSlots`) |
 //! | state transfer of a lagging replica (not in the paper) | `replica.rs` `fetch_state`, `on_fetch_state`, `on_state`, `on_executed`, `recovered_executed`; [`Graph::adopt`](graph::Graph::adopt) |
 //! | coordinator admission (not in the paper) | `coordinator.rs` `on_client_request`, `start_queued` |
 //!
@@ -49,8 +49,17 @@
 //!   a *slot* per shard (its per-shard sequence number in this incarnation, assigned only
 //!   when the pre-accept is sent, so dense). A replica records its shard's executed slots
 //!   as a watermark per coordinator incarnation ([`graph::SlotSet`]), and can therefore
-//!   forget an executed transaction after `keep_ms` and still tell "executed and
-//!   forgotten" from "not yet seen" when a later transaction names it. Another shard's
+//!   forget an executed transaction and still tell "executed and forgotten" from "not yet
+//!   seen" when a later transaction names it. It forgets one of its shard's transactions
+//!   after `keep_ms` *and* once every other replica of the shard reported it executed
+//!   (each replica sends its executed slots to its peers every tick,
+//!   `Msg::ExecutedSlots`): until then a peer that lacks it can still learn it by inquiry.
+//!   A peer silent for longer than `keep_ms_max` stops holding that memory: the rest is
+//!   forgotten anyway (counted, `janus.forgotten_unacknowledged`) and the peer catches up
+//!   by state transfer. Executions need not follow one order across replicas
+//!   (transactions that do not conflict are unordered), so without this two replicas
+//!   could each execute and forget a transaction the other lacked (issue 18's seed 142,
+//!   below). Another shard's
 //!   transaction in a dependency list is chased (inquired, its own dependencies followed)
 //!   until this replica has placed it: orderings between this shard's transactions may run
 //!   through it (skipping those its reporter had executed lost such orderings — the swarm
