@@ -218,7 +218,7 @@ mod tapir_serializable {
 mod janus {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "bdc05f183dd695c9"), (6, "89922ee0951c4e9d")],
+        golden: &[(5, "e236c17bc992dbac"), (6, "d8123d71818777fa")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_no_dep_union=true",
             workload: "list-append",
