@@ -11,12 +11,23 @@
 //! coordinator, Poisson ([`interarrival_ns`]), take its first idle client
 //! ([`LoadCore::idle_client_at`]) or are turned away (throttled) when it has none, so a
 //! coordinator has at most as many transactions in flight as it has clients.
+//!
+//! Declared out-of-band dependencies (DAST §4.5, [`meridian_workload::out_of_band`]) are
+//! carried out here, for both drivers: the core remembers the last committed transaction
+//! (its history index — the order in which [`LoadCore::finish`] saw transactions end — and
+//! its shards), draws which new one-shot transactions declare it, appends §4.5's read when
+//! needed, and writes the declaration into the history entry.
 
 use crate::results::Finished;
 use meridian_check::{Entry, EntryType};
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Step, Value};
+use meridian_core::txn::{Op, Piece};
 use meridian_core::{Cluster, NodeRng, Partitioner, ShardId, Timestamp, TxnId};
-use meridian_workload::{ClientInfo, InteractiveOp, Planned, TxnPlan, Workload};
+use meridian_workload::out_of_band::{OUT_OF_BAND, PROBE_KEY};
+use meridian_workload::{
+    ClientInfo, InteractiveOp, Locality, Planned, TxnPlan, Workload, CRT, IRT,
+};
+use rand::Rng;
 
 /// What comes after an answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,9 +55,24 @@ pub struct InFlight {
     pub planned: Planned,
     /// When the first request left, ns on the driver's clock.
     pub invoke_ns: u64,
-    /// The shards the plan touches, sorted (the protocol's physical bound needs them).
+    /// The shards the request touches, sorted (the protocol's physical bound needs them);
+    /// with §4.5's read, its shard too.
     pub shards: Vec<ShardId>,
     session: Option<Session>,
+    /// The declared out-of-band dependency, if any.
+    dependency: Option<Dependency>,
+    /// The driver appended §4.5's read as the request's last piece.
+    probe: bool,
+    /// The history index: the transaction's place in the order transactions ended (set by
+    /// [`LoadCore::finish`]).
+    pub index: u64,
+}
+
+/// A committed transaction a later one may declare it follows.
+#[derive(Clone, Debug, PartialEq)]
+struct Dependency {
+    index: u64,
+    shards: Vec<ShardId>,
 }
 
 impl InFlight {
@@ -72,7 +98,9 @@ impl InFlight {
         }
     }
 
-    /// The history entry of the finished transaction (`process` is the client's id).
+    /// The history entry of the finished transaction (`process` is the client's id), with
+    /// its declared dependency. The result of §4.5's read is left out: the workload reports
+    /// its own plan.
     pub fn history_entry(
         &self,
         workload: &dyn Workload,
@@ -80,13 +108,30 @@ impl InFlight {
         outcome: &Outcome,
         complete_ns: u64,
     ) -> Entry {
+        let own;
+        let outcome = match outcome {
+            Outcome::Committed {
+                results,
+                commit_ts,
+                path,
+            } if self.probe => {
+                own = Outcome::Committed {
+                    results: results[..results.len().saturating_sub(1)].to_vec(),
+                    commit_ts: *commit_ts,
+                    path: *path,
+                };
+                &own
+            }
+            _ => outcome,
+        };
         Entry {
-            index: 0,
+            index: self.index,
             process,
             kind: entry_type(outcome),
             invoke_ns: self.invoke_ns,
             complete_ns,
             ops: workload.history_ops(&self.planned.plan, outcome, self.reads()),
+            after: self.dependency.iter().map(|d| d.index).collect(),
         }
     }
 }
@@ -109,8 +154,8 @@ struct Client {
     latest_seen: Option<Timestamp>,
     current: Option<InFlight>,
     /// An aborted transaction to send again as the next one (see [`LoadCore::retry_next`]),
-    /// and when its first attempt left.
-    retry: Option<(Planned, u64)>,
+    /// when its first attempt left, and its declared dependency.
+    retry: Option<(Planned, u64, Option<Dependency>)>,
 }
 
 /// The clients of one run and their transactions in flight.
@@ -118,6 +163,11 @@ pub struct LoadCore {
     clients: Vec<Client>,
     coordinators: usize,
     partitioner: Partitioner,
+    locality: Locality,
+    /// Transactions ended so far (the next one's history index).
+    ended: u64,
+    /// The last transaction that ended committed.
+    last_committed: Option<Dependency>,
 }
 
 impl LoadCore {
@@ -148,6 +198,9 @@ impl LoadCore {
             clients,
             coordinators: cluster.coordinators.len(),
             partitioner: cluster.partitioner,
+            locality: Locality::new(cluster),
+            ended: 0,
+            last_committed: None,
         }
     }
 
@@ -194,29 +247,75 @@ impl LoadCore {
     ///
     /// If the client has a transaction in flight (a driver bug).
     pub fn begin(&mut self, c: u32, workload: &mut dyn Workload, now_ns: u64) -> ClientRequest {
+        let out_of_band = workload.out_of_band();
         let client = &mut self.clients[c as usize];
         assert!(client.current.is_none(), "client {c} began twice");
-        let (planned, invoke_ns) = match client.retry.take() {
-            Some((planned, first_ns)) => (planned, first_ns),
-            None => (workload.next(&client.info, &mut client.rng), now_ns),
+        let (mut planned, invoke_ns, dependency) = match client.retry.take() {
+            Some(retry) => retry,
+            None => {
+                let planned = workload.next(&client.info, &mut client.rng);
+                let declares = match (&out_of_band, &planned.plan) {
+                    (Some(oob), TxnPlan::OneShot(_)) => client.rng.gen_bool(oob.ratio),
+                    _ => false,
+                };
+                let dependency = self.last_committed.clone().filter(|_| declares);
+                (planned, now_ns, dependency)
+            }
         };
-        let shards = plan_shards(&planned.plan, &self.partitioner);
-        let (session, request) = match &planned.plan {
-            TxnPlan::OneShot(txn) => (None, ClientRequest::OneShot(txn.clone())),
+        let info = client.info;
+        let (session, request, probe) = match &planned.plan {
+            TxnPlan::OneShot(txn) => {
+                let read = out_of_band.is_some_and(|o| o.read);
+                let probe = dependency.as_ref().filter(|_| read).and_then(|d| {
+                    let shards = txn.shards();
+                    let shared = self.shares_region(&shards, &d.shards);
+                    (!shared).then_some(d.shards[0])
+                });
+                let mut txn = txn.clone();
+                if let Some(shard) = probe {
+                    let key = self.partitioner.key_on_shard(shard, PROBE_KEY);
+                    txn.pieces.push(Piece::ops(shard, vec![Op::Get(key)]));
+                }
+                (None, ClientRequest::OneShot(txn), probe)
+            }
             TxnPlan::Interactive(_) => (
                 Some(Session::default()),
                 ClientRequest::Interactive(Step::Begin {
-                    latest_seen: client.latest_seen,
+                    latest_seen: self.clients[c as usize].latest_seen,
                 }),
+                None,
             ),
         };
-        client.current = Some(InFlight {
+        if dependency.is_some() {
+            planned.classes.add(OUT_OF_BAND);
+        }
+        if let Some(shard) = probe {
+            if self.locality.class(&info, [shard]) == CRT && planned.classes.remove(IRT) {
+                planned.classes.add(CRT);
+            }
+        }
+        let shards = match &request {
+            ClientRequest::OneShot(txn) => txn.shards().into_vec(),
+            ClientRequest::Interactive(_) => plan_shards(&planned.plan, &self.partitioner),
+        };
+        self.clients[c as usize].current = Some(InFlight {
             planned,
             invoke_ns,
             shards,
             session,
+            dependency,
+            probe: probe.is_some(),
+            index: 0,
         });
         request
+    }
+
+    /// Whether two sets of shards have a region in common (by initial leaders).
+    fn shares_region(&self, a: &[ShardId], b: &[ShardId]) -> bool {
+        a.iter().any(|&x| {
+            b.iter()
+                .any(|&y| self.locality.region(x) == self.locality.region(y))
+        })
     }
 
     /// Feeds client `c`'s answer. An outcome ends the transaction; any other answer
@@ -258,22 +357,36 @@ impl LoadCore {
             }
         );
         if retryable {
-            self.clients[c as usize].retry = Some((flight.planned.clone(), flight.invoke_ns));
+            let retry = (
+                flight.planned.clone(),
+                flight.invoke_ns,
+                flight.dependency.clone(),
+            );
+            self.clients[c as usize].retry = Some(retry);
         }
         retryable
     }
 
-    /// Ends client `c`'s transaction with `outcome` and returns it; `None` if the client
-    /// had nothing in flight (a late answer after a timeout).
+    /// Ends client `c`'s transaction with `outcome` and returns it, numbered with its
+    /// history index ([`InFlight::index`]); `None` if the client had nothing in flight (a
+    /// late answer after a timeout).
     pub fn finish(&mut self, c: u32, outcome: &Outcome) -> Option<InFlight> {
         let client = &mut self.clients[c as usize];
-        let flight = client.current.take()?;
+        let mut flight = client.current.take()?;
         if let Outcome::Committed {
             commit_ts: Some(ts),
             ..
         } = outcome
         {
             client.latest_seen = client.latest_seen.max(Some(*ts));
+        }
+        flight.index = self.ended;
+        self.ended += 1;
+        if outcome.is_committed() {
+            self.last_committed = Some(Dependency {
+                index: flight.index,
+                shards: flight.shards.clone(),
+            });
         }
         Some(flight)
     }

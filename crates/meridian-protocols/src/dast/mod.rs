@@ -6,6 +6,29 @@
 //! transactions touching a common key). Transactions in disjoint regions may be reordered
 //! against an out-of-band causality (Fig. 4), as the paper allows.
 //!
+//! **With declared out-of-band dependencies (§4.5): strict serializability over them.** The
+//! paper's remedy is the developer's: a transaction that causally follows another it saw
+//! finish adds a read in that transaction's region. That is a client option every workload
+//! takes, not a protocol option (the protocol needs nothing new): `oob_ratio=p` makes a
+//! share `p` of one-shot transactions declare that they follow the last committed
+//! transaction of the run, and the driver adds the read (a `get` of a reserved key on the
+//! dependency's first shard) unless the transaction already touches one of the
+//! dependency's regions (`meridian_workload::out_of_band`, carried out by
+//! `meridian_bench::driver::LoadCore` for the simulator and the runtime). Why it suffices
+//! (Proposition 2 at region granularity): the dependency finished only after it executed
+//! in each of its regions, which needs every node of the region to have promised past its
+//! timestamp; the dependent transaction, invoked later, gets its timestamp from a node of
+//! that region (an IRT) or above the anticipation acks of that region's nodes (a CRT: "A
+//! late prep-crt" below), so it is ordered after. The checker's
+//! `declared-strict-serializable` checks exactly: every anomaly `serializable` rejects,
+//! plus any cycle through a real-time edge between two committed transactions that touch
+//! a common key, or along a declared dependency (the history entry's `after`: `T1 → T2`
+//! when T2's client declared it follows T1, which completed before T2 was invoked; a
+//! declaration that cannot hold is reported malformed). Real-time order between
+//! transactions that share no key and declare nothing is not checked (DAST does not
+//! promise it). The test-only `oob_read=false` declares without reading; the conformance
+//! suite's `dast_declared` shows the checker catching it.
+//!
 //! ## Deployment (§3.1)
 //! Regions of edge nodes; each edge node is a replica of one shard, and every shard is
 //! replicated (2f + 1) only inside its host region — a topology whose shard spans regions

@@ -1074,6 +1074,7 @@ fn hist(
         invoke_ns,
         complete_ns,
         ops,
+        after: Vec::new(),
     }
 }
 
