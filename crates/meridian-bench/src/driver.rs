@@ -166,8 +166,10 @@ pub struct LoadCore {
     locality: Locality,
     /// Transactions ended so far (the next one's history index).
     ended: u64,
-    /// The last transaction that ended committed.
-    last_committed: Option<Dependency>,
+    /// The last transactions that ended committed, newest first, of two different clients
+    /// (a client declares a dependency on another client's transaction: its own previous
+    /// one is already before it in its session).
+    last_committed: [Option<(u32, Dependency)>; 2],
 }
 
 impl LoadCore {
@@ -200,7 +202,7 @@ impl LoadCore {
             partitioner: cluster.partitioner,
             locality: Locality::new(cluster),
             ended: 0,
-            last_committed: None,
+            last_committed: [None, None],
         }
     }
 
@@ -258,7 +260,13 @@ impl LoadCore {
                     (Some(oob), TxnPlan::OneShot(_)) => client.rng.gen_bool(oob.ratio),
                     _ => false,
                 };
-                let dependency = self.last_committed.clone().filter(|_| declares);
+                let dependency = self
+                    .last_committed
+                    .iter()
+                    .flatten()
+                    .find(|(other, _)| *other != c)
+                    .map(|(_, d)| d.clone())
+                    .filter(|_| declares);
                 (planned, now_ns, dependency)
             }
         };
@@ -383,10 +391,14 @@ impl LoadCore {
         flight.index = self.ended;
         self.ended += 1;
         if outcome.is_committed() {
-            self.last_committed = Some(Dependency {
+            let newest = Dependency {
                 index: flight.index,
                 shards: flight.shards.clone(),
-            });
+            };
+            if self.last_committed[0].as_ref().is_some_and(|(o, _)| *o != c) {
+                self.last_committed[1] = self.last_committed[0].take();
+            }
+            self.last_committed[0] = Some((c, newest));
         }
         Some(flight)
     }

@@ -140,8 +140,8 @@ pub(crate) fn add_edges(facts: &Facts<'_>, scope: RealTime, edges: &mut Vec<RawE
 
 /// The real-time links along declared out-of-band dependencies ([`Entry::after`]): from
 /// each `ok` transaction to every committed transaction that names it. A declaration that
-/// cannot hold — an index not in the history, the transaction itself, or one that had not
-/// completed when the declaring transaction was invoked — is reported as malformed (the
+/// cannot hold — an index not in the history, the transaction itself, or one that completed
+/// after the declaring transaction was invoked — is reported as malformed (the
 /// client claimed to have seen something it cannot have seen). A dependency that did not
 /// commit (`fail`, or `info` of unknown completion) orders nothing.
 ///
@@ -167,7 +167,9 @@ pub(crate) fn add_declared_edges(facts: &mut Facts<'_>, edges: &mut Vec<RawEdge>
                 continue;
             };
             let dep = &history[d as usize];
-            if dep.complete_ns >= entry.invoke_ns {
+            // At the same instant is fine: the client declares it saw the completion first
+            // (a closed loop begins the next transaction at the instant one completes).
+            if dep.complete_ns > entry.invoke_ns {
                 let why = format!(
                     "{} (invoked at {} ns) declares an out-of-band dependency on {}, which \
                      completed only at {} ns",

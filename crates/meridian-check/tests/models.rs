@@ -210,6 +210,7 @@ fn a_declared_dependency_orders_transactions_of_disjoint_regions() {
 fn impossible_declarations_are_malformed_and_aborted_dependencies_order_nothing() {
     const DECLARED: Model = Model::DeclaredStrictSerializable;
     for after in [vec![7], vec![1], vec![0]] {
+        // T0 completes at 100, after T1 (invoked at 50) that names it.
         let mut h = Hist::new()
             .at(Ok, 0, 100, vec![app("x", 1)])
             .at(Ok, 50, 60, vec![r("y", &[])])
@@ -227,4 +228,12 @@ fn impossible_declarations_are_malformed_and_aborted_dependencies_order_nothing(
         .0;
     h[1].after = vec![0];
     expect(&h, DECLARED, &[]);
+    // Completing at the very instant the dependent is invoked orders the two.
+    let mut h = Hist::new()
+        .at(Ok, 0, 20, vec![app("x", 1), app("y", 1)])
+        .at(Ok, 20, 30, vec![r("y", &[])])
+        .0;
+    expect(&h, DECLARED, &[]);
+    h[1].after = vec![0];
+    expect(&h, DECLARED, &[K::RealTime]);
 }

@@ -107,7 +107,7 @@ mod dast {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "crt_ratio=0.2,keys=40",
-        golden: &[(5, "9e7273cc35a9d580"), (6, "fae1b6376ead5cc8")],
+        golden: &[(5, "b4cecb572c33a054"), (6, "30dcc2ecdd284be7")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_anticipation=true",
             workload: "list-append",

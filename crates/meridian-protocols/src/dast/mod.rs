@@ -154,6 +154,14 @@
 //!   in the paper, a workload must make every writing piece depend on a piece that may
 //!   abort, or independent shards apply their writes.
 //! * **Interactive transactions** are refused (`Unsupported`): DAST runs stored procedures.
+//! * **CRT latency breakdown** (Tables 3-4), measured at the coordinator for committed CRTs
+//!   with a piece in its region, as counters (`dast.crt_phase.*_ns` sums over
+//!   `dast.crt_phased` CRTs): *remote prepare* (start until every other region's shards
+//!   hold a majority of anticipations), *local prepare* (then until the commit timestamp is
+//!   chosen), *execute home* (then until the coordinator's region's shards executed: the
+//!   paper's "wait exe." and "wait input" together, which the coordinator cannot tell
+//!   apart) and *wait output* (then until every shard executed). They add up to the
+//!   coordinator's latency.
 //!
 //! ## Options
 //! See [`Options`]: `heartbeat_ms`, `suspect_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,
