@@ -395,7 +395,10 @@ impl LoadCore {
                 index: flight.index,
                 shards: flight.shards.clone(),
             };
-            if self.last_committed[0].as_ref().is_some_and(|(o, _)| *o != c) {
+            if self.last_committed[0]
+                .as_ref()
+                .is_some_and(|(o, _)| *o != c)
+            {
                 self.last_committed[1] = self.last_committed[0].take();
             }
             self.last_committed[0] = Some((c, newest));

@@ -372,8 +372,7 @@ impl Edge {
         let region = self.region;
         let home = |s: &ShardId| self.cluster.region_of(self.cluster.replicas(*s)[0]) == region;
         let home_done = t.votes.iter().any(|(s, _)| home(s))
-            && t
-                .votes
+            && t.votes
                 .iter()
                 .all(|(s, _)| !home(s) || t.shards_done.contains(s));
         if home_done && t.phases.home_executed_ns.is_none() {
@@ -514,9 +513,18 @@ fn count_phases(ctx: &mut Ctx<'_, DastNode>, t: &Inflight) {
     let remote = remote.max(t.started_ns);
     ctx.count("dast.crt_phased", 1);
     ctx.count("dast.crt_phase.remote_prepare_ns", remote - t.started_ns);
-    ctx.count("dast.crt_phase.local_prepare_ns", decided.saturating_sub(remote));
-    ctx.count("dast.crt_phase.execute_home_ns", home.saturating_sub(decided));
-    ctx.count("dast.crt_phase.wait_output_ns", now.saturating_sub(home.max(decided)));
+    ctx.count(
+        "dast.crt_phase.local_prepare_ns",
+        decided.saturating_sub(remote),
+    );
+    ctx.count(
+        "dast.crt_phase.execute_home_ns",
+        home.saturating_sub(decided),
+    );
+    ctx.count(
+        "dast.crt_phase.wait_output_ns",
+        now.saturating_sub(home.max(decided)),
+    );
 }
 
 fn done(request: RequestId, outcome: Outcome) -> Msg {

@@ -145,14 +145,36 @@ fn a_commit_is_acknowledged_only_after_its_entry_is_persisted() {
     };
     let ts = Timestamp::with_frac(now + 1_000_000, coord.0, 0);
     let commit = Msg::Commit { info, ts };
-    host.handle(now + 2_000_000, |n, ctx| n.on_message(ctx, coord, commit), &mut actions)
-        .expect("handles the commit");
+    host.handle(
+        now + 2_000_000,
+        |n, ctx| n.on_message(ctx, coord, commit),
+        &mut actions,
+    )
+    .expect("handles the commit");
     let persisted = actions.iter().position(|a| {
-        matches!(a, Action::Persist { record: Record::Entry(EntryRecord { status: Status::Committed, .. }), .. })
+        matches!(
+            a,
+            Action::Persist {
+                record: Record::Entry(EntryRecord {
+                    status: Status::Committed,
+                    ..
+                }),
+                ..
+            }
+        )
     });
-    let acked = actions
-        .iter()
-        .position(|a| matches!(a, Action::Send { msg: Msg::CommitAck { .. }, .. }));
+    let acked = actions.iter().position(|a| {
+        matches!(
+            a,
+            Action::Send {
+                msg: Msg::CommitAck { .. },
+                ..
+            }
+        )
+    });
     let (persisted, acked) = (persisted.expect("entry persisted"), acked.expect("acked"));
-    assert!(persisted < acked, "ack at action {acked}, record at {persisted}");
+    assert!(
+        persisted < acked,
+        "ack at action {acked}, record at {persisted}"
+    );
 }
