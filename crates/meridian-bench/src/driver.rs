@@ -11,12 +11,23 @@
 //! coordinator, Poisson ([`interarrival_ns`]), take its first idle client
 //! ([`LoadCore::idle_client_at`]) or are turned away (throttled) when it has none, so a
 //! coordinator has at most as many transactions in flight as it has clients.
+//!
+//! Declared out-of-band dependencies (DAST §4.5, [`meridian_workload::out_of_band`]) are
+//! carried out here, for both drivers: the core remembers the last committed transaction
+//! (its history index — the order in which [`LoadCore::finish`] saw transactions end — and
+//! its shards), draws which new one-shot transactions declare it, appends §4.5's read when
+//! needed, and writes the declaration into the history entry.
 
 use crate::results::Finished;
 use meridian_check::{Entry, EntryType};
 use meridian_core::txn::{ClientRequest, ClientResponse, Outcome, Step, Value};
+use meridian_core::txn::{Op, Piece};
 use meridian_core::{Cluster, NodeRng, Partitioner, ShardId, Timestamp, TxnId};
-use meridian_workload::{ClientInfo, InteractiveOp, Planned, TxnPlan, Workload};
+use meridian_workload::out_of_band::{OUT_OF_BAND, PROBE_KEY};
+use meridian_workload::{
+    ClientInfo, InteractiveOp, Locality, Planned, TxnPlan, Workload, CRT, IRT,
+};
+use rand::Rng;
 use std::collections::VecDeque;
 
 /// What comes after an answer.
@@ -45,9 +56,24 @@ pub struct InFlight {
     pub planned: Planned,
     /// When the first request left, ns on the driver's clock.
     pub invoke_ns: u64,
-    /// The shards the plan touches, sorted (the protocol's physical bound needs them).
+    /// The shards the request touches, sorted (the protocol's physical bound needs them);
+    /// with §4.5's read, its shard too.
     pub shards: Vec<ShardId>,
     session: Option<Session>,
+    /// The declared out-of-band dependency, if any.
+    dependency: Option<Dependency>,
+    /// The driver appended §4.5's read as the request's last piece.
+    probe: bool,
+    /// The history index: the transaction's place in the order transactions ended (set by
+    /// [`LoadCore::finish`]).
+    pub index: u64,
+}
+
+/// A committed transaction a later one may declare it follows.
+#[derive(Clone, Debug, PartialEq)]
+struct Dependency {
+    index: u64,
+    shards: Vec<ShardId>,
 }
 
 impl InFlight {
@@ -73,7 +99,9 @@ impl InFlight {
         }
     }
 
-    /// The history entry of the finished transaction (`process` is the client's id).
+    /// The history entry of the finished transaction (`process` is the client's id), with
+    /// its declared dependency. The result of §4.5's read is left out: the workload reports
+    /// its own plan.
     pub fn history_entry(
         &self,
         workload: &dyn Workload,
@@ -81,13 +109,30 @@ impl InFlight {
         outcome: &Outcome,
         complete_ns: u64,
     ) -> Entry {
+        let own;
+        let outcome = match outcome {
+            Outcome::Committed {
+                results,
+                commit_ts,
+                path,
+            } if self.probe => {
+                own = Outcome::Committed {
+                    results: results[..results.len().saturating_sub(1)].to_vec(),
+                    commit_ts: *commit_ts,
+                    path: *path,
+                };
+                &own
+            }
+            _ => outcome,
+        };
         Entry {
-            index: 0,
+            index: self.index,
             process,
             kind: entry_type(outcome),
             invoke_ns: self.invoke_ns,
             complete_ns,
             ops: workload.history_ops(&self.planned.plan, outcome, self.reads()),
+            after: self.dependency.iter().map(|d| d.index).collect(),
         }
     }
 }
@@ -120,6 +165,8 @@ struct Retry {
     first_ns: u64,
     /// Not sent again before this.
     due_ns: u64,
+    /// Its declared out-of-band dependency (§4.5), kept across attempts.
+    dependency: Option<Dependency>,
 }
 
 /// Aborted transactions one client keeps for a later retry. The Aurogon artifact's client
@@ -133,6 +180,13 @@ pub struct LoadCore {
     clients: Vec<Client>,
     coordinators: usize,
     partitioner: Partitioner,
+    locality: Locality,
+    /// Transactions ended so far (the next one's history index).
+    ended: u64,
+    /// The last transactions that ended committed, newest first, of two different clients
+    /// (a client declares a dependency on another client's transaction: its own previous
+    /// one is already before it in its session).
+    last_committed: [Option<(u32, Dependency)>; 2],
 }
 
 impl LoadCore {
@@ -163,6 +217,9 @@ impl LoadCore {
             clients,
             coordinators: cluster.coordinators.len(),
             partitioner: cluster.partitioner,
+            locality: Locality::new(cluster),
+            ended: 0,
+            last_committed: [None, None],
         }
     }
 
@@ -209,33 +266,86 @@ impl LoadCore {
     ///
     /// If the client has a transaction in flight (a driver bug).
     pub fn begin(&mut self, c: u32, workload: &mut dyn Workload, now_ns: u64) -> ClientRequest {
+        let out_of_band = workload.out_of_band();
         let client = &mut self.clients[c as usize];
         assert!(client.current.is_none(), "client {c} began twice");
         let due = client
             .retries
             .front()
             .is_some_and(|r| r.due_ns <= now_ns || client.retries.len() >= RETRIES_MAX);
-        let (planned, invoke_ns) = match due.then(|| client.retries.pop_front()).flatten() {
-            Some(retry) => (retry.planned, retry.first_ns),
-            None => (workload.next(&client.info, &mut client.rng), now_ns),
-        };
-        let shards = plan_shards(&planned.plan, &self.partitioner);
-        let (session, request) = match &planned.plan {
-            TxnPlan::OneShot(txn) => (None, ClientRequest::OneShot(txn.clone())),
+        let (mut planned, invoke_ns, dependency) =
+            match due.then(|| client.retries.pop_front()).flatten() {
+                Some(retry) => (retry.planned, retry.first_ns, retry.dependency),
+                None => {
+                    let planned = workload.next(&client.info, &mut client.rng);
+                    let declares = match (&out_of_band, &planned.plan) {
+                        (Some(oob), TxnPlan::OneShot(_)) => client.rng.gen_bool(oob.ratio),
+                        _ => false,
+                    };
+                    let dependency = self
+                        .last_committed
+                        .iter()
+                        .flatten()
+                        .find(|(other, _)| *other != c)
+                        .map(|(_, d)| d.clone())
+                        .filter(|_| declares);
+                    (planned, now_ns, dependency)
+                }
+            };
+        let info = client.info;
+        let (session, request, probe) = match &planned.plan {
+            TxnPlan::OneShot(txn) => {
+                let read = out_of_band.is_some_and(|o| o.read);
+                let probe = dependency.as_ref().filter(|_| read).and_then(|d| {
+                    let shards = txn.shards();
+                    let shared = self.shares_region(&shards, &d.shards);
+                    (!shared).then_some(d.shards[0])
+                });
+                let mut txn = txn.clone();
+                if let Some(shard) = probe {
+                    let key = self.partitioner.key_on_shard(shard, PROBE_KEY);
+                    txn.pieces.push(Piece::ops(shard, vec![Op::Get(key)]));
+                }
+                (None, ClientRequest::OneShot(txn), probe)
+            }
             TxnPlan::Interactive(_) => (
                 Some(Session::default()),
                 ClientRequest::Interactive(Step::Begin {
-                    latest_seen: client.latest_seen,
+                    latest_seen: self.clients[c as usize].latest_seen,
                 }),
+                None,
             ),
         };
-        client.current = Some(InFlight {
+        if dependency.is_some() {
+            planned.classes.add(OUT_OF_BAND);
+        }
+        if let Some(shard) = probe {
+            if self.locality.class(&info, [shard]) == CRT && planned.classes.remove(IRT) {
+                planned.classes.add(CRT);
+            }
+        }
+        let shards = match &request {
+            ClientRequest::OneShot(txn) => txn.shards().into_vec(),
+            ClientRequest::Interactive(_) => plan_shards(&planned.plan, &self.partitioner),
+        };
+        self.clients[c as usize].current = Some(InFlight {
             planned,
             invoke_ns,
             shards,
             session,
+            dependency,
+            probe: probe.is_some(),
+            index: 0,
         });
         request
+    }
+
+    /// Whether two sets of shards have a region in common (by initial leaders).
+    fn shares_region(&self, a: &[ShardId], b: &[ShardId]) -> bool {
+        a.iter().any(|&x| {
+            b.iter()
+                .any(|&y| self.locality.region(x) == self.locality.region(y))
+        })
     }
 
     /// Feeds client `c`'s answer. An outcome ends the transaction; any other answer
@@ -294,22 +404,39 @@ impl LoadCore {
                 planned: flight.planned.clone(),
                 first_ns: flight.invoke_ns,
                 due_ns: now_ns.saturating_add(interval_ns),
+                dependency: flight.dependency.clone(),
             });
         }
         retryable
     }
 
-    /// Ends client `c`'s transaction with `outcome` and returns it; `None` if the client
-    /// had nothing in flight (a late answer after a timeout).
+    /// Ends client `c`'s transaction with `outcome` and returns it, numbered with its
+    /// history index ([`InFlight::index`]); `None` if the client had nothing in flight (a
+    /// late answer after a timeout).
     pub fn finish(&mut self, c: u32, outcome: &Outcome) -> Option<InFlight> {
         let client = &mut self.clients[c as usize];
-        let flight = client.current.take()?;
+        let mut flight = client.current.take()?;
         if let Outcome::Committed {
             commit_ts: Some(ts),
             ..
         } = outcome
         {
             client.latest_seen = client.latest_seen.max(Some(*ts));
+        }
+        flight.index = self.ended;
+        self.ended += 1;
+        if outcome.is_committed() {
+            let newest = Dependency {
+                index: flight.index,
+                shards: flight.shards.clone(),
+            };
+            if self.last_committed[0]
+                .as_ref()
+                .is_some_and(|(o, _)| *o != c)
+            {
+                self.last_committed[1] = self.last_committed[0].take();
+            }
+            self.last_committed[0] = Some((c, newest));
         }
         Some(flight)
     }

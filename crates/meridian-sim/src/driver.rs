@@ -989,9 +989,10 @@ impl<'w, P: Protocol> Sim<'w, P> {
         self.count_outcome(client, &flight, &outcome);
         self.trace.write_u8(kind as u8);
         if self.options.record_history {
-            let mut entry =
+            // Numbered by the load core in the order transactions end: the history's order.
+            let entry =
                 flight.history_entry(&*self.workload, u64::from(client), &outcome, self.now_ns);
-            entry.index = self.report.history.len() as u64;
+            debug_assert_eq!(entry.index, self.report.history.len() as u64);
             self.report.history.push(entry);
         }
         if self.options.retry_aborted && self.options.open_loop.is_none() {

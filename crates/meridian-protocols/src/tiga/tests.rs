@@ -1115,6 +1115,7 @@ fn hist(
         invoke_ns,
         complete_ns,
         ops,
+        after: Vec::new(),
     }
 }
 
