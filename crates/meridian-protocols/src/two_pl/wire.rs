@@ -248,11 +248,11 @@ pub struct ServerSnapshot {
     pub horizons: Vec<TxnId>,
     /// The server's incarnation when the snapshot was taken.
     pub incarnation: u32,
-    /// OCC: every key's version (absent under locking, so 2PL's records are unchanged).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// OCC: every key's version (empty under locking). Never skipped when empty: the
+    /// runtime stores records with postcard, which is not self-describing, so a skipped
+    /// field would shift every field after it when the record is read back.
     pub versions: Vec<(Key, u64)>,
-    /// SafeTS: the commit timestamp of every key's value (absent otherwise).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// SafeTS: the commit timestamp of every key's value (empty otherwise).
     pub stamps: Vec<(Key, Timestamp)>,
 }
 
@@ -267,7 +267,7 @@ pub enum Record {
         txn: TxnId,
         local: Option<LocalCommit>,
         /// `p2pl-ttc`: the commit timestamp (SafeTS rebuilds its versions from it).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Always written (postcard: see [`ServerSnapshot::versions`]).
         commit_ts: Option<Timestamp>,
     },
     /// Un-prepares a prepared transaction, or pins a one-round abort (so a late duplicate of
@@ -286,8 +286,7 @@ pub enum Record {
     Decided {
         txn: TxnId,
         participants: Vec<NodeId>,
-        /// `p2pl-ttc`: the commit timestamp, resent with COMMIT.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// `p2pl-ttc`: the commit timestamp, resent with COMMIT. Always written (postcard).
         commit_ts: Option<Timestamp>,
     },
     /// A coordinator's state at one point: its incarnation and the commits still
