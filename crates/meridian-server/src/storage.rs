@@ -4,8 +4,10 @@
 //!
 //! File `wal` in the node's directory is a sequence of records, each
 //! `[u32 LE payload length][u32 LE CRC-32 of payload][postcard payload]`. A crash can tear
-//! the last record; recovery keeps every whole record before the first torn or corrupt one
-//! and truncates the file there. A checkpoint writes a new file holding only the checkpoint
+//! the last record; recovery keeps every whole record before a torn tail and truncates the
+//! file there. A log that is damaged anywhere else, or holds a record this build cannot
+//! decode, is refused with an error and left untouched: truncating it would lose every
+//! record after the damage. A checkpoint writes a new file holding only the checkpoint
 //! record and renames it over `wal` (atomic on POSIX), so a crash leaves either the old log
 //! or the new one.
 //!
@@ -42,7 +44,8 @@ pub struct Wal<R> {
 
 impl<R: Serialize + DeserializeOwned> Wal<R> {
     /// Opens (creating if needed) the log in `dir` and returns it with the records that
-    /// survived. A torn or corrupt tail is dropped and reported in the returned count.
+    /// survived. A torn tail is dropped and reported in the returned count; a log damaged
+    /// before its tail, or holding a record this build cannot decode, is an error.
     pub fn open(dir: &Path, fsync: bool) -> io::Result<(Wal<R>, Vec<R>, usize)> {
         fs::create_dir_all(dir)?;
         let path = dir.join("wal");
@@ -53,7 +56,7 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
             .open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (records, good_len) = parse_records(&bytes);
+        let (records, good_len) = parse_records(&bytes)?;
         let dropped = bytes.len() - good_len;
         if dropped > 0 {
             file.set_len(good_len as u64)?;
@@ -142,7 +145,13 @@ fn encode_record(out: &mut Vec<u8>, record: &impl Serialize) -> io::Result<()> {
 }
 
 /// The whole records at the start of `bytes`, and how many bytes they span.
-fn parse_records<R: DeserializeOwned>(bytes: &[u8]) -> (Vec<R>, usize) {
+///
+/// Only the *tail* may be torn (records are appended): an incomplete record, or a last
+/// record whose CRC does not match, is dropped. Anything else is refused rather than
+/// truncated, because truncating would throw away every record after it: a bad record
+/// with whole records after it is corruption, and a record whose CRC matches but that does
+/// not decode was written by a build whose record type differs from this one's.
+fn parse_records<R: DeserializeOwned>(bytes: &[u8]) -> io::Result<(Vec<R>, usize)> {
     let mut records = Vec::new();
     let mut at = 0;
     while bytes.len() - at >= HEADER_BYTES {
@@ -154,15 +163,43 @@ fn parse_records<R: DeserializeOwned>(bytes: &[u8]) -> (Vec<R>, usize) {
         }
         let payload = &bytes[at + HEADER_BYTES..end];
         if crc32fast::hash(payload) != crc {
-            break;
+            if end == bytes.len() {
+                break;
+            }
+            return Err(corrupt(format!(
+                "the record at byte {at} fails its CRC and {} bytes follow it: the log is \
+                 corrupt, not torn",
+                bytes.len() - end
+            )));
         }
-        match postcard::from_bytes(payload) {
-            Ok(record) => records.push(record),
-            Err(_) => break,
+        match postcard::take_from_bytes(payload) {
+            Ok((record, [])) => records.push(record),
+            Ok((_, rest)) => {
+                return Err(corrupt(format!(
+                    "the record at byte {at} is whole (its CRC matches) but decodes from only \
+                     {} of its {} bytes: it was written by a build with a different record \
+                     format",
+                    payload.len() - rest.len(),
+                    payload.len()
+                )))
+            }
+            Err(e) => {
+                return Err(corrupt(format!(
+                    "the record at byte {at} is whole (its CRC matches) but does not decode \
+                     ({e}): it was written by a build with a different record format"
+                )))
+            }
         }
         at = end;
     }
-    (records, at)
+    Ok((records, at))
+}
+
+fn corrupt(why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{why}; the log is left as it is"),
+    )
 }
 
 #[cfg(test)]
@@ -214,5 +251,49 @@ mod tests {
         drop(wal);
         let (_, old, dropped) = Wal::<String>::open(dir.path(), false).unwrap();
         assert_eq!((old, dropped), (vec!["whole".into(), "next".into()], 0));
+    }
+
+    fn write_records(dir: &Path, records: &[&str]) -> PathBuf {
+        let (mut wal, _, _) = Wal::<String>::open(dir, false).unwrap();
+        for r in records {
+            wal.append(&r.to_string()).unwrap();
+        }
+        wal.sync().unwrap();
+        dir.join("wal")
+    }
+
+    #[test]
+    fn a_damaged_record_before_the_tail_is_refused_and_the_log_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_records(dir.path(), &["first", "second", "third"]);
+        let mut bytes = fs::read(&path).unwrap();
+        // Flip a payload byte of the second record: its CRC fails, "third" follows it.
+        let second_payload = HEADER_BYTES + 6 + HEADER_BYTES;
+        bytes[second_payload + 1] ^= 0x20;
+        fs::write(&path, &bytes).unwrap();
+        let err = Wal::<String>::open(dir.path(), false).err().unwrap();
+        assert!(err.to_string().contains("corrupt, not torn"), "{err}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            bytes,
+            "the log must be left as it is"
+        );
+    }
+
+    #[test]
+    fn a_whole_record_of_another_format_is_refused_and_the_log_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_records(dir.path(), &["a string", "another"]);
+        let before = fs::read(&path).unwrap();
+        // Read back as a type whose layout differs: the CRCs match, decoding does not.
+        let err = Wal::<(u64, u64, u64)>::open(dir.path(), false)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("different record format"), "{err}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            before,
+            "the log must be left as it is"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The event loop: one binary heap of events ordered by (virtual time, sequence number).
 
 use crate::clock::ClockModel;
+use crate::codec;
 use crate::faults::{ms_to_ns, Fault, FaultPlan};
 use crate::network::{Fate, Network};
 use crate::queue::Queue;
@@ -595,6 +596,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
             "{from} sent to unknown node {to}"
         );
         self.report.messages_sent += 1;
+        let msg = if codec::sampled(self.report.messages_sent) {
+            codec::round_trip(&msg)
+        } else {
+            msg
+        };
         match self
             .network
             .fate(&mut self.net_rng, &self.setup.cluster, from, to)
@@ -797,7 +803,14 @@ impl<'w, P: Protocol> Sim<'w, P> {
 
     fn start_node(&mut self, node: NodeId) {
         let slot = &mut self.slots[node.index()];
-        let built = P::build(node, &self.setup, slot.durable.records());
+        // Rebuilt from what the runtime would read back from its log (see `codec`).
+        let records: Vec<_> = slot
+            .durable
+            .records()
+            .iter()
+            .map(codec::round_trip)
+            .collect();
+        let built = P::build(node, &self.setup, &records);
         let rng = node_rng(self.options.seed, node, slot.host.incarnation());
         slot.host.start(built, rng);
         self.with_node(node, |n, ctx| n.on_start(ctx));

@@ -67,6 +67,7 @@
 //! [`SimReport::trace_hash`] summarizes.
 
 pub mod clock;
+pub mod codec;
 pub mod conformance;
 mod driver;
 pub mod faults;
