@@ -63,6 +63,25 @@ impl Window {
     }
 }
 
+impl Window {
+    /// The margin that minimizes the expected cost of arriving late, when arriving late
+    /// costs `late_cost_ns`: the largest sample plus `σ · ln(C / (σ · (n + 1)))`, clamped at
+    /// 0. With `n` samples the next one exceeds the largest with probability about
+    /// 1 / (n + 1); beyond it the tail is taken as exponential with scale σ, the mean excess
+    /// of the samples above their median (at least `sigma_floor_ns`). So a margin grows with
+    /// the jitter and with what lateness costs, and only logarithmically with the cost.
+    fn covering(&self, late_cost_ns: u64, sigma_floor_ns: u64) -> Option<u64> {
+        let max = *self.sorted.last()?;
+        let median = self.signed(50.0).expect("non-empty");
+        let above = &self.sorted[self.sorted.len() / 2..];
+        let excess = above.iter().map(|&x| (x - median) as f64).sum::<f64>() / above.len() as f64;
+        let sigma = excess.max(sigma_floor_ns as f64).max(1.0);
+        let odds = late_cost_ns as f64 / (sigma * (self.sorted.len() + 1) as f64);
+        let margin = if odds > 1.0 { sigma * odds.ln() } else { 0.0 };
+        Some((max as f64 + margin).max(0.0) as u64)
+    }
+}
+
 /// Per-peer forward and back delay samples of one node.
 #[derive(Clone, Debug)]
 pub struct OwdEstimator {
@@ -114,6 +133,22 @@ impl OwdEstimator {
             .unwrap_or_else(|| topology_ns(cluster, self.me, peer))
     }
 
+    /// The forward headroom to `peer` that minimizes the expected cost when arriving late
+    /// costs `late_cost_ns` (see `Window::covering`); before the first sample, the
+    /// topology's mean one-way delay.
+    pub fn forward_covering_ns(
+        &self,
+        cluster: &Cluster,
+        peer: NodeId,
+        late_cost_ns: u64,
+        sigma_floor_ns: u64,
+    ) -> u64 {
+        self.samples
+            .get(peer.index())
+            .and_then(|s| s.forward.covering(late_cost_ns, sigma_floor_ns))
+            .unwrap_or_else(|| topology_ns(cluster, self.me, peer))
+    }
+
     /// The forward samples' `percentile`, unclamped (negative when the peer's clock is
     /// behind by more than the delay: what a clock-gated peer would make a message wait);
     /// `None` before the first sample.
@@ -135,4 +170,42 @@ impl OwdEstimator {
 /// The topology's mean one-way delay from `from` to `to`, ns.
 pub fn topology_ns(cluster: &Cluster, from: NodeId, to: NodeId) -> u64 {
     (cluster.one_way_ms(from, to) * 1e6) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(samples: &[i64]) -> Window {
+        let mut w = Window::default();
+        for &x in samples {
+            w.push(x, 16);
+        }
+        w
+    }
+
+    #[test]
+    fn the_covering_margin_grows_with_jitter_and_with_the_cost_of_being_late() {
+        const MS: i64 = 1_000_000;
+        let tight = window(&[100 * MS; 16]);
+        let jittery = window(
+            &(0..16)
+                .map(|i| 100 * MS + (i % 4) * 3 * MS)
+                .collect::<Vec<_>>(),
+        );
+        let cost = |w: &Window, c: i64| w.covering(c as u64, 100_000).unwrap() as i64;
+        // Identical samples: the floor's scale only, a fraction of a millisecond.
+        assert!(cost(&tight, 200 * MS) - 100 * MS < MS);
+        // Jitter widens the margin beyond the largest sample (109 ms).
+        let jittery_margin = cost(&jittery, 200 * MS) - 109 * MS;
+        assert!(jittery_margin > 2 * MS, "{jittery_margin}");
+        // A costlier lateness widens it, but only logarithmically.
+        let dearer = cost(&jittery, 2_000 * MS) - 109 * MS;
+        assert!(
+            dearer > jittery_margin && dearer < 4 * jittery_margin,
+            "{dearer}"
+        );
+        // When lateness costs less than the tail's scale, the largest sample is enough.
+        assert_eq!(cost(&jittery, MS), 109 * MS);
+    }
 }

@@ -13,6 +13,10 @@ use crate::kit::owd::{topology_ns, OwdEstimator};
 use crate::kit::quorum::super_quorum;
 use meridian_core::{Cluster, NodeId, ShardId};
 
+/// The smallest jitter scale the cost-aware headroom assumes (a window of identical samples
+/// says little about the next one).
+const SIGMA_FLOOR_NS: u64 = 100_000;
+
 /// Which quorum a transaction's timestamp was planned for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Planned {
@@ -76,9 +80,17 @@ impl Estimator {
     ) -> Plan {
         let (percentile, delta_ns) = match opts.headroom {
             HeadroomMode::Paper => (opts.probe_percentile, opts.delta_ns),
+            HeadroomMode::CostAware => (50.0, 0),
             _ => (opts.adaptive_percentile, opts.adaptive_delta_ns),
         };
-        let fwd = |r: NodeId| self.forward_ns(cluster, r, percentile);
+        let late_cost_ns = self.late_cost_ns(cluster, leaders, shards);
+        let fwd = |r: NodeId| match opts.headroom {
+            HeadroomMode::CostAware => {
+                self.owd
+                    .forward_covering_ns(cluster, r, late_cost_ns, SIGMA_FLOOR_NS)
+            }
+            _ => self.forward_ns(cluster, r, percentile),
+        };
         let back = |r: NodeId| self.back_ns(cluster, r);
         // Fast: a super quorum per shard, the leader and the closest followers.
         let (mut fast_need, mut fast_back) = (0, 0);
@@ -130,6 +142,18 @@ impl Estimator {
                 }
             }
         }
+    }
+
+    /// What arriving late costs a transaction on `shards` (cost-aware headroom): about one
+    /// more round trip to its farthest leader (medians), which the re-execution or the slow
+    /// path adds.
+    fn late_cost_ns(&self, cluster: &Cluster, leaders: &[NodeId], shards: &[ShardId]) -> u64 {
+        shards
+            .iter()
+            .map(|s| leaders[s.index()])
+            .map(|l| self.forward_ns(cluster, l, 50.0) + self.back_ns(cluster, l))
+            .max()
+            .unwrap_or(0)
     }
 
     /// How long after the timestamp the slow path completes: per shard the later of the

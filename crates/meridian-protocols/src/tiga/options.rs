@@ -47,6 +47,10 @@ pub enum HeadroomMode {
     Adaptive,
     /// No headroom: the sending time is the timestamp (Fig. 13's 0-Hdrn baseline).
     Zero,
+    /// Per member, the margin that minimizes the expected latency when arriving late costs
+    /// a round trip to the farthest leader (`kit::owd`'s `forward_covering_ns`): a margin
+    /// sized by what lateness costs the coordinator's region, not one percentile for all.
+    CostAware,
 }
 
 /// Which quorum the timestamp is planned for (§6 "Timestamp initialization").
@@ -195,6 +199,7 @@ impl Options {
                 ("adaptive", H::Adaptive),
                 ("paper", H::Paper),
                 ("zero", H::Zero),
+                ("cost-aware", H::CostAware),
             ],
         )?;
         let path = choice(
