@@ -46,9 +46,12 @@
 //! [[plot]]
 //! name = "latency"           # file stem
 //! title = "…"
-//! x = "throughput_tps"       # a metric, a swept parameter, or an expression as y
-//! y = "p50_ms"               # a metric, `counters.K`, `model.K`, or `A / B` of those
+//! x = "throughput_tps"       # a metric, a swept parameter, or an expression as y; or
+//!                            # parameters `A | B`: each point's x is the first it has
+//! y = "p50_ms"               # a metric, `counters.K`, `model.K`, or `A / B` of those;
+//!                            # `counters.*.K` sums the counters whose `*` is one dot-free part
 //! y_label = "…"              # axis label (default: the metric's, with its unit)
+//! x_label = "…"              # axis label (default: the metric's or parameter's)
 //! y_scale = 1.0              # multiplies y (e.g. 1e-6: counted ns shown as ms)
 //! also = "model.K"           # optional second y per series (e.g. a model beside the measure)
 //! also_label = "model"       # suffix of the second y's series names (default "model")
@@ -58,7 +61,10 @@
 //! region = "SC"              # a coordinator region or "all" (default)
 //! class = "new-order"        # a transaction class label (read-only, read-write, a
 //!                            # workload's own: TPC-C's profiles, irt/crt); default: all
-//! kind = "line"              # "cdf": each point's latency distribution; "timeline": y
+//! kind = "line"              # "cdf": each point's latency distribution; "histogram": the
+//!                            # CDF of a counted histogram, y naming its per-bucket counters
+//!                            # `Y_le_<N>ms` (below N ms) and `Y_gt_<N>ms` (`counters.*.Y`
+//!                            # allowed); "timeline": y
 //!                            # (throughput_tps, p50_ms, p99_ms, …) per bucket of time
 //! ```
 //!
@@ -128,6 +134,9 @@ pub struct PlotSpec {
     /// The y axis label (default: the metric's).
     #[serde(default)]
     pub y_label: String,
+    /// The x axis label (default: the metric's or parameter's).
+    #[serde(default)]
+    pub x_label: String,
     /// Multiplies every y value (and `also`).
     #[serde(default = "unit_scale")]
     pub y_scale: f64,
@@ -292,7 +301,7 @@ fn evaluate(e: &str, run: &RunOutput, all: &Metrics) -> Option<f64> {
     let term = |t: &str| -> Option<f64> {
         let t = t.trim();
         if let Some(k) = t.strip_prefix("counters.") {
-            (!run.counters.is_empty()).then(|| *run.counters.get(k).unwrap_or(&0) as f64)
+            (!run.counters.is_empty()).then(|| counter(&run.counters, k))
         } else if let Some(k) = t.strip_prefix("model.") {
             run.model.get(k).copied()
         } else {
@@ -306,6 +315,64 @@ fn evaluate(e: &str, run: &RunOutput, all: &Metrics) -> Option<f64> {
         },
         None => term(e),
     }
+}
+
+/// Counter `name`, or with a `*` in it (`*.visible_versions`) the sum of every counter it
+/// matches, `*` standing for one dot-free part: protocols that count the same quantity
+/// under their own prefixes (`k2.`, `p2pl.`, `mvto_hlc.`) then share one plot line.
+fn counter(counters: &BTreeMap<String, u64>, name: &str) -> f64 {
+    counters
+        .iter()
+        .filter(|(k, _)| matches(name, k))
+        .map(|(_, v)| *v as f64)
+        .sum()
+}
+
+/// Whether counter `name` matches `pattern` (itself, or with `*` one dot-free part).
+fn matches(pattern: &str, name: &str) -> bool {
+    let Some((head, tail)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    name.len() >= head.len() + tail.len()
+        && name.starts_with(head)
+        && name.ends_with(tail)
+        && !name[head.len()..name.len() - tail.len()].contains('.')
+}
+
+/// The CDF of the histogram counted as `<stem>_le_<N>ms` (delays below N ms) and
+/// `<stem>_gt_<N>ms` (the rest): `(N, share below N)` for each bound.
+fn histogram_cdf(counters: &BTreeMap<String, f64>, stem: &str) -> Vec<(f64, f64)> {
+    let mut buckets: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut total = 0.0;
+    for (k, v) in counters {
+        let bucket = |mark: &str| {
+            k.rsplit_once(mark)
+                .filter(|(name, _)| matches(stem, name))
+                .and_then(|(_, bound)| bound.strip_suffix("ms")?.parse::<u64>().ok())
+        };
+        if let Some(bound) = bucket("_le_") {
+            *buckets.entry(bound).or_default() += v;
+            total += v;
+        } else if bucket("_gt_").is_some() {
+            total += v;
+        }
+    }
+    let mut below = 0.0;
+    buckets
+        .into_iter()
+        .filter(|_| total > 0.0)
+        .map(|(bound, n)| {
+            below += n;
+            (bound as f64, below / total)
+        })
+        .collect()
+}
+
+/// `x`'s alternatives (`protocol.epoch_ms | protocol.closed_ts_interval_ms`): a point
+/// takes its x from the first parameter it has, so protocols whose option for the same
+/// quantity has another name share an axis.
+fn x_alternatives(x: &str) -> impl Iterator<Item = &str> {
+    x.split('|').map(str::trim)
 }
 
 fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
@@ -322,6 +389,16 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
     }
     match p.kind.as_str() {
         "cdf" => return Ok(()),
+        "histogram" => {
+            if p.y.strip_prefix("counters.").is_none_or(str::is_empty) {
+                return Err(format!(
+                    "plot `{}`: a histogram's y must be `counters.STEM` (its buckets \
+                     `STEM_le_<N>ms`)",
+                    p.name
+                ));
+            }
+            return Ok(());
+        }
         "timeline" => {
             if TimeBucket::FIELDS.iter().all(|(f, _)| *f != p.y) {
                 let fields: Vec<&str> = TimeBucket::FIELDS.iter().map(|(f, _)| *f).collect();
@@ -336,7 +413,7 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
         "line" => {}
         _ => {
             return Err(format!(
-                "plot `{}`: kind must be `line`, `cdf` or `timeline`",
+                "plot `{}`: kind must be `line`, `cdf`, `histogram` or `timeline`",
                 p.name
             ))
         }
@@ -366,7 +443,9 @@ fn check_plot(exp: &Experiment, p: &PlotSpec) -> Result<(), String> {
             ));
         }
     }
-    if !is_metric(&p.x) && !swept(&p.x) && !is_expression(&p.x) {
+    let param = |k: &str| swept(k) || exp.extra.iter().any(|e| e.contains_key(k));
+    let params = p.x.contains('|') && x_alternatives(&p.x).all(param);
+    if !is_metric(&p.x) && !swept(&p.x) && !params && !is_expression(&p.x) {
         return Err(format!(
             "plot `{}`: x `{}` is neither a metric, a swept parameter nor `counters.K`, \
              `model.K` or `A / B` of those",
@@ -830,6 +909,13 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
                 .entry(label(r))
                 .or_default()
                 .extend(r.cdf.get(&spec.region).cloned().unwrap_or_default()),
+            "histogram" => {
+                let stem = spec.y.trim_start_matches("counters.");
+                series
+                    .entry(label(r))
+                    .or_default()
+                    .extend(histogram_cdf(&r.counters, stem));
+            }
             "timeline" => {
                 series
                     .entry(label(r))
@@ -877,13 +963,20 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
         (lo.min(x), hi.max(x))
     });
-    let log_x = spec.kind == "cdf" && hi / lo > 30.0;
+    let log_x = (spec.kind == "cdf" || spec.kind == "histogram") && hi / lo > 30.0;
     let (x_label, mut y_label) = match spec.kind.as_str() {
         "cdf" => {
             let scale = if log_x { ", log scale" } else { "" };
             (
                 format!("commit latency (ms{scale})"),
                 "fraction of committed txns".to_string(),
+            )
+        }
+        "histogram" => {
+            let scale = if log_x { ", log scale" } else { "" };
+            (
+                format!("bucket bound (ms{scale})"),
+                "fraction counted below the bound".to_string(),
             )
         }
         "timeline" => {
@@ -901,6 +994,11 @@ pub fn chart(exp: &Experiment, spec: &PlotSpec, results: &[PointResult]) -> plot
     if !spec.y_label.is_empty() {
         y_label = spec.y_label.clone();
     }
+    let x_label = if spec.x_label.is_empty() {
+        x_label
+    } else {
+        spec.x_label.clone()
+    };
     // Series in the order of their parameter's value, numerically when it is a number.
     let mut series: Vec<(String, Vec<(f64, f64)>)> = series.into_iter().collect();
     let value =
@@ -929,7 +1027,7 @@ fn line_point(spec: &PlotSpec, r: &PointResult, y: &str, scale: f64) -> Option<(
     let m = metrics::find(&r.metrics, &spec.region, spec.class.as_deref())?;
     let x = if is_metric(&spec.x) {
         m.get(&spec.x)
-    } else if let Some(v) = r.params.get(&spec.x) {
+    } else if let Some(v) = x_alternatives(&spec.x).find_map(|k| r.params.get(k)) {
         v.parse().ok()
     } else {
         // A measured x (`counters.clock_error_mean_ns`, say), evaluated like y.
@@ -1339,6 +1437,81 @@ y = "throughput_tps"
             svg.contains("delta = 10 model"),
             "the replot has every series"
         );
+    }
+
+    /// A target counting `<protocol>.sum` = 10 × its one option and `<protocol>.n` = 2,
+    /// and a deeper `<protocol>.deep.n` a one-part `*` must not match.
+    struct Prefixed;
+
+    impl Target for Prefixed {
+        fn name(&self) -> &str {
+            "prefixed"
+        }
+        fn run(&mut self, p: &Point, _: &mut dyn FnMut(f64)) -> Result<RunOutput, String> {
+            let v: u64 = p.protocol_opts.values().next().unwrap().parse().unwrap();
+            let counters = [
+                (format!("{}.sum", p.protocol), 10 * v),
+                (format!("{}.n", p.protocol), 2),
+                (format!("{}.deep.n", p.protocol), 1000),
+            ];
+            Ok(RunOutput {
+                counters: counters.into_iter().collect(),
+                load_s: 1.0,
+                ..RunOutput::default()
+            })
+        }
+    }
+
+    #[test]
+    fn wildcard_counters_and_x_alternatives_put_protocols_on_one_line() {
+        let exp = parse(
+            r#"
+name = "w"
+[base]
+protocol = "pa"
+[sweep]
+"protocol.a_ms" = [1, 2]
+[[extra]]
+protocol = "pb"
+"protocol.b_ms" = 3
+[[plot]]
+name = "mean"
+x = "protocol.a_ms | protocol.b_ms"
+x_label = "interval (ms)"
+y = "counters.*.sum / counters.*.n"
+"#,
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (results, _) = run_quietly(&exp, &mut Prefixed, dir.path());
+        let chart = chart_of(&exp, "mean", &results);
+        assert_eq!(chart.x_label, "interval (ms)");
+        assert_eq!(
+            chart.series,
+            vec![
+                ("pa".to_string(), vec![(1.0, 5.0), (2.0, 10.0)]),
+                ("pb".to_string(), vec![(3.0, 15.0)]),
+            ],
+            "each protocol's own counters, each point's own x parameter"
+        );
+        let mut counters = BTreeMap::new();
+        for (k, v) in [
+            ("k2.delay_le_10ms", 1.0),
+            ("k2.delay_le_100ms", 2.0),
+            ("k2.delay_gt_100ms", 1.0),
+            ("k2.deep.delay_le_10ms", 50.0),
+            ("k2.delay_us_sum", 50.0),
+        ] {
+            counters.insert(k.to_string(), v);
+        }
+        assert_eq!(
+            histogram_cdf(&counters, "*.delay"),
+            vec![(10.0, 0.25), (100.0, 0.75)],
+            "cumulative, over every bucket including the last open one"
+        );
+        let bad = "name = \"x\"\n[sweep]\n\"protocol.a\" = [1]\n[[plot]]\nname = \"p\"\n\
+                   x = \"protocol.a | protocol.c\"\ny = \"p50_ms\"";
+        assert!(parse(bad).unwrap_err().contains("neither a metric"));
     }
 
     fn chart_of(exp: &Experiment, name: &str, results: &[PointResult]) -> plot::Chart {
