@@ -519,10 +519,11 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
 }
 
 /// Group commit: with `fsync`, a node syncs its log once per batch of events, not once per
-/// handler that wrote records. Under 200 concurrent transactions Tiga's servers write
-/// several records per batch (fast releases, seals, log positions), so they sync far
-/// fewer times than they write — and every transaction still commits (the held messages
-/// went out after the sync).
+/// handler that wrote records. Under 200 concurrent transactions a Tiga server's batch
+/// holds many handlers that wrote records (a submit each), so the log's `write`s (counted
+/// by the log itself, wherever they are made) are far fewer than those handlers — and
+/// every transaction still commits (the held messages went out after the sync). Code that
+/// wrote at each handler's first send makes as many writes as handlers and fails here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_a_batch_share_one_sync() {
     records_of_a_batch_share_one_write(true).await;
@@ -567,11 +568,12 @@ async fn records_of_a_batch_share_one_write(fsync: bool) {
             .map(|n| f(host.metrics(n.id)))
             .sum()
     };
-    let records = sum(|m| m.records_persisted.get());
-    let syncs = sum(|m| m.wal_syncs.get());
+    let handlers = sum(|m| m.handlers_persisted.get());
+    let writes = sum(|m| m.wal_syncs.get());
+    eprintln!("{writes} log writes for {handlers} handlers that wrote records");
     assert!(
-        syncs > 0 && 2 * syncs < records,
-        "{syncs} syncs for {records} records"
+        writes > 0 && 3 * writes < handlers,
+        "{writes} log writes for {handlers} handlers that wrote records"
     );
     host.shutdown().await;
 }
