@@ -204,6 +204,13 @@ extern "C" {
 /// next allocates or collects, so a worker that goes idle after a burst (the read buffers
 /// of connections that closed) would keep that memory from the system indefinitely. An
 /// idle worker therefore collects its heap, at most once a second.
+///
+/// The collection is mimalloc's normal one, not a forced one: it takes the blocks other
+/// threads freed and frees the pages left empty, and returns to the system only memory
+/// that has stayed free past mimalloc's purge delay (1 s). A forced collection also
+/// visits every full page and returns *all* free memory at once, so under load, with a
+/// heap of a GiB or more, each worker gave back every second what GC had freed
+/// milliseconds earlier, and the next allocations faulted it back in.
 fn return_freed_memory() {
     thread_local! {
         static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
@@ -215,7 +222,7 @@ fn return_freed_memory() {
         {
             last.set(Some(Instant::now()));
             // SAFETY: mi_collect takes no pointers and may be called from any thread.
-            unsafe { mi_collect(true) };
+            unsafe { mi_collect(false) };
         }
     });
 }

@@ -118,6 +118,7 @@ counters! {
     records_persisted: "Durable records written (checkpoints included)",
     bytes_persisted: "Bytes written to the durable log",
     wal_syncs: "Durable log syncs: one write (and with fsync one fsync) per batch of handlers that wrote records (group commit)",
+    handlers_persisted: "Handlers that wrote durable records (without group commit, each would cost a write of its own)",
     records_recovered: "Durable records read back at start",
 }
 

@@ -108,6 +108,10 @@ pub struct NodeLoop<N: Node> {
     holding_since: Option<Instant>,
     /// Bytes of records written since the last sync.
     unsynced_bytes: u64,
+    /// The log's `write`s already published to `metrics.wal_syncs`, and the handlers that
+    /// wrote records since the last publication.
+    writes_published: u64,
+    handlers_persisted: u64,
 }
 
 impl<N: Node> NodeLoop<N> {
@@ -144,6 +148,8 @@ impl<N: Node> NodeLoop<N> {
             held: Vec::new(),
             holding_since: None,
             unsynced_bytes: 0,
+            writes_published: 0,
+            handlers_persisted: 0,
         }
     }
 
@@ -206,6 +212,7 @@ impl<N: Node> NodeLoop<N> {
             }
         }
         self.held.clear();
+        self.publish_metrics();
         self.metrics.up.store(false, Ordering::Relaxed);
     }
 
@@ -247,11 +254,16 @@ impl<N: Node> NodeLoop<N> {
         self.publish_metrics();
     }
 
+    /// Carries out one handler's actions, counting it if it wrote records.
     fn carry_out(&mut self, mut actions: Vec<NodeAction<N>>) {
+        let records_before = self.wal.as_ref().map_or(0, |w| w.records_written);
         for action in actions.drain(..) {
             self.apply(action);
         }
         self.actions = actions;
+        if self.wal.as_ref().map_or(0, |w| w.records_written) > records_before {
+            self.handlers_persisted += 1;
+        }
     }
 
     /// Publishes the batch's protocol counts and the leader this node believes in: once
@@ -259,6 +271,13 @@ impl<N: Node> NodeLoop<N> {
     fn publish_metrics(&mut self) {
         self.metrics
             .add_protocol_counters(&mut self.protocol_counts, &mut self.protocol_counters);
+        // The log's own count of its writes, so that the metric counts every write,
+        // wherever it was made.
+        let writes = self.wal.as_ref().map_or(0, |w| w.writes);
+        NodeMetrics::add(&self.metrics.wal_syncs, writes - self.writes_published);
+        self.writes_published = writes;
+        let handlers = std::mem::take(&mut self.handlers_persisted);
+        NodeMetrics::add(&self.metrics.handlers_persisted, handlers);
         let leader = self
             .host
             .node()
@@ -402,7 +421,6 @@ impl<N: Node> NodeLoop<N> {
             if let Err(e) = wal.sync() {
                 panic!("{}: durable log write failed: {e}", self.id);
             }
-            NodeMetrics::add(&self.metrics.wal_syncs, 1);
         }
         self.unsynced_bytes = 0;
         if self.holding_since.take().is_none() {

@@ -39,6 +39,10 @@ pub struct Wal<R> {
     /// Records and bytes written since the log was opened (for metrics).
     pub records_written: u64,
     pub bytes_written: u64,
+    /// `write` calls that put buffered records into the file (a group commit is one),
+    /// counted here, where they happen, so that a test can tell one per batch from one
+    /// per handler.
+    pub writes: u64,
     _record: PhantomData<fn(R)>,
 }
 
@@ -69,6 +73,7 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
             pending: Vec::new(),
             records_written: 0,
             bytes_written: 0,
+            writes: 0,
             _record: PhantomData,
         };
         Ok((wal, records, dropped))
@@ -123,6 +128,7 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
             return Ok(());
         }
         self.file.write_all(&self.pending)?;
+        self.writes += 1;
         self.pending.clear();
         if self.fsync {
             self.file.sync_data()?;

@@ -519,10 +519,13 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
 }
 
 /// Group commit: with `fsync`, a node syncs its log once per batch of events, not once per
-/// handler that wrote records. Under 200 concurrent transactions Tiga's servers write
-/// several records per batch (fast releases, seals, log positions), so they sync far
-/// fewer times than they write — and every transaction still commits (the held messages
-/// went out after the sync).
+/// handler that wrote records. Under 200 concurrent two-shard Clock-SI transactions a
+/// server's batch holds many handlers that wrote records (a prepare or a commit each), so
+/// the log's `write`s (counted by the log itself, wherever they are made) are far fewer
+/// than those handlers — and every transaction still commits (the held messages went out
+/// after the sync). Code that wrote at each handler's first send makes as many writes as
+/// handlers and fails here. (Not Tiga: its servers write a batch's records from the one
+/// handler that releases them, so handlers and writes are equal for it either way.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_a_batch_share_one_sync() {
     records_of_a_batch_share_one_write(true).await;
@@ -535,14 +538,14 @@ async fn records_of_a_batch_share_one_write_without_fsync() {
 }
 
 async fn records_of_a_batch_share_one_write(fsync: bool) {
-    let setup = setup::<Tiga>("local");
+    let setup = setup::<ClockSi>("local");
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(setup.cluster.nodes.len());
     config.data_dir = Some(dir.path().to_path_buf());
     config.fsync = fsync;
     let coordinator = setup.cluster.coordinators[0];
     let addr = config.addresses.peer[coordinator.index()];
-    let host = start::<Tiga>(&setup, config).await;
+    let host = start::<ClockSi>(&setup, config).await;
     let client = std::sync::Arc::new(
         Client::connect(
             vec![plain(addr)],
@@ -553,7 +556,8 @@ async fn records_of_a_batch_share_one_write(fsync: bool) {
     );
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
-        let (client, txn) = (client.clone(), add_txn(&setup, &[&format!("g{i}")], 1));
+        let keys = [format!("g{i}"), format!("h{i}")];
+        let (client, txn) = (client.clone(), add_txn(&setup, &[&keys[0], &keys[1]], 1));
         tasks.spawn(async move { client.execute(txn).await });
     }
     while let Some(done) = tasks.join_next().await {
@@ -567,11 +571,12 @@ async fn records_of_a_batch_share_one_write(fsync: bool) {
             .map(|n| f(host.metrics(n.id)))
             .sum()
     };
-    let records = sum(|m| m.records_persisted.get());
-    let syncs = sum(|m| m.wal_syncs.get());
+    let handlers = sum(|m| m.handlers_persisted.get());
+    let writes = sum(|m| m.wal_syncs.get());
+    eprintln!("{writes} log writes for {handlers} handlers that wrote records");
     assert!(
-        syncs > 0 && 2 * syncs < records,
-        "{syncs} syncs for {records} records"
+        writes > 0 && 2 * writes < handlers,
+        "{writes} log writes for {handlers} handlers that wrote records"
     );
     host.shutdown().await;
 }
