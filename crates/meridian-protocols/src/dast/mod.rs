@@ -104,7 +104,8 @@
 //!   promise reported at the removal (so whatever the removed node acknowledged before is
 //!   in it): it executed past that bound, or its region's horizon passed it with nothing
 //!   at or below it in the readyQ (a replica of a shard no transaction touches executes
-//!   nothing, and waiting for an execution kept such a node out for good). The node
+//!   nothing, so waiting for an execution alone would keep such a node out; a test still
+//!   sees such a replica stay out, cause not found yet). The node
 //!   installs it durably and says so; then add-prep: each member holds its clock below a
 //!   timestamp above everything it handed out (a placeholder in its waitQ, Alg. 4 line 15)
 //!   and answers with it; `ts_ins` is the largest (the paper has the manager anticipate
