@@ -62,7 +62,7 @@ pub struct Coord {
 
 impl Edge {
     /// A client's transaction, handed on by the machine's port (`handed`: by a removed
-    /// replica of this node's shard instead, see [`Edge::hand_off`]).
+    /// replica of this node's shard instead, see `hand_off`).
     pub fn on_submit(
         &mut self,
         ctx: &mut Ctx<'_, DastNode>,
