@@ -188,3 +188,50 @@ fn a_removed_node_is_added_back_from_a_checkpoint_and_serves_again() {
     );
     assert!(report.committed > 1_000, "{} committed", report.committed);
 }
+
+/// §3.1, §4.4: while an edge node is out of its region's view, its clients go to another
+/// replica of their home shard (a hand-off) instead of being refused (before: refused at
+/// once, and each closed-loop client resubmitted at once). The removed node is a replica of
+/// a shard no transaction touches; that it is added back is not asserted yet (it stayed
+/// out in this run: an open bug, see `Edge::executed_through`).
+#[test]
+fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
+    use meridian_sim::faults::{Fault, FaultPlan};
+    let topology = Topology::load("edge-regions").expect("topology");
+    let setup = setup::<Dast>(
+        topology,
+        ProtocolConfig::default(),
+        meridian_workload::procedures(),
+    )
+    .expect("setup");
+    let node = setup.cluster.node_by_name("shard0/replica1").expect("node");
+    let mut workload = EdgeDependencies::new(&setup.cluster, 0.1);
+    for shards in &mut workload.shards_by_region {
+        shards.retain(|&s| s != ShardId(0));
+    }
+    let mut options = SimOptions {
+        seed: 5,
+        duration_ns: 6 * NS_PER_S,
+        drain_ns: 2 * NS_PER_S,
+        ..SimOptions::default()
+    };
+    options.faults = FaultPlan {
+        faults: vec![
+            (NS_PER_S, Fault::Crash(node)),
+            (2 * NS_PER_S, Fault::Restart(node)),
+        ],
+        storage: false,
+    };
+    let report = run::<Dast>(&setup, &mut workload, &options, &mut |_| {});
+    let count = |name: &str| report.counters.get(name).copied().unwrap_or(0);
+    assert!(count("dast.removed_self") >= 1, "{:?}", report.counters);
+    assert!(count("dast.handoffs") > 0, "{:?}", report.counters);
+    let refused: u64 = report
+        .abort_reasons
+        .iter()
+        .filter(|(reason, _)| reason.contains("removed"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(refused, 0, "refusals: {:?}", report.abort_reasons);
+    assert!(report.committed > 1_000, "{} committed", report.committed);
+}

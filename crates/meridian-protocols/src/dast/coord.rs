@@ -53,23 +53,26 @@ struct Phases {
 #[derive(Debug, Default)]
 pub struct Coord {
     inflight: FxHashMap<TxnId, Inflight>,
+    /// Requests a removed node could not hand off, refused at the next tick (port,
+    /// request): never at once, so the clients' resubmissions are paced.
+    refused: Vec<(NodeId, RequestId)>,
+    /// Hand-offs so far (the next one goes to the next replica, spreading the clients).
+    handoffs: usize,
 }
 
 impl Edge {
-    /// A client's transaction, handed on by the machine's port.
+    /// A client's transaction, handed on by the machine's port (`handed`: by a removed
+    /// replica of this node's shard instead, see `hand_off`).
     pub fn on_submit(
         &mut self,
         ctx: &mut Ctx<'_, DastNode>,
         port: NodeId,
         request: RequestId,
         txn: Txn,
+        handed: bool,
     ) {
         if self.membership.out {
-            let reason = AbortReason::Unsupported(format!(
-                "{} was removed from its region's view and is being added back (§4.4)",
-                self.me
-            ));
-            ctx.send(port, done(request, Outcome::Aborted { reason }));
+            self.hand_off(ctx, port, request, txn, handed);
             return;
         }
         if let Err(reason) = self.admit(&txn) {
@@ -130,6 +133,48 @@ impl Edge {
                 self.send_prep_remotes(ctx, id, None);
             }
         }
+    }
+
+    /// A removed node does not coordinate (its participant state is gone until a
+    /// checkpoint brings it back, Alg. 4), so its clients go to another replica of their
+    /// home shard (§3.1: clients send to a nearby replica of it): the next one in the
+    /// view this node last installed, in turn. One hop only: a handed-off request that
+    /// meets a removed node again (or a shard with no other replica) is refused at the
+    /// next tick, never at once, so a client cannot spin on refusals.
+    fn hand_off(
+        &mut self,
+        ctx: &mut Ctx<'_, DastNode>,
+        port: NodeId,
+        request: RequestId,
+        txn: Txn,
+        handed: bool,
+    ) {
+        let targets: Vec<NodeId> = self
+            .cluster
+            .replicas(self.shard)
+            .iter()
+            .copied()
+            .filter(|&r| r != self.me && self.is_member(r))
+            .collect();
+        if !handed && !targets.is_empty() {
+            let to = targets[self.coord.handoffs % targets.len()];
+            self.coord.handoffs += 1;
+            ctx.count("dast.handoffs", 1);
+            ctx.send(to, Msg::Handoff { port, request, txn });
+        } else if self.coord.refused.len() < self.opts.max_inflight {
+            self.coord.refused.push((port, request));
+        } else {
+            self.refuse_removed(ctx, port, request);
+        }
+    }
+
+    fn refuse_removed(&self, ctx: &mut Ctx<'_, DastNode>, port: NodeId, request: RequestId) {
+        ctx.count("dast.refused_removed", 1);
+        let reason = AbortReason::Unsupported(format!(
+            "{} was removed from its region's view and is being added back (§4.4)",
+            self.me
+        ));
+        ctx.send(port, done(request, Outcome::Aborted { reason }));
     }
 
     fn admit(&self, txn: &Txn) -> Result<(), AbortReason> {
@@ -405,6 +450,9 @@ impl Edge {
 
     /// Retransmissions and timeouts of what this node coordinates.
     pub fn coord_tick(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        for (port, request) in std::mem::take(&mut self.coord.refused) {
+            self.refuse_removed(ctx, port, request);
+        }
         let now = ctx.now_ns();
         let mut ids: Vec<TxnId> = self.coord.inflight.keys().copied().collect();
         ids.sort_unstable();
@@ -465,7 +513,8 @@ impl Edge {
             return;
         }
         match msg {
-            Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn),
+            Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn, false),
+            Msg::Handoff { port, request, txn } => self.on_submit(ctx, port, request, txn, true),
             Msg::Beat(h) => self.on_beat(ctx, from, h),
             Msg::Prepare { info, ts } => self.on_prepare(ctx, info, ts),
             Msg::PrepAck { id, proposal } => self.on_prep_ack(ctx, from, id, proposal),

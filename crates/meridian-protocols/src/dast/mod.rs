@@ -100,8 +100,12 @@
 //! * **Adding a replica back (Alg. 4).** A removed node (told so by the manager) drops its
 //!   participant state and asks to join. The manager has a live member replica of its
 //!   shard send a checkpoint — its store, executed frontier (`ts_ckpt`) and every
-//!   transaction it holds — once that replica has executed past every promise reported at
-//!   the removal (so whatever the removed node acknowledged before is in it). The node
+//!   transaction it holds — once that replica has executed everything at or below every
+//!   promise reported at the removal (so whatever the removed node acknowledged before is
+//!   in it): it executed past that bound, or its region's horizon passed it with nothing
+//!   at or below it in the readyQ (a replica of a shard no transaction touches executes
+//!   nothing, so waiting for an execution alone would keep such a node out; a test still
+//!   sees such a replica stay out, cause not found yet). The node
 //!   installs it durably and says so; then add-prep: each member holds its clock below a
 //!   timestamp above everything it handed out (a placeholder in its waitQ, Alg. 4 line 15)
 //!   and answers with it; `ts_ins` is the largest (the paper has the manager anticipate
@@ -109,6 +113,16 @@
 //!   placeholder, start the node's `maxTs` at `ts_ins` and notify it again of everything
 //!   they hold (`notifiedTs[n] ← ts_ckpt`; notifications to a removed node are kept
 //!   meanwhile), and the node starts its clock above `ts_ins`.
+//! * **A removed node's clients** (the paper: clients send to a nearby replica of their
+//!   home shard, §3.1; silent on what a client of a removed replica does). A removed node
+//!   does not coordinate: it hands each client transaction to another replica of its shard
+//!   in the last view it installed, in turn (`Msg::Handoff`), which coordinates it and
+//!   answers the client's port directly; one hop only. A handed-off transaction that meets
+//!   a removed node again, or a shard with no other replica, is refused at the removed
+//!   node's next tick (`retry_ms / 4`), never at once: a refused closed-loop client
+//!   resubmits at once, and refusing at once let each client spin (seed 3 of the random
+//!   swarm: 54,183 refusals that all landed in the history). Refusals waiting for the
+//!   tick are bounded by `max_inflight`, beyond which they are answered at once.
 //! * **View agreement.** A member acknowledges a prep only if it extends the member's
 //!   installed view and has a larger id than any it acknowledged, and installs a commit
 //!   only for the prep it acknowledged last; a member one view behind gets the commit

@@ -41,7 +41,7 @@ impl Edge {
         self.membership.view.as_ref().map_or(0, |v| v.vid)
     }
 
-    fn is_member(&self, node: NodeId) -> bool {
+    pub(super) fn is_member(&self, node: NodeId) -> bool {
         self.membership
             .view
             .as_ref()
@@ -359,9 +359,9 @@ impl Edge {
         self.try_transfer(ctx);
     }
 
-    /// The checkpoint leaves once this node has executed past everything the joining node
-    /// acknowledged before it was removed (the removal's bound): whatever it knew of is
-    /// then in the checkpoint, executed or held.
+    /// The checkpoint leaves once this node has executed everything at or below what the
+    /// joining node acknowledged before it was removed (the removal's bound): whatever it
+    /// knew of is then in the checkpoint, executed or held.
     fn try_transfer(&mut self, ctx: &mut Ctx<'_, DastNode>) {
         let Some(to) = self.transfer else {
             return;
@@ -372,8 +372,7 @@ impl Edge {
             .iter()
             .find(|(n, _)| *n == to)
             .map_or(Timestamp::ZERO, |(_, b)| *b);
-        let executed = self.frontier.map_or(Timestamp::ZERO, |f| f.0);
-        if executed < bound {
+        if !self.executed_through(bound) {
             return;
         }
         self.transfer = None;

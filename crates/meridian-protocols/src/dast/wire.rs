@@ -65,6 +65,14 @@ pub enum Msg {
         request: RequestId,
         txn: Txn,
     },
+    /// A removed edge node → another replica of its shard in the view: a client's
+    /// transaction, to coordinate and answer to `port` (§3.1: a client goes to another
+    /// nearby replica of its home shard; one hop, see `coord.rs`).
+    Handoff {
+        port: NodeId,
+        request: RequestId,
+        txn: Txn,
+    },
     /// Edge node → port: the answer to a submitted request.
     Done {
         request: RequestId,
