@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 11] = [
+pub const OPTIONS: [&str; 12] = [
     "strict",
     "unsafe_skip_slow_path_validation",
     "retry_ms",
@@ -16,6 +16,7 @@ pub const OPTIONS: [&str; 11] = [
     "max_inflight",
     "versions_kept",
     "checkpoint_every",
+    "view_change_ms",
 ];
 
 /// Parsed options. Durations default to multiples of the topology's largest round trip.
@@ -53,6 +54,10 @@ pub struct Options {
     pub versions_kept: usize,
     /// A node writes a checkpoint after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
+    /// A view change not finished within this starts the next view (`view_change_ms`;
+    /// default 4 × the largest RTT, at least 10 ms: the change itself takes one round trip
+    /// between replicas of a shard).
+    pub view_change_ns: u64,
 }
 
 impl Options {
@@ -70,6 +75,8 @@ impl Options {
             config.get("exec_timeout_ms", 8.0 * retry_ms)?,
         )?;
         let query_ms = positive_ms("query_ms", config.get("query_ms", 2.0 * exec_timeout_ms)?)?;
+        let view_change_ms = config.get("view_change_ms", (4.0 * max_rtt_ms).max(10.0))?;
+        let view_change_ms = positive_ms("view_change_ms", view_change_ms)?;
         Ok(Options {
             strict: config.get("strict", true)?,
             unsafe_skip_slow_path_validation: config
@@ -83,6 +90,7 @@ impl Options {
             max_inflight: count(config, "max_inflight", 4096usize)?,
             versions_kept: count(config, "versions_kept", 8usize)?,
             checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
+            view_change_ns: ms_to_ns(view_change_ms),
         })
     }
 
@@ -109,6 +117,9 @@ mod tests {
             .unwrap_err()
             .contains("`versions_kept`"));
         assert!(parse("retry_ms=-1").unwrap_err().contains("`retry_ms`"));
+        assert_eq!(o.view_change_ns, 400_000_000);
+        let bad = parse("view_change_ms=0").unwrap_err();
+        assert!(bad.contains("`view_change_ms`"), "{bad}");
         assert!(parse("bogus=1").unwrap_err().contains("`bogus`"));
     }
 }

@@ -22,6 +22,8 @@ impl MsgKind for Msg {
             Msg::CommitAck { .. } => "commit-ack",
             Msg::Abort { .. } => "abort",
             Msg::Query { .. } => "query",
+            Msg::DoViewChange { .. } => "do-view-change",
+            Msg::StartView { .. } => "start-view",
         }
     }
 }
@@ -215,4 +217,37 @@ fn a_modify_reads_then_buffers_and_its_read_is_validated() {
     assert!(matches!(d.commit(0, u), Outcome::Aborted { .. }));
     let w = d.begin(0, None);
     assert_eq!(d.get(0, w, &x), ClientResponse::Read(Some(encode_int(6))));
+}
+
+/// A restarted replica refuses requests until a view change brings it back (never voting
+/// from its log alone); after it, it is in fast quorums again.
+#[test]
+fn a_restarted_replica_rejoins_by_a_view_change_then_joins_fast_quorums() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let add = |k: &Key| one_piece(0, vec![Op::Add(k.clone(), Operand::Literal(encode_int(1)))]);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
+    let c = d.cluster.replicas(ShardId(0))[2];
+    d.crash(c);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
+    // Its view change is held up: it stays out, and transactions commit without it.
+    d.hold(|_, _, m| matches!(m, Msg::DoViewChange { .. }));
+    d.restart(c);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
+    assert!(!replica(&d, c).is_normal(), "recovering until the view change");
+    assert_eq!(d.counters.get("tapir_votes_after_recovery"), None);
+    d.release_held();
+    d.run_for(3_000 * MS);
+    assert!(replica(&d, c).is_normal());
+    assert_eq!(d.counters["tapir_recoveries"], 1);
+    assert!(d.counters["tapir_view_changes"] >= 1);
+    let fast_before = d.counters.get("tapir_fast_quorum_after_view_change").copied();
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
+    assert!(d.counters["tapir_votes_after_recovery"] > 0);
+    assert!(d.counters["tapir_fast_quorum_after_view_change"] > fast_before.unwrap_or(0));
+    let read = run(&mut d, 1, one_piece(0, vec![Op::Get(x)]));
+    let Outcome::Committed { results, .. } = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(results[0].outputs[0], Some(encode_int(4)));
 }

@@ -1,0 +1,394 @@
+//! IR's view change (IR §3.2.2, TAPIR TR §3.2.2 and §5.2.2) with TAPIR's Merge and Sync.
+//!
+//! A replica that restarts, or whose view change stalls, or that learns it missed a view,
+//! starts view v + 1: it logs the view, stops processing requests, and sends DO-VIEW-CHANGE
+//! to its shard, its record to the leader of the view (v mod n, as in UWSysLab/tapir's
+//! `replication/ir/replica.cc`). The leader, once it holds the records of f other replicas
+//! besides its own, keeps those with the largest latest normal view and merges them
+//! (IR-MERGE-RECORDS): finalized results stand (R, applied first as TAPIR-SYNC); of the
+//! tentative Prepare results, those that ⌈f/2⌉ + 1 records share form d, the rest u; TAPIR's
+//! Merge re-runs TAPIR-OCC-CHECK at the leader for d's PREPARE-OK results and for all of u, and
+//! keeps d's other majority results. The master record goes to every replica in START-VIEW;
+//! each adopts it (TAPIR-SYNC: its prepared list becomes the master's PREPARE-OK entries),
+//! logs it as a checkpoint, and returns to normal in the new view.
+
+use super::replica::Replica;
+use super::wire::{Cx, IrRecord, Msg, Record, RecordEntry, Timer, Vote};
+use meridian_core::{NodeId, TxnId};
+use std::collections::BTreeMap;
+
+/// A replica's IR status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Status {
+    #[default]
+    Normal,
+    /// In a view change it did not start from a restart.
+    ViewChange,
+    /// Restarted; rejoins when a view change completes.
+    Recovering,
+}
+
+/// A replica's view state.
+#[derive(Debug, Default)]
+pub struct ViewChange {
+    pub view: u64,
+    pub latest_normal_view: u64,
+    pub status: Status,
+    /// The leader's DO-VIEW-CHANGE records for `view`: sender → (latest normal view, record).
+    records: BTreeMap<NodeId, (u64, IrRecord)>,
+    /// Set once a restarted replica rejoined (its later votes are counted).
+    pub recovered: bool,
+}
+
+impl Replica {
+    fn leader(&self, view: u64) -> NodeId {
+        self.peers[(view % self.peers.len() as u64) as usize]
+    }
+
+    pub(super) fn persist_view(&mut self, ctx: &mut Cx<'_>) {
+        let record = Record::View {
+            view: self.vc.view,
+            latest_normal_view: self.vc.latest_normal_view,
+        };
+        self.persist(ctx, record);
+    }
+
+    /// Enters `view`'s view change (a recovering replica stays recovering) and tells the
+    /// shard: its record to the leader, the view number to the rest.
+    pub(super) fn start_view_change(&mut self, ctx: &mut Cx<'_>, view: u64, status: Status) {
+        self.vc.view = view;
+        if self.vc.status != Status::Recovering {
+            self.vc.status = status;
+        }
+        self.vc.records.clear();
+        self.persist_view(ctx);
+        ctx.count("tapir_view_change_started", 1);
+        let leader = self.leader(view);
+        let latest_normal_view = self.vc.latest_normal_view;
+        for &peer in self.peers.iter().filter(|p| **p != self.id) {
+            let record = (peer == leader).then(|| Box::new(self.own_record()));
+            let msg = Msg::DoViewChange {
+                view,
+                latest_normal_view,
+                record,
+            };
+            ctx.send(peer, msg);
+        }
+        ctx.set_timer(self.opts.view_change_ns, Timer::ViewChange { view });
+        if leader == self.id {
+            self.try_merge(ctx);
+        }
+    }
+
+    fn own_record(&self) -> IrRecord {
+        IrRecord {
+            entries: self.entries.values().cloned().collect(),
+            finished: self.finished.iter().copied().collect(),
+        }
+    }
+
+    pub(super) fn on_do_view_change(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        view: u64,
+        latest_normal_view: u64,
+        record: Option<Box<IrRecord>>,
+    ) {
+        let done = view == self.vc.view && self.vc.status == Status::Normal;
+        if view < self.vc.view || done || !self.peers.contains(&from) {
+            return;
+        }
+        if view > self.vc.view {
+            self.start_view_change(ctx, view, Status::ViewChange);
+        }
+        if self.leader(view) != self.id || self.vc.status == Status::Normal {
+            return;
+        }
+        if let Some(record) = record {
+            self.vc.records.insert(from, (latest_normal_view, *record));
+            self.try_merge(ctx);
+        }
+    }
+
+    /// The leader with f records besides its own: merge, adopt, and start the view.
+    fn try_merge(&mut self, ctx: &mut Cx<'_>) {
+        let f = (self.peers.len() - 1) / 2;
+        if self.vc.records.len() < f {
+            return;
+        }
+        let received = std::mem::take(&mut self.vc.records);
+        let newest = received
+            .values()
+            .map(|(v, _)| *v)
+            .fold(self.vc.latest_normal_view, u64::max);
+        let mut records: Vec<IrRecord> = received
+            .into_values()
+            .filter(|(v, _)| *v == newest)
+            .map(|(_, r)| r)
+            .collect();
+        if self.vc.latest_normal_view == newest {
+            records.push(self.own_record());
+        }
+        let master = self.merge(&records, f, ctx.now_ns());
+        let view = self.vc.view;
+        self.become_normal(ctx);
+        ctx.count("tapir_view_changes", 1);
+        for &peer in self.peers.iter().filter(|p| **p != self.id) {
+            let record = Box::new(master.clone());
+            ctx.send(peer, Msg::StartView { view, record });
+        }
+    }
+
+    /// IR-MERGE-RECORDS with TAPIR's Merge over `records`, at this (the leader's) state;
+    /// returns the master record (every entry finalized).
+    pub(super) fn merge(&mut self, records: &[IrRecord], f: usize, now_ns: u64) -> IrRecord {
+        // Commit and Abort are facts whichever view they were applied in.
+        let mut finished: BTreeMap<TxnId, bool> = self.finished.iter().copied().collect();
+        for r in records {
+            finished.extend(r.finished.iter().copied());
+        }
+        let (synced, d, u) = classify(records, &finished, f);
+        self.sync(&synced, &finished, now_ns);
+        let mut merged = synced;
+        let (d_ok, d_other): (Vec<_>, Vec<_>) = d.into_iter().partition(|(_, v)| *v == Vote::Ok);
+        // TAPIR-MERGE: d's PREPARE-OK results are validated again first (a fast-path
+        // PREPARE-OK passes: nothing it conflicts with can be prepared or committed here),
+        // then u's; d's other majority results stand.
+        let revalidated = d_ok.into_iter().chain(u.into_iter().map(|e| (e, Vote::Ok)));
+        for (e, _) in revalidated {
+            let vote = self.occ.prepare(e.txn, e.ts, &e.part, self.opts.strict);
+            merged.push(self.adopt_entry(e, vote, now_ns));
+        }
+        for (e, vote) in d_other {
+            merged.push(self.adopt_entry(e, vote, now_ns));
+        }
+        merged.sort_by_key(|e| e.txn);
+        IrRecord {
+            entries: merged,
+            finished: finished.into_iter().collect(),
+        }
+    }
+
+    /// Records `e` as finalized with `vote` (already in or out of the prepared list).
+    fn adopt_entry(&mut self, mut e: RecordEntry, vote: Vote, now_ns: u64) -> RecordEntry {
+        e.vote = vote;
+        e.finalized = Some(vote);
+        self.touched_ns.insert(e.txn, now_ns);
+        self.entries.insert(e.txn, e.clone());
+        e
+    }
+
+    /// TAPIR-SYNC: applies the master record's aborts, and makes the record and the prepared
+    /// list exactly the master's entries (PREPARE-OK ones prepared), except for
+    /// transactions already finished here.
+    pub(super) fn sync(
+        &mut self,
+        entries: &[RecordEntry],
+        finished: &BTreeMap<TxnId, bool>,
+        now_ns: u64,
+    ) {
+        for (&txn, &committed) in finished {
+            if !committed && !self.finished_set.contains_key(&txn) {
+                self.apply_abort(txn);
+            }
+        }
+        self.entries.clear();
+        self.occ.clear_prepared();
+        self.touched_ns.clear();
+        for e in entries {
+            if self.finished_set.contains_key(&e.txn) {
+                continue;
+            }
+            let vote = e.finalized.unwrap_or(e.vote);
+            if vote == Vote::Ok {
+                self.occ.force_prepare(e.txn, e.ts, &e.part);
+            }
+            self.adopt_entry(e.clone(), vote, now_ns);
+        }
+    }
+
+    pub(super) fn on_start_view(
+        &mut self,
+        ctx: &mut Cx<'_>,
+        from: NodeId,
+        view: u64,
+        record: IrRecord,
+    ) {
+        let done = view == self.vc.view && self.vc.status == Status::Normal;
+        if view < self.vc.view || done || from != self.leader(view) {
+            return;
+        }
+        self.vc.view = view;
+        let finished = record.finished.iter().copied().collect();
+        self.sync(&record.entries, &finished, ctx.now_ns());
+        self.become_normal(ctx);
+    }
+
+    /// The view change is over here: normal in the view, logged as one checkpoint (the record
+    /// was replaced, so earlier records of the log no longer describe it).
+    fn become_normal(&mut self, ctx: &mut Cx<'_>) {
+        if self.vc.status == Status::Recovering {
+            self.vc.recovered = true;
+            ctx.count("tapir_recoveries", 1);
+        }
+        self.vc.status = Status::Normal;
+        self.vc.latest_normal_view = self.vc.view;
+        self.vc.records.clear();
+        self.checkpoint(ctx);
+    }
+
+    pub(super) fn on_view_change_timeout(&mut self, ctx: &mut Cx<'_>, view: u64) {
+        if self.vc.view == view && self.vc.status != Status::Normal {
+            let status = self.vc.status;
+            self.start_view_change(ctx, view + 1, status);
+        }
+    }
+}
+
+/// Splits the records' Prepare entries (of each transaction's latest attempt) into finalized
+/// results (R; a committed transaction counts as PREPARE-OK, an aborted one is left out),
+/// d (a result ⌈f/2⌉ + 1 records share, with it) and u.
+#[allow(clippy::type_complexity)]
+fn classify(
+    records: &[IrRecord],
+    finished: &BTreeMap<TxnId, bool>,
+    f: usize,
+) -> (Vec<RecordEntry>, Vec<(RecordEntry, Vote)>, Vec<RecordEntry>) {
+    let mut latest: BTreeMap<TxnId, Vec<&RecordEntry>> = BTreeMap::new();
+    for e in records.iter().flat_map(|r| &r.entries) {
+        let list = latest.entry(e.txn).or_default();
+        match list.first().map(|first| first.attempt) {
+            Some(a) if a > e.attempt => {}
+            Some(a) if a < e.attempt => *list = vec![e],
+            _ => list.push(e),
+        }
+    }
+    let (mut synced, mut d, mut u) = (Vec::new(), Vec::new(), Vec::new());
+    for (txn, list) in latest {
+        let mut e = list[0].clone();
+        let decided = match finished.get(&txn) {
+            Some(false) => continue,
+            Some(true) => Some(Vote::Ok),
+            None => list.iter().find_map(|e| e.finalized),
+        };
+        if let Some(vote) = decided {
+            e.finalized = Some(vote);
+            synced.push(e);
+            continue;
+        }
+        let mut counts: Vec<(Vote, usize)> = Vec::new();
+        for v in list.iter().map(|e| e.vote) {
+            match counts.iter_mut().find(|(w, _)| *w == v) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((v, 1)),
+            }
+        }
+        match counts.into_iter().find(|(_, n)| *n > f.div_ceil(2)) {
+            Some((vote, _)) => d.push((e, vote)),
+            None => u.push(e),
+        }
+    }
+    (synced, d, u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::options::Options;
+    use super::super::wire::ShardTxn;
+    use super::*;
+    use meridian_core::txn::Key;
+    use meridian_core::{ProtocolConfig, Timestamp};
+
+    fn key(s: &str) -> Key {
+        Key::copy_from_slice(s.as_bytes())
+    }
+    fn txn(n: u64) -> TxnId {
+        TxnId::new(NodeId(9), 0, n)
+    }
+    /// Transaction `n`'s entry: reads `reads` at version zero, writes `writes`, at ts 10·n.
+    fn entry(n: u64, attempt: u32, reads: &[&str], writes: &[&str], vote: Vote) -> RecordEntry {
+        RecordEntry {
+            txn: txn(n),
+            attempt,
+            ts: Timestamp::new(10 * n, 0),
+            part: ShardTxn {
+                reads: reads.iter().map(|k| (key(k), Timestamp::ZERO)).collect(),
+                writes: writes.iter().map(|k| (key(k), key("v"))).collect(),
+            },
+            vote,
+            finalized: None,
+        }
+    }
+    fn finalized(mut e: RecordEntry, vote: Vote) -> RecordEntry {
+        e.finalized = Some(vote);
+        e
+    }
+
+    /// The leader (f = 1) merges its own record with one other: what each rule decides, and
+    /// that its prepared list ends up as exactly the master record's PREPARE-OK entries.
+    #[test]
+    fn merge_keeps_finalized_and_majority_results_and_revalidates_the_rest() {
+        let opts = Options::parse(&ProtocolConfig::default(), 100.0).unwrap();
+        let peers = vec![NodeId(0), NodeId(1), NodeId(2)];
+        let mut leader = Replica::restore(NodeId(0), opts, peers, &[]);
+        let ok = Vote::Ok;
+        let retry = Vote::Retry(Timestamp::new(99, 0));
+        let mine = IrRecord {
+            entries: vec![
+                // 1: finalized PREPARE-OK (a write of x) at one replica: final.
+                finalized(entry(1, 0, &[], &["x"], ok), ok),
+                // 2: PREPARE-OK at both, nothing conflicts: re-validated, stays OK.
+                entry(2, 0, &["a"], &["a"], ok),
+                // 3: PREPARE-OK at both but reads x, which 1 (finalized) writes: the leader's
+                // re-validation abstains (it could not have committed on the fast path).
+                entry(3, 0, &["x"], &[], ok),
+                // 4: ABSTAIN at both: the majority result stands, though it would pass now.
+                entry(4, 0, &["y"], &[], Vote::Abstain),
+                // 5: OK here, ABORT there: no majority, re-validated (passes).
+                entry(5, 0, &["z"], &[], ok),
+                // 6: committed at the other replica: PREPARE-OK whatever this one said.
+                entry(6, 0, &["w"], &["w"], Vote::Abstain),
+                // 7: aborted at the other replica: gone.
+                entry(7, 0, &["u"], &["u"], ok),
+                // 8: an older attempt here; only the latest attempt counts.
+                entry(8, 0, &[], &["t"], retry),
+            ],
+            finished: vec![],
+        };
+        let other = IrRecord {
+            entries: vec![
+                entry(1, 0, &[], &["x"], ok),
+                entry(2, 0, &["a"], &["a"], ok),
+                entry(3, 0, &["x"], &[], ok),
+                entry(4, 0, &["y"], &[], Vote::Abstain),
+                entry(5, 0, &["z"], &[], Vote::Abort),
+                entry(8, 1, &[], &["t"], ok),
+            ],
+            finished: vec![(txn(6), true), (txn(7), false)],
+        };
+        let master = leader.merge(&[mine, other], 1, 0);
+        let decided: Vec<(u64, u32, Option<Vote>)> = master
+            .entries
+            .iter()
+            .map(|e| (e.txn.counter, e.attempt, e.finalized))
+            .collect();
+        let want = vec![
+            (1, 0, Some(ok)),
+            (2, 0, Some(ok)),
+            (3, 0, Some(Vote::Abstain)),
+            (4, 0, Some(Vote::Abstain)),
+            (5, 0, Some(ok)),
+            (6, 0, Some(ok)),
+            (8, 1, Some(ok)),
+        ];
+        assert_eq!(decided, want);
+        assert!(master.finished.contains(&(txn(7), false)));
+        for (n, prepared) in [(1, true), (2, true), (3, false), (4, false), (5, true)] {
+            assert_eq!(leader.is_prepared(txn(n)), prepared, "txn {n}");
+        }
+        assert!(leader.is_prepared(txn(6)) && leader.is_prepared(txn(8)));
+        assert!(!leader.is_prepared(txn(7)));
+        assert_eq!(leader.check_invariants(), Ok(()));
+    }
+}
