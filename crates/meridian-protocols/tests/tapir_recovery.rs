@@ -35,6 +35,10 @@ fn a_crashed_replica_recovers_by_a_view_change_and_is_in_fast_quorums_again() {
     assert_eq!(counter("tapir_recoveries"), 1, "{:?}", report.counters);
     // Only shard 0 changed views, and a fast quorum of n = 3 is every replica: a fast
     // quorum in a later view includes the recovered replica's vote.
-    assert!(counter("tapir_fast_quorum_after_view_change") > 0, "{:?}", report.counters);
+    assert!(
+        counter("tapir_fast_quorum_after_view_change") > 0,
+        "{:?}",
+        report.counters
+    );
     assert!(counter("tapir_votes_after_recovery") > 0);
 }

@@ -542,14 +542,7 @@ impl Coordinator {
         self.evaluate(ctx, txn, shard);
     }
 
-    fn on_confirm(
-        &mut self,
-        ctx: &mut Cx<'_>,
-        from: NodeId,
-        txn: TxnId,
-        attempt: u32,
-        view: u64,
-    ) {
+    fn on_confirm(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId, attempt: u32, view: u64) {
         let Some(shard) = self.cluster.shard_of_node(from) else {
             return;
         };

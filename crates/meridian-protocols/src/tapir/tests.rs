@@ -234,14 +234,20 @@ fn a_restarted_replica_rejoins_by_a_view_change_then_joins_fast_quorums() {
     d.hold(|_, _, m| matches!(m, Msg::DoViewChange { .. }));
     d.restart(c);
     assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
-    assert!(!replica(&d, c).is_normal(), "recovering until the view change");
+    assert!(
+        !replica(&d, c).is_normal(),
+        "recovering until the view change"
+    );
     assert_eq!(d.counters.get("tapir_votes_after_recovery"), None);
     d.release_held();
     d.run_for(3_000 * MS);
     assert!(replica(&d, c).is_normal());
     assert_eq!(d.counters["tapir_recoveries"], 1);
     assert!(d.counters["tapir_view_changes"] >= 1);
-    let fast_before = d.counters.get("tapir_fast_quorum_after_view_change").copied();
+    let fast_before = d
+        .counters
+        .get("tapir_fast_quorum_after_view_change")
+        .copied();
     assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
     assert!(d.counters["tapir_votes_after_recovery"] > 0);
     assert!(d.counters["tapir_fast_quorum_after_view_change"] > fast_before.unwrap_or(0));

@@ -368,20 +368,23 @@ mod tests {
             finished: vec![(txn(6), true), (txn(7), false)],
         };
         let master = leader.merge(&[mine, other], 1, 0);
-        let decided: Vec<(u64, u32, Option<Vote>)> = master
+        let decided: Vec<(TxnId, u32, Option<Vote>)> = master
             .entries
             .iter()
-            .map(|e| (e.txn.counter, e.attempt, e.finalized))
+            .map(|e| (e.txn, e.attempt, e.finalized))
             .collect();
-        let want = vec![
-            (1, 0, Some(ok)),
-            (2, 0, Some(ok)),
-            (3, 0, Some(Vote::Abstain)),
-            (4, 0, Some(Vote::Abstain)),
-            (5, 0, Some(ok)),
-            (6, 0, Some(ok)),
-            (8, 1, Some(ok)),
-        ];
+        let want: Vec<(TxnId, u32, Option<Vote>)> = [
+            (1, 0, ok),
+            (2, 0, ok),
+            (3, 0, Vote::Abstain),
+            (4, 0, Vote::Abstain),
+            (5, 0, ok),
+            (6, 0, ok),
+            (8, 1, ok),
+        ]
+        .into_iter()
+        .map(|(n, attempt, vote)| (txn(n), attempt, Some(vote)))
+        .collect();
         assert_eq!(decided, want);
         assert!(master.finished.contains(&(txn(7), false)));
         for (n, prepared) in [(1, true), (2, true), (3, false), (4, false), (5, true)] {
