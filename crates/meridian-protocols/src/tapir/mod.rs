@@ -86,6 +86,21 @@
 //!   a result ⌈f/2⌉ + 1 records share (d) stands unless it is PREPARE-OK, which is validated
 //!   again at the leader after R's PREPARE-OKs were prepared; the rest (u) are validated again.
 //!   Every merged result is finalized in the master record.
+//! * **Commits before the merge.** IR's merge runs Sync over the records' inconsistent
+//!   operations (Commit, Abort) before TAPIR's Merge re-validates anything, so the leader's
+//!   store holds every commit any record holds. Here the records name finished transactions
+//!   without their writes, so a leader that has not applied a commit some merged record names
+//!   does not merge: it waits in the view change, where Commit and Abort are applied (they are
+//!   decisions already taken; every other request is still refused), and merges as soon as the
+//!   missing COMMITs arrive (coordinators resend them until every replica acknowledged), or
+//!   the view-change timer passes leadership on. Without this, a replica that was down while a
+//!   transaction committed led the view change on its restart and re-validated another
+//!   transaction's stale read of the same key as PREPARE-OK (seed 20 of the serializable
+//!   swarm lost a committed append so; `tests.rs` replays the interleaving).
+//! * **Sync keeps what is committing.** A replica that holds PREPARE-OK for a transaction the
+//!   master record names committed, and has not applied its COMMIT yet, keeps it prepared (the
+//!   master record may hold no entry for it once the merged replicas applied the commit);
+//!   otherwise a conflicting transaction could validate at it before the COMMIT arrives.
 //! * **Views at the client** (IR §3.2.1, the reference `IRClient`): PREPARE replies carry the
 //!   replica's view; a fast quorum is ⌈3f/2⌉ + 1 matching replies *of one view*, the slow
 //!   path decides from a majority of one view (the latest), a reply marked finalized is

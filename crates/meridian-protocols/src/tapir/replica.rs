@@ -147,7 +147,16 @@ impl Replica {
                 record,
             } => self.on_do_view_change(ctx, from, view, latest_normal_view, record),
             Msg::StartView { view, record } => self.on_start_view(ctx, from, view, *record),
-            // IR: a replica in a view change (or recovering) processes no requests; the
+            // Commit and Abort are decisions already taken: applied in any status, so that a
+            // replica catches up on the commits a view change's leader must have applied
+            // (`view_change.rs`, `try_merge`).
+            msg @ (Msg::Commit { .. } | Msg::Abort { .. }) => {
+                self.on_request(ctx, from, msg);
+                if self.vc.status != Status::Normal {
+                    self.try_merge(ctx);
+                }
+            }
+            // IR: a replica in a view change (or recovering) processes no other request; the
             // coordinators retransmit.
             _ if self.vc.status != Status::Normal => {}
             msg => self.on_request(ctx, from, msg),

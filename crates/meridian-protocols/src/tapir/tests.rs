@@ -257,3 +257,42 @@ fn a_restarted_replica_rejoins_by_a_view_change_then_joins_fast_quorums() {
     };
     assert_eq!(results[0].outputs[0], Some(encode_int(4)));
 }
+
+/// Issue 18, seed 20 of the serializable swarm: a replica that was down while a transaction
+/// committed restarts and leads the view change. Its store lacks that commit, so the merge
+/// re-validated a stale read of a second transaction (which only one record held, voted
+/// ABORT) as PREPARE-OK, and the second transaction committed over the first one's append.
+/// The leader must first apply every commit the records name.
+#[test]
+fn a_leader_that_missed_a_commit_does_not_revalidate_against_its_stale_store() {
+    use meridian_core::txn::{ClientRequest, ClientResponse, Rmw, Step};
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let b = d.cluster.replicas(ShardId(0))[1];
+    // The second transaction reads x (version zero) first.
+    let t2 = d.begin(1, None);
+    d.modify(1, t2, &x, Rmw::Add(10));
+    // B, which leads view 1, is down while the first transaction commits at A and C.
+    d.crash(b);
+    let add = one_piece(0, vec![Op::Add(x.clone(), Operand::Literal(encode_int(1)))]);
+    assert_eq!(path(&run(&mut d, 0, add)), CommitPath::Slow);
+    d.run_for(100 * MS);
+    // The second one's PREPAREs reach A and C (both vote ABORT: a stale read); the replies
+    // are lost, so the coordinator asks again after the view change.
+    d.hold(|_, _, m| matches!(m, Msg::PrepareReply { .. }));
+    let commit = d.request(1, ClientRequest::Interactive(Step::Commit { txn: t2 }));
+    d.run_for(20 * MS);
+    assert_eq!(d.drop_held(), 2);
+    d.restart(b);
+    assert!(d.run_until_answered(&[commit], 20_000 * MS));
+    assert!(replica(&d, b).is_normal());
+    assert!(d.counters["tapir_merge_waits_for_commits"] > 0);
+    let outcome = d.outcome(commit).cloned();
+    assert!(
+        matches!(outcome, Some(Outcome::Aborted { .. })),
+        "{outcome:?}"
+    );
+    let read = d.begin(0, None);
+    let value = d.get(0, read, &x);
+    assert_eq!(value, ClientResponse::Read(Some(encode_int(1))));
+}

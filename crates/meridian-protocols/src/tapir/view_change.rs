@@ -4,13 +4,15 @@
 //! starts view v + 1: it logs the view, stops processing requests, and sends DO-VIEW-CHANGE
 //! to its shard, its record to the leader of the view (v mod n, as in UWSysLab/tapir's
 //! `replication/ir/replica.cc`). The leader, once it holds the records of f other replicas
-//! besides its own, keeps those with the largest latest normal view and merges them
+//! besides its own, keeps those with the largest latest normal view and, once it has applied
+//! every commit they name (see `try_merge`), merges them
 //! (IR-MERGE-RECORDS): finalized results stand (R, applied first as TAPIR-SYNC); of the
 //! tentative Prepare results, those that ⌈f/2⌉ + 1 records share form d, the rest u; TAPIR's
 //! Merge re-runs TAPIR-OCC-CHECK at the leader for d's PREPARE-OK results and for all of u, and
 //! keeps d's other majority results. The master record goes to every replica in START-VIEW;
-//! each adopts it (TAPIR-SYNC: its prepared list becomes the master's PREPARE-OK entries),
-//! logs it as a checkpoint, and returns to normal in the new view.
+//! each adopts it (TAPIR-SYNC: its prepared list becomes the master's PREPARE-OK entries, plus
+//! the PREPARE-OKs it holds of transactions the master names committed whose COMMIT it has not
+//! applied yet), logs it as a checkpoint, and returns to normal in the new view.
 
 use super::replica::Replica;
 use super::wire::{Cx, IrRecord, Msg, Record, RecordEntry, Timer, Vote};
@@ -112,16 +114,36 @@ impl Replica {
     }
 
     /// The leader with f records besides its own: merge, adopt, and start the view.
-    fn try_merge(&mut self, ctx: &mut Cx<'_>) {
+    ///
+    /// The merge re-validates results against the leader's store, so the leader first needs
+    /// every commit the records name (IR's Sync before Merge applies the record's
+    /// inconsistent operations; here the records name finished transactions without their
+    /// writes). A leader that missed one (it was down, or its COMMIT is still on the way)
+    /// waits: COMMITs are applied during a view change and each one retries the merge, and
+    /// the view-change timer moves on to the next leader meanwhile.
+    pub(super) fn try_merge(&mut self, ctx: &mut Cx<'_>) {
         let f = (self.peers.len() - 1) / 2;
-        if self.vc.records.len() < f {
+        let leading = self.vc.status != Status::Normal && self.leader(self.vc.view) == self.id;
+        if !leading || self.vc.records.len() < f {
             return;
         }
-        let received = std::mem::take(&mut self.vc.records);
-        let newest = received
+        let newest = self
+            .vc
+            .records
             .values()
             .map(|(v, _)| *v)
             .fold(self.vc.latest_normal_view, u64::max);
+        let behind = self.vc.records.values().any(|(v, r)| {
+            *v == newest
+                && r.finished.iter().any(|&(txn, committed)| {
+                    committed && self.finished_set.get(&txn) != Some(&true)
+                })
+        });
+        if behind {
+            ctx.count("tapir_merge_waits_for_commits", 1);
+            return;
+        }
+        let received = std::mem::take(&mut self.vc.records);
         let mut records: Vec<IrRecord> = received
             .into_values()
             .filter(|(v, _)| *v == newest)
@@ -181,7 +203,10 @@ impl Replica {
 
     /// TAPIR-SYNC: applies the master record's aborts, and makes the record and the prepared
     /// list exactly the master's entries (PREPARE-OK ones prepared), except for
-    /// transactions already finished here.
+    /// transactions already finished here, and for those the master record names committed
+    /// that this replica holds PREPARE-OK without having applied the commit yet: they stay
+    /// prepared until their COMMIT arrives (the coordinator resends it until every replica
+    /// acknowledged). Dropping them would let a conflicting transaction validate here.
     pub(super) fn sync(
         &mut self,
         entries: &[RecordEntry],
@@ -193,6 +218,12 @@ impl Replica {
                 self.apply_abort(txn);
             }
         }
+        let committing: Vec<RecordEntry> = self
+            .entries
+            .values()
+            .filter(|e| finished.get(&e.txn) == Some(&true) && self.occ.is_prepared(e.txn))
+            .cloned()
+            .collect();
         self.entries.clear();
         self.occ.clear_prepared();
         self.touched_ns.clear();
@@ -205,6 +236,12 @@ impl Replica {
                 self.occ.force_prepare(e.txn, e.ts, &e.part);
             }
             self.adopt_entry(e.clone(), vote, now_ns);
+        }
+        for e in committing {
+            if !self.entries.contains_key(&e.txn) {
+                self.occ.force_prepare(e.txn, e.ts, &e.part);
+                self.adopt_entry(e, Vote::Ok, now_ns);
+            }
         }
     }
 
