@@ -28,6 +28,8 @@
 //! warmup = "10s"             # load run before `duration` is measured (default 0); the sim
 //!                            # then measures what finishes during `duration` (steady state)
 //! retry_aborted = true       # simulator, closed load: retry an aborted transaction until it commits
+//! retry_interval = "500us"   # with retry_aborted: the retry waits this long, the client runs
+//!                            # fresh transactions meanwhile (default 0: retried next)
 //! label = "vanilla"          # names the point in plots (`series = "label"`); no effect on the run
 //! workload_opts = { zipf = "0.5" }
 //! protocol_opts = {}
@@ -157,7 +159,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 19] = [
+const PARAMS: [&str; 20] = [
     "protocol",
     "topology",
     "workload",
@@ -176,6 +178,7 @@ const PARAMS: [&str; 19] = [
     "wan_scale",
     "warmup",
     "retry_aborted",
+    "retry_interval",
     "label",
 ];
 
@@ -514,6 +517,10 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
                     "`retry_aborted`: `{other}` is neither true nor false"
                 ))
             }
+        },
+        retry_interval_ns: match params.get("retry_interval") {
+            None => 0,
+            Some(t) => service_ns(t).map_err(|e| e.replace("service_time", "retry_interval"))?,
         },
     })
 }

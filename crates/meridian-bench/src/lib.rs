@@ -82,6 +82,10 @@ pub struct Point {
     /// papers' harnesses retry; [`LoadCore::retry_next`]).
     #[serde(default)]
     pub retry_aborted: bool,
+    /// With `retry_aborted`: how long an aborted transaction waits while its client runs
+    /// fresh ones, ns (0: it is the next one; the Aurogon artifact waits 500 µs).
+    #[serde(default)]
+    pub retry_interval_ns: u64,
 }
 
 /// One run's raw result.

@@ -410,6 +410,7 @@ mod tests {
             wan_scale: 1.0,
             warmup_ms: 0,
             retry_aborted: false,
+            retry_interval_ns: 0,
         }
     }
 

@@ -137,6 +137,7 @@ fn generate(o: &Options) -> Vec<Entry> {
             invoke_ns: invoke,
             complete_ns: complete,
             ops,
+            after: Vec::new(),
         });
     }
     history

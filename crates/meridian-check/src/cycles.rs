@@ -304,11 +304,12 @@ impl Classifier<'_> {
             .filter(|&e| backwards(e))
             .take(RT_TRIES)
             .collect();
+        // Real-time links into a transaction: out of a barrier, or a declared dependency's
+        // direct link (`declared-strict-serializable`).
         let links = members
             .iter()
-            .filter(|&&v| g.is_barrier(v))
             .flat_map(|&v| g.out(v))
-            .filter(|&e| !g.is_barrier(g.to(e)) && in_f(g.to(e)));
+            .filter(|&e| g.kind(e) == EdgeKind::Rt && !g.is_barrier(g.to(e)) && in_f(g.to(e)));
         let (mut best, mut first): (Option<Vec<usize>>, Option<Vec<usize>>) = (None, None);
         for (i, e) in data.into_iter().chain(links).enumerate() {
             // The first search is certain to find a cycle (the component is strongly

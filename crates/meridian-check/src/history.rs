@@ -65,6 +65,11 @@ pub struct Entry {
     pub invoke_ns: u64,
     pub complete_ns: u64,
     pub ops: Vec<HistOp>,
+    /// Declared out-of-band dependencies (DAST §4.5): the `index`es of transactions the
+    /// client saw complete before it invoked this one and declares this one to follow.
+    /// Omitted when empty; only the `declared-strict-serializable` model reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<u64>,
 }
 
 /// A whole history, in file order.

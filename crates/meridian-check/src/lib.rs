@@ -23,6 +23,7 @@
 //! | `snapshot-isolation` | the same except G2 (two or more rw edges, two of them adjacent: write skew), which is listed under `allowed` |
 //! | `strict-serializable` | serializable, plus cycles through real-time edges (`T1` completed before `T2` was invoked) |
 //! | `strong-partition-serializable` | serializable, plus cycles through real-time edges between transactions that touch a common key |
+//! | `declared-strict-serializable` | strong partition serializable, plus cycles through the real-time edges of declared out-of-band dependencies: `T1 → T2` when T2's entry lists T1's `index` in `after` (T2's client saw T1 complete, DAST §4.5). A declaration naming no other transaction of the history, or one that completed after T2 was invoked, is malformed (completing at T2's invocation instant is fine: the client saw it first) |
 //!
 //! # Anomalies
 //!
@@ -153,6 +154,9 @@ pub fn check_with(history: &[Entry], model: Model, options: &CheckOptions) -> Ch
     let orders = facts.list_orders();
     facts.register_reads();
     let mut edges = infer::data_edges(&facts, &orders);
+    if model.real_time() == Some(model::RealTime::PerKeyAndDeclared) {
+        realtime::add_declared_edges(&mut facts, &mut edges);
+    }
     let txns = history.len() as u32;
     let barriers = model
         .real_time()

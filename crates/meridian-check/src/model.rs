@@ -19,6 +19,10 @@ pub enum Model {
     /// Serializable, and the serial order respects real time between transactions that
     /// touch a common key (Aurogon's and DAST's strong partition serializability).
     StrongPartitionSerializable,
+    /// Strict serializability over the declared out-of-band dependencies (DAST §4.5):
+    /// strong partition serializability, plus the real-time order along every declared
+    /// dependency ([`Entry::after`](crate::Entry::after)).
+    DeclaredStrictSerializable,
 }
 
 /// Which real-time edges a model adds.
@@ -28,12 +32,16 @@ pub(crate) enum RealTime {
     Global,
     /// Between committed transactions that touch a common key.
     PerKey,
+    /// As `PerKey`, plus from each committed transaction to every transaction that declares
+    /// it as an out-of-band dependency.
+    PerKeyAndDeclared,
 }
 
 impl Model {
     /// Every model, strongest first.
-    pub const ALL: [Model; 4] = [
+    pub const ALL: [Model; 5] = [
         Model::StrictSerializable,
+        Model::DeclaredStrictSerializable,
         Model::StrongPartitionSerializable,
         Model::Serializable,
         Model::SnapshotIsolation,
@@ -46,6 +54,7 @@ impl Model {
             Model::Serializable => "serializable",
             Model::SnapshotIsolation => "snapshot-isolation",
             Model::StrongPartitionSerializable => "strong-partition-serializable",
+            Model::DeclaredStrictSerializable => "declared-strict-serializable",
         }
     }
 
@@ -53,6 +62,7 @@ impl Model {
         match self {
             Model::StrictSerializable => Some(RealTime::Global),
             Model::StrongPartitionSerializable => Some(RealTime::PerKey),
+            Model::DeclaredStrictSerializable => Some(RealTime::PerKeyAndDeclared),
             Model::Serializable | Model::SnapshotIsolation => None,
         }
     }
@@ -77,7 +87,7 @@ impl fmt::Display for Model {
 
 /// A model name the checker does not know.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown consistency model `{given}` (valid: strict-serializable, serializable, snapshot-isolation, strong-partition-serializable)")]
+#[error("unknown consistency model `{given}` (valid: strict-serializable, declared-strict-serializable, serializable, snapshot-isolation, strong-partition-serializable)")]
 pub struct UnknownModel {
     pub given: String,
 }

@@ -16,6 +16,7 @@
 //! so they get incoming links but never outgoing ones; the same holds for a transaction
 //! whose completion precedes its invocation (reported as malformed).
 
+use crate::anomaly::AnomalyKind;
 use crate::graph::{KeyId, Node, RawEdge, Why};
 use crate::history::EntryType;
 use crate::index::Facts;
@@ -114,7 +115,7 @@ pub(crate) fn add_edges(facts: &Facts<'_>, scope: RealTime, edges: &mut Vec<RawE
     let (mut next, mut sweep) = (n, Sweep::default());
     match scope {
         RealTime::Global => sweep.chain((0..n).filter(committed), &times, None, &mut next, edges),
-        RealTime::PerKey => {
+        RealTime::PerKey | RealTime::PerKeyAndDeclared => {
             let mut by_key: Vec<Vec<Node>> = vec![Vec::new(); facts.keys.len()];
             for t in (0..n).filter(committed) {
                 for (_, _, k) in facts.ops(t) {
@@ -135,6 +136,60 @@ pub(crate) fn add_edges(facts: &Facts<'_>, scope: RealTime, edges: &mut Vec<RawE
         }
     }
     next - n
+}
+
+/// The real-time links along declared out-of-band dependencies ([`Entry::after`]): from
+/// each `ok` transaction to every committed transaction that names it. A declaration that
+/// cannot hold — an index not in the history, the transaction itself, or one that completed
+/// after the declaring transaction was invoked — is reported as malformed (the
+/// client claimed to have seen something it cannot have seen). A dependency that did not
+/// commit (`fail`, or `info` of unknown completion) orders nothing.
+///
+/// [`Entry::after`]: crate::Entry::after
+pub(crate) fn add_declared_edges(facts: &mut Facts<'_>, edges: &mut Vec<RawEdge>) {
+    let history = facts.history;
+    let position: rustc_hash::FxHashMap<u64, Node> = history
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.index, i as Node))
+        .collect();
+    let why = Why::RealTime { key: None };
+    for (t, entry) in history.iter().enumerate() {
+        let t = t as Node;
+        for dep_index in &entry.after {
+            let Some(&d) = position.get(dep_index).filter(|&&d| d != t) else {
+                let why = format!(
+                    "{} declares an out-of-band dependency on index {dep_index}, which is not \
+                     another transaction of the history",
+                    facts.name(t)
+                );
+                facts.report(AnomalyKind::Malformed, &[t], why);
+                continue;
+            };
+            let dep = &history[d as usize];
+            // At the same instant is fine: the client declares it saw the completion first
+            // (a closed loop begins the next transaction at the instant one completes).
+            if dep.complete_ns > entry.invoke_ns {
+                let why = format!(
+                    "{} (invoked at {} ns) declares an out-of-band dependency on {}, which \
+                     completed only at {} ns",
+                    facts.name(t),
+                    entry.invoke_ns,
+                    facts.name(d),
+                    dep.complete_ns
+                );
+                facts.report(AnomalyKind::Malformed, &[t, d], why);
+                continue;
+            }
+            if dep.kind == EntryType::Ok && facts.included[t as usize] {
+                edges.push(RawEdge {
+                    from: d,
+                    to: t,
+                    why,
+                });
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ fn execute(txns: &[Vec<Plan>]) -> Vec<Entry> {
             invoke_ns: t,
             complete_ns: t + 50,
             ops,
+            after: Vec::new(),
         });
     }
     history
@@ -159,6 +160,7 @@ fn arbitrary_entry() -> impl Strategy<Value = Entry> {
                 invoke_ns,
                 complete_ns,
                 ops,
+                after: Vec::new(),
             },
         )
 }

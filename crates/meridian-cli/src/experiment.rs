@@ -437,6 +437,7 @@ pub(crate) fn simulate<P: Protocol>(
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
         retry_aborted: point.retry_aborted,
+        retry_interval_ns: point.retry_interval_ns,
         ..SimOptions::default()
     };
     let end_ns = (options.duration_ns + options.drain_ns) as f64;
@@ -551,10 +552,11 @@ where
         || point.service_time_ns > 0
         || point.workers != 1
         || point.retry_aborted
+        || point.retry_interval_ns > 0
     {
         return Err(
-            "the runtime target takes no `faults`, `clock`, `service_time`, `workers` or \
-             `retry_aborted` (simulator only)"
+            "the runtime target takes no `faults`, `clock`, `service_time`, `workers`, \
+             `retry_aborted` or `retry_interval` (simulator only)"
                 .into(),
         );
     }

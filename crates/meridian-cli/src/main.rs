@@ -85,7 +85,8 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct CheckArgs {
-    /// strict-serializable, serializable, snapshot-isolation or strong-partition-serializable.
+    /// strict-serializable, serializable, snapshot-isolation, strong-partition-serializable
+    /// or declared-strict-serializable.
     #[arg(long)]
     model: String,
     /// The history file (one transaction per line, DESIGN §7).

@@ -122,6 +122,11 @@ pub struct RunArgs {
     /// until it commits, instead of drawing a new one; latency counts from the first try.
     #[arg(long)]
     retry_aborted: bool,
+    /// With --retry-aborted: an aborted transaction waits this long in its client's retry
+    /// queue while the client runs fresh ones (the Aurogon artifact's harness: `500us`);
+    /// `0ns`: it is the client's next transaction.
+    #[arg(long, default_value = "0ns")]
+    retry_interval: String,
 }
 
 /// Everything a run needs, validated.
@@ -182,6 +187,8 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
             .map_err(|e| format!("--timer-granularity: {e}"))?,
         steady_from_ns: None,
         retry_aborted: args.retry_aborted,
+        retry_interval_ns: parse_duration_ns(&args.retry_interval)
+            .map_err(|e| format!("--retry-interval: {e}"))?,
     };
     if args.clients == 0 {
         return Err("--clients: must be at least 1".into());

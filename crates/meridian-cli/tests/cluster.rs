@@ -1235,6 +1235,7 @@ fn entry(
         invoke_ns,
         complete_ns,
         ops,
+        after: Vec::new(),
     }
 }
 

@@ -90,3 +90,15 @@ fn janus_tpcc_seed_166_replicas_back_from_a_crash_catch_up_and_the_audit_complet
         .get(meridian_protocols::janus::replica::STATE_TRANSFERS);
     assert!(transfers.is_some_and(|&n| n > 0), "{:?}", report.counters);
 }
+
+/// Issue 18's last liveness failure: on seed 142 two replicas of a shard each executed and
+/// forgot a transaction the other lacked (transactions that do not conflict execute in
+/// different orders at different replicas), so neither could inquire it nor install the
+/// other's state (351 state requests, 3 installed), and the audit never completed. A
+/// replica now forgets one of its shard's transactions only once every peer reported it
+/// executed (or after `keep_ms_max`), so the one lacking it learns it by inquiry.
+#[test]
+fn janus_tpcc_seed_142_replicas_forget_only_what_every_peer_executed() {
+    let report = simulate::<Janus>(142, "warehouses=6,interactive=false", 20);
+    assert_sound("janus", 142, &report);
+}

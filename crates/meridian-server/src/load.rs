@@ -196,8 +196,18 @@ impl Load {
         let results = self.shared.total.lock().expect("stats lock").clone();
         let mut history = std::mem::take(&mut *self.shared.history.lock().expect("history lock"));
         history.sort_by_key(|e| e.invoke_ns);
+        // Entries arrive numbered in the order they ended; declared dependencies name
+        // those numbers, so they follow the renumbering.
+        let renumbered: std::collections::HashMap<u64, u64> = history
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.index, i as u64))
+            .collect();
         for (i, e) in history.iter_mut().enumerate() {
             e.index = i as u64;
+            for dep in &mut e.after {
+                *dep = renumbered.get(dep).copied().unwrap_or(u64::MAX);
+            }
         }
         let invariant = if self.shared.record_history {
             self.shared.driving().workload.check_history(&history)

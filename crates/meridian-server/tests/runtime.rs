@@ -525,11 +525,21 @@ async fn connections_beyond_the_limit_are_closed_at_accept() {
 /// went out after the sync).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_a_batch_share_one_sync() {
+    records_of_a_batch_share_one_write(true).await;
+}
+
+/// The same without `fsync`: one `write` per batch, not one per handler that wrote records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_batch_share_one_write_without_fsync() {
+    records_of_a_batch_share_one_write(false).await;
+}
+
+async fn records_of_a_batch_share_one_write(fsync: bool) {
     let setup = setup::<Tiga>("local");
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(setup.cluster.nodes.len());
     config.data_dir = Some(dir.path().to_path_buf());
-    config.fsync = true;
+    config.fsync = fsync;
     let coordinator = setup.cluster.coordinators[0];
     let addr = config.addresses.peer[coordinator.index()];
     let host = start::<Tiga>(&setup, config).await;

@@ -340,6 +340,7 @@ mod tests {
                     invoke_ns: i as u64,
                     complete_ns: i as u64 + 1,
                     ops: w.history_ops(&plan, &outcome, &[]),
+                    after: Vec::new(),
                 }
             })
             .collect()
@@ -476,6 +477,7 @@ mod tests {
             invoke_ns: 0,
             complete_ns: 1,
             ops,
+            after: Vec::new(),
         };
         let r = |k: &str, v: ReadValue| HistOp::Read {
             key: k.into(),

@@ -70,6 +70,11 @@ impl Locality {
         }
     }
 
+    /// The region `shard` is led from (`None` for a shard the cluster does not have).
+    pub fn region(&self, shard: meridian_core::ShardId) -> Option<RegionId> {
+        self.leader_region.get(shard.index()).copied()
+    }
+
     /// [`IRT`] if every one of `shards` is led from `client`'s region, else [`CRT`].
     pub fn class(
         &self,
@@ -112,6 +117,13 @@ impl Classes {
     /// The labels, in the order they were added.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|c| c.as_ref())
+    }
+
+    /// Removes `label`; whether it was there.
+    pub fn remove(&mut self, label: &str) -> bool {
+        let before = self.0.len();
+        self.0.retain(|c| c != label);
+        self.0.len() != before
     }
 
     /// Whether `label` is one of them.

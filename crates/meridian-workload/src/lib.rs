@@ -40,6 +40,8 @@
 //! | `bank` | `accounts` | 8 | accounts, spread round-robin over the shards |
 //! | | `read_ratio` | 0.5 | probability that a transaction reads every account (else a transfer) |
 //! | | `max_amount` | 10 | transfers move a uniform amount in `1..=max_amount` |
+//! | every workload | `oob_ratio` | 0 | probability that a one-shot transaction declares an out-of-band dependency on the last committed one (DAST §4.5, [`out_of_band`]) |
+//! | | `oob_read` | true | add §4.5's cross-region read that enforces it; `false` is test-only (broken) |
 //! | `microbench` | `keys_per_shard` | 1000000 | keys per shard (Tiga pre-populates 1 million per shard) |
 //! | | `zipf` | 0.5 | Zipf skew θ of the key choice on each shard; 0 = uniform (Tiga sweeps 0.5–0.99) |
 //!
@@ -69,6 +71,7 @@ pub mod client;
 pub mod list_append;
 pub mod microbench;
 mod options;
+pub mod out_of_band;
 mod procedure;
 pub mod retwis;
 pub mod smallbank;
@@ -87,6 +90,7 @@ pub use client::{
 };
 pub use list_append::ListAppend;
 pub use microbench::MicroBench;
+pub use out_of_band::OutOfBand;
 pub use retwis::Retwis;
 pub use smallbank::SmallBank;
 pub use tpca::TpcA;
@@ -218,6 +222,12 @@ pub trait Workload: Send {
     fn check_final(&self, _state: &audit::FinalState, _history: &[Entry]) -> Result<(), String> {
         Ok(())
     }
+
+    /// The clients' declared out-of-band dependencies ([`out_of_band`]), which the driver
+    /// carries out; `None` (the default) declares none.
+    fn out_of_band(&self) -> Option<OutOfBand> {
+        None
+    }
 }
 
 /// Options every workload understands; unknown ones are refused by name.
@@ -284,8 +294,24 @@ pub fn procedures() -> meridian_core::Procedures {
 }
 
 /// Builds the named workload for `cluster`. An unknown name, an unknown option and a
-/// malformed or out-of-range option value are errors naming them.
+/// malformed or out-of-range option value are errors naming them. Every workload also
+/// takes the client options `oob_ratio` and `oob_read` ([`out_of_band`]).
 pub fn build(
+    name: &str,
+    cluster: &Cluster,
+    options: &WorkloadOptions,
+) -> Result<Box<dyn Workload>, String> {
+    let mut options = options.clone();
+    let out_of_band =
+        OutOfBand::take(&mut options).map_err(|e| format!("workload `{name}`: {e}"))?;
+    let inner = build_named(name, cluster, &options)?;
+    Ok(match out_of_band {
+        Some(out_of_band) => Box::new(out_of_band::Declaring { inner, out_of_band }),
+        None => inner,
+    })
+}
+
+fn build_named(
     name: &str,
     cluster: &Cluster,
     options: &WorkloadOptions,

@@ -680,6 +680,7 @@ mod tests {
                 invoke_ns: i as u64,
                 complete_ns: i as u64,
                 ops: w.history_ops(&plan, &outcome, &[]),
+                after: Vec::new(),
             });
         }
         let keys = w.audit_keys();

@@ -63,6 +63,7 @@ impl Hist {
             invoke_ns,
             complete_ns,
             ops,
+            after: Vec::new(),
         });
         self
     }

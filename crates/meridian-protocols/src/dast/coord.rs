@@ -32,6 +32,21 @@ pub struct Inflight {
     sent_ns: u64,
     /// Which of a region's managers the next prep-remote goes to (failover, §4.4).
     manager_try: usize,
+    /// When a CRT passed its phases (Tables 3-4's breakdown).
+    phases: Phases,
+}
+
+/// When (node clock, ns) a CRT passed each phase boundary, for the latency breakdown of
+/// DAST's Tables 3-4: every other region's shards prepared ("remote prepare"), every shard
+/// prepared and the commit timestamp chosen ("local prepare": what the coordinator's own
+/// region adds after the remote anticipations), the coordinator's region's shards executed
+/// (the paper's "wait exe." and "wait input" together: a participant executes once the
+/// readyQ and the inputs allow), every shard executed ("wait output").
+#[derive(Debug, Default)]
+struct Phases {
+    remote_prepared_ns: Option<u64>,
+    decided_ns: Option<u64>,
+    home_executed_ns: Option<u64>,
 }
 
 /// The coordinator's state.
@@ -100,6 +115,7 @@ impl Edge {
                 started_ns: now,
                 sent_ns: now,
                 manager_try: 0,
+                phases: Phases::default(),
             },
         );
         match kind {
@@ -205,6 +221,12 @@ impl Edge {
         for (_, votes) in t.votes.iter_mut() {
             votes.record(from, proposal);
         }
+        let region = self.region;
+        let home = |s: &ShardId| self.cluster.region_of(self.cluster.replicas(*s)[0]) == region;
+        let remote_prepared = t.votes.iter().all(|(s, v)| home(s) || v.complete());
+        if remote_prepared && t.phases.remote_prepared_ns.is_none() {
+            t.phases.remote_prepared_ns = Some(ctx.now_ns());
+        }
         if !t.votes.iter().all(|(_, v)| v.complete()) {
             return;
         }
@@ -231,6 +253,7 @@ impl Edge {
         let t = self.coord.inflight.get_mut(&id).expect("inflight");
         t.decided = Some(ts);
         t.sent_ns = ctx.now_ns();
+        t.phases.decided_ns = Some(ctx.now_ns());
         let decision = Decision {
             info: t.info.clone(),
             ts,
@@ -346,10 +369,22 @@ impl Edge {
                 t.failure.get_or_insert(reason);
             }
         }
+        let region = self.region;
+        let home = |s: &ShardId| self.cluster.region_of(self.cluster.replicas(*s)[0]) == region;
+        let home_done = t.votes.iter().any(|(s, _)| home(s))
+            && t.votes
+                .iter()
+                .all(|(s, _)| !home(s) || t.shards_done.contains(s));
+        if home_done && t.phases.home_executed_ns.is_none() {
+            t.phases.home_executed_ns = Some(ctx.now_ns());
+        }
         if t.shards_done.len() < t.votes.len() {
             return;
         }
         let t = self.coord.inflight.remove(&id).expect("inflight");
+        if t.info.kind == Kind::Crt && t.failure.is_none() {
+            count_phases(ctx, &t);
+        }
         let outcome = match t.failure {
             Some(reason) => Outcome::Aborted { reason },
             None => Outcome::Committed {
@@ -460,6 +495,36 @@ impl Edge {
             | Msg::InstallOk { .. } => {}
         }
     }
+}
+
+/// Adds a committed CRT's phase times to the counters `dast.crt_phase.*_ns` (sums) and
+/// `dast.crt_phased` (CRTs), so a report divides one by the other for the mean. Only CRTs
+/// with a piece in the coordinator's region count (TPC-C's: the home warehouse); the
+/// phases add up to the coordinator's latency.
+fn count_phases(ctx: &mut Ctx<'_, DastNode>, t: &Inflight) {
+    let (Some(remote), Some(home), Some(decided)) = (
+        t.phases.remote_prepared_ns,
+        t.phases.home_executed_ns,
+        t.phases.decided_ns,
+    ) else {
+        return;
+    };
+    let now = ctx.now_ns();
+    let remote = remote.max(t.started_ns);
+    ctx.count("dast.crt_phased", 1);
+    ctx.count("dast.crt_phase.remote_prepare_ns", remote - t.started_ns);
+    ctx.count(
+        "dast.crt_phase.local_prepare_ns",
+        decided.saturating_sub(remote),
+    );
+    ctx.count(
+        "dast.crt_phase.execute_home_ns",
+        home.saturating_sub(decided),
+    );
+    ctx.count(
+        "dast.crt_phase.wait_output_ns",
+        now.saturating_sub(home.max(decided)),
+    );
 }
 
 fn done(request: RequestId, outcome: Outcome) -> Msg {

@@ -6,6 +6,29 @@
 //! transactions touching a common key). Transactions in disjoint regions may be reordered
 //! against an out-of-band causality (Fig. 4), as the paper allows.
 //!
+//! **With declared out-of-band dependencies (§4.5): strict serializability over them.** The
+//! paper's remedy is the developer's: a transaction that causally follows another it saw
+//! finish adds a read in that transaction's region. That is a client option every workload
+//! takes, not a protocol option (the protocol needs nothing new): `oob_ratio=p` makes a
+//! share `p` of one-shot transactions declare that they follow the last committed
+//! transaction of the run, and the driver adds the read (a `get` of a reserved key on the
+//! dependency's first shard) unless the transaction already touches one of the
+//! dependency's regions (`meridian_workload::out_of_band`, carried out by
+//! `meridian_bench::driver::LoadCore` for the simulator and the runtime). Why it suffices
+//! (Proposition 2 at region granularity): the dependency finished only after it executed
+//! in each of its regions, which needs every node of the region to have promised past its
+//! timestamp; the dependent transaction, invoked later, gets its timestamp from a node of
+//! that region (an IRT) or above the anticipation acks of that region's nodes (a CRT: "A
+//! late prep-crt" below), so it is ordered after. The checker's
+//! `declared-strict-serializable` checks exactly: every anomaly `serializable` rejects,
+//! plus any cycle through a real-time edge between two committed transactions that touch
+//! a common key, or along a declared dependency (the history entry's `after`: `T1 → T2`
+//! when T2's client declared it follows T1, which completed before T2 was invoked; a
+//! declaration that cannot hold is reported malformed). Real-time order between
+//! transactions that share no key and declare nothing is not checked (DAST does not
+//! promise it). The test-only `oob_read=false` declares without reading; the conformance
+//! suite's `dast_declared` shows the checker catching it.
+//!
 //! ## Deployment (§3.1)
 //! Regions of edge nodes; each edge node is a replica of one shard, and every shard is
 //! replicated (2f + 1) only inside its host region — a topology whose shard spans regions
@@ -131,6 +154,14 @@
 //!   in the paper, a workload must make every writing piece depend on a piece that may
 //!   abort, or independent shards apply their writes.
 //! * **Interactive transactions** are refused (`Unsupported`): DAST runs stored procedures.
+//! * **CRT latency breakdown** (Tables 3-4), measured at the coordinator for committed CRTs
+//!   with a piece in its region, as counters (`dast.crt_phase.*_ns` sums over
+//!   `dast.crt_phased` CRTs): *remote prepare* (start until every other region's shards
+//!   hold a majority of anticipations), *local prepare* (then until the commit timestamp is
+//!   chosen), *execute home* (then until the coordinator's region's shards executed: the
+//!   paper's "wait exe." and "wait input" together, which the coordinator cannot tell
+//!   apart) and *wait output* (then until every shard executed). They add up to the
+//!   coordinator's latency.
 //!
 //! ## Options
 //! See [`Options`]: `heartbeat_ms`, `suspect_ms`, `retry_ms`, `prepare_timeout_ms`, `result_timeout_ms`,

@@ -712,13 +712,23 @@ impl Edge {
     }
 
     /// A commit (Alg. 1 line 20 / Alg. 2 lines 21-26), from the coordinator (`ack`) or a
-    /// peer's notification.
+    /// peer's notification. The coordinator's commit is acknowledged only once the
+    /// committed entry is in the log: the ack lets the coordinator stop resending and,
+    /// after `SETTLED_MEMORY` later decisions, forget the transaction, so an ack sent
+    /// before the record could, after a crash that loses unsynced records, leave a
+    /// prepared entry whose query the coordinator answers with presumed abort.
     pub fn commit(&mut self, ctx: &mut Ctx<'_, DastNode>, info: TxnInfo, ts: Timestamp, ack: bool) {
-        let id = info.id;
-        let coord = info.coord;
+        let (id, coord) = (info.id, info.coord);
+        self.commit_entry(ctx, info, ts);
         if ack {
             self.reply(ctx, coord, Msg::CommitAck { id });
         }
+    }
+
+    /// Records and queues a commit; every return leaves it durable (persisted here, or
+    /// executed or dropped before).
+    fn commit_entry(&mut self, ctx: &mut Ctx<'_, DastNode>, info: TxnInfo, ts: Timestamp) {
+        let id = info.id;
         if self.done.contains(&id) {
             return;
         }

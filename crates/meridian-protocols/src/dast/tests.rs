@@ -107,3 +107,74 @@ fn value_dependencies_must_be_acyclic_between_shards() {
     };
     assert!(shard_cycle(&cycle));
 }
+
+/// A participant acknowledges the coordinator's commit only after the committed entry is
+/// in its log: the ack lets the coordinator stop resending and eventually forget the
+/// decision, so an ack ahead of the record could leave, after a crash that loses unsynced
+/// records, a prepared entry whose query gets presumed abort (issue 20).
+#[test]
+fn a_commit_is_acknowledged_only_after_its_entry_is_persisted() {
+    use super::wire::{EntryRecord, Kind, Msg, Record, Status, TxnInfo};
+    use super::{Dast, DastNode};
+    use meridian_core::host::{Action, NodeHost};
+    use meridian_core::node::Setup;
+    use meridian_core::{Node, NodeRng, Protocol, ProtocolConfig, Topology, TxnId};
+    use rand::SeedableRng;
+    use std::sync::Arc;
+
+    let topology = Topology::load("edge-regions").expect("bundled topology");
+    let setup = Setup::<Dast>::new(topology, &ProtocolConfig::default(), Default::default())
+        .expect("dast on edge-regions");
+    let replicas = setup.cluster.replicas(ShardId(0)).to_vec();
+    let (me, coord) = (replicas[0], replicas[1]);
+    let mut host: NodeHost<DastNode> = NodeHost::new(me, NodeRng::seed_from_u64(1), 1);
+    host.start(Dast::build(me, &setup, &[]), NodeRng::seed_from_u64(2));
+    let now = 1_700_000_000_000_000_000;
+    let mut actions = Vec::new();
+    host.handle(now, |n, ctx| n.on_start(ctx), &mut actions)
+        .expect("starts");
+    actions.clear();
+    let key = setup.cluster.partitioner.key_on_shard(ShardId(0), "k");
+    let info = TxnInfo {
+        id: TxnId::new(coord, 0, 1),
+        kind: Kind::Irt,
+        coord,
+        txn: Arc::new(Txn {
+            pieces: vec![Piece::ops(ShardId(0), vec![Op::Get(key)])],
+        }),
+    };
+    let ts = Timestamp::with_frac(now + 1_000_000, coord.0, 0);
+    let commit = Msg::Commit { info, ts };
+    host.handle(
+        now + 2_000_000,
+        |n, ctx| n.on_message(ctx, coord, commit),
+        &mut actions,
+    )
+    .expect("handles the commit");
+    let persisted = actions.iter().position(|a| {
+        matches!(
+            a,
+            Action::Persist {
+                record: Record::Entry(EntryRecord {
+                    status: Status::Committed,
+                    ..
+                }),
+                ..
+            }
+        )
+    });
+    let acked = actions.iter().position(|a| {
+        matches!(
+            a,
+            Action::Send {
+                msg: Msg::CommitAck { .. },
+                ..
+            }
+        )
+    });
+    let (persisted, acked) = (persisted.expect("entry persisted"), acked.expect("acked"));
+    assert!(
+        persisted < acked,
+        "ack at action {acked}, record at {persisted}"
+    );
+}

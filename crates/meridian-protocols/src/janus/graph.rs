@@ -4,7 +4,7 @@
 //! transactions become executable (strongly connected components in topological order,
 //! members by id). Pure state, no effects: `replica.rs` persists, sends and executes.
 
-use super::wire::{Ballot, Body, Dep, Deps, Known, Tag};
+use super::wire::{Ballot, Body, Dep, Deps, ExecutedSlots, Known, Tag};
 use meridian_core::txn::Key;
 use meridian_core::{NodeId, ShardId, TxnId};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -94,7 +94,7 @@ fn incarnation(id: TxnId) -> (NodeId, u64) {
 pub struct GraphSnapshot {
     pub vertices: Vec<(TxnId, Vertex)>,
     pub keys: Vec<(Key, KeyEntry)>,
-    pub executed: Vec<((NodeId, u64), SlotSet)>,
+    pub executed: ExecutedSlots,
     pub store: Vec<(Key, meridian_core::txn::Value)>,
 }
 
@@ -110,6 +110,8 @@ pub struct Graph {
     foreign_order: VecDeque<TxnId>,
     /// Executed vertices in execution order with the local time, for forgetting them.
     forget_queue: VecDeque<(u64, TxnId)>,
+    /// What each peer of this shard last reported executed (`Msg::ExecutedSlots`).
+    peer_executed: FxHashMap<NodeId, FxHashMap<(NodeId, u64), SlotSet>>,
     /// Set when something changed that may let a committed transaction execute.
     pub dirty: bool,
 }
@@ -133,6 +135,7 @@ impl Graph {
             foreign_done: FxHashSet::default(),
             foreign_order: VecDeque::new(),
             forget_queue: VecDeque::new(),
+            peer_executed: FxHashMap::default(),
             dirty: false,
         }
     }
@@ -304,26 +307,78 @@ impl Graph {
 
     /// Forgets executed transactions older than `keep_ns` (garbage collection: the graph
     /// holds only live transactions and recently executed ones, kept to answer inquiries
-    /// from lagging replicas). Key-table entries of forgotten readers are dropped too.
-    pub fn forget(&mut self, now_ns: u64, keep_ns: u64) {
+    /// from lagging replicas). One of this shard's transactions is kept until every replica
+    /// in `peers` reported it executed — a peer that lacks it can then still learn it, which
+    /// it could not once every replica that had it forgot it — but no longer than
+    /// `keep_max_ns` (a peer down that long catches up by state transfer). Returns how many
+    /// were forgotten unacknowledged at that bound. Key-table entries of forgotten readers
+    /// are dropped too.
+    pub fn forget(&mut self, now_ns: u64, keep_ns: u64, keep_max_ns: u64, peers: &[NodeId]) -> u64 {
+        let mut unacknowledged = 0;
         while let Some(&(at, id)) = self.forget_queue.front() {
-            if now_ns.saturating_sub(at) < keep_ns {
+            let age_ns = now_ns.saturating_sub(at);
+            if age_ns < keep_ns {
                 break;
             }
-            self.forget_queue.pop_front();
-            if let Some(v) = self.vertices.remove(&id) {
-                let shard = self.shard;
-                for piece in v.body.pieces.iter().filter(|p| p.shard == shard) {
-                    piece.for_each_key(|key, _| {
-                        // The last executed writer stays (a later pre-accept still
-                        // reports it): what a lagging replica must order after.
-                        if let Some(e) = self.keys.get_mut(key) {
-                            e.done_readers.retain(|r| r.id != id);
-                        }
-                    });
-                }
+            let everywhere = self.executed_by(id, peers);
+            if !everywhere && age_ns < keep_max_ns {
+                // In execution order: what follows waits too (it is younger).
+                break;
             }
+            unacknowledged += u64::from(!everywhere);
+            self.forget_queue.pop_front();
+            self.remove_executed(id);
         }
+        unacknowledged
+    }
+
+    /// Whether every replica in `peers` reported `id` executed (true for another shard's
+    /// transaction: this shard's peers learn it from its own shard, not from here).
+    fn executed_by(&self, id: TxnId, peers: &[NodeId]) -> bool {
+        let Some(slot) = self
+            .vertices
+            .get(&id)
+            .and_then(|v| v.body.tag.slot(self.shard))
+        else {
+            return true;
+        };
+        peers.iter().all(|peer| {
+            self.peer_executed
+                .get(peer)
+                .and_then(|slots| slots.get(&incarnation(id)))
+                .is_some_and(|s| s.contains(slot))
+        })
+    }
+
+    fn remove_executed(&mut self, id: TxnId) {
+        let Some(v) = self.vertices.remove(&id) else {
+            return;
+        };
+        let shard = self.shard;
+        for piece in v.body.pieces.iter().filter(|p| p.shard == shard) {
+            piece.for_each_key(|key, _| {
+                // The last executed writer stays (a later pre-accept still reports it):
+                // what a lagging replica must order after.
+                if let Some(e) = self.keys.get_mut(key) {
+                    e.done_readers.retain(|r| r.id != id);
+                }
+            });
+        }
+    }
+
+    /// This replica's executed slots, as a peer's `forget` needs them.
+    pub fn executed_slots(&self) -> ExecutedSlots {
+        let mut executed: ExecutedSlots =
+            self.executed.iter().map(|(&k, s)| (k, s.clone())).collect();
+        executed.sort_by_key(|(k, _)| *k);
+        executed
+    }
+
+    /// A peer's report of what it executed (a later report replaces an earlier one: the
+    /// sets only grow, so a reordered older one only delays forgetting).
+    pub fn note_peer_executed(&mut self, peer: NodeId, executed: &ExecutedSlots) {
+        let slots = executed.iter().cloned().collect();
+        self.peer_executed.insert(peer, slots);
     }
 
     /// One pass over the committed transactions (iterative Tarjan): every strongly
@@ -382,12 +437,10 @@ impl Graph {
             .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
         keys.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut executed: Vec<_> = self.executed.iter().map(|(&k, s)| (k, s.clone())).collect();
-        executed.sort_by_key(|(k, _)| *k);
         GraphSnapshot {
             vertices,
             keys,
-            executed,
+            executed: self.executed_slots(),
             store,
         }
     }

@@ -15,7 +15,7 @@
 //! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
 //! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
 //! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
-//! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`; [`Tag`] slots |
+//! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`, [`Graph::note_peer_executed`](graph::Graph::note_peer_executed); [`Tag`] slots; `replica.rs` `tick` (`Msg::ExecutedSlots`) |
 //! | state transfer of a lagging replica (not in the paper) | `replica.rs` `fetch_state`, `on_fetch_state`, `on_state`, `on_executed`, `recovered_executed`; [`Graph::adopt`](graph::Graph::adopt) |
 //! | coordinator admission (not in the paper) | `coordinator.rs` `on_client_request`, `start_queued` |
 //!
@@ -49,8 +49,17 @@
 //!   a *slot* per shard (its per-shard sequence number in this incarnation, assigned only
 //!   when the pre-accept is sent, so dense). A replica records its shard's executed slots
 //!   as a watermark per coordinator incarnation ([`graph::SlotSet`]), and can therefore
-//!   forget an executed transaction after `keep_ms` and still tell "executed and
-//!   forgotten" from "not yet seen" when a later transaction names it. Another shard's
+//!   forget an executed transaction and still tell "executed and forgotten" from "not yet
+//!   seen" when a later transaction names it. It forgets one of its shard's transactions
+//!   after `keep_ms` *and* once every other replica of the shard reported it executed
+//!   (each replica sends its executed slots to its peers every tick,
+//!   `Msg::ExecutedSlots`): until then a peer that lacks it can still learn it by inquiry.
+//!   A peer silent for longer than `keep_ms_max` stops holding that memory: the rest is
+//!   forgotten anyway (counted, `janus.forgotten_unacknowledged`) and the peer catches up
+//!   by state transfer. Executions need not follow one order across replicas
+//!   (transactions that do not conflict are unordered), so without this two replicas
+//!   could each execute and forget a transaction the other lacked (issue 18's seed 142,
+//!   below). Another shard's
 //!   transaction in a dependency list is chased (inquired, its own dependencies followed)
 //!   until this replica has placed it: orderings between this shard's transactions may run
 //!   through it (skipping those its reporter had executed lost such orderings — the swarm
@@ -143,21 +152,25 @@
 //!   one run each, `meridian sim --protocol janus --topology gcp-tiga --workload tpcc
 //!   --faults random --seed N --duration 20s --workload-opts
 //!   warehouses=6,interactive=false --check strict-serializable`: 4–6 state transfers
-//!   each). **Seed 142 still fails** (351 state requests, 3 installed): a replica refuses
-//!   a peer's state unless the peer executed everything it did, and two replicas that
-//!   each executed (and forgot) a transaction the other lacks cannot take each other's
-//!   state — a suspected cause, not confirmed; what supports it: with
-//!   `--protocol-opts keep_ms=60000` (nothing forgotten within the run) seed 142 passes
-//!   (4 state requests, 3 installed). The fix this suggests: forget an
-//!   executed transaction only once every replica of its shard reports it executed
-//!   (watermark gossip), so every missing link can still be inquired.
+//!   each). Seed 142 still failed (351 state requests, 3 installed): transactions that
+//!   do not conflict execute in different orders at different replicas, and two replicas
+//!   of a shard had each executed and forgotten one the other lacked, so neither could
+//!   inquire it nor install the other's state (a state is installed only from a peer that
+//!   executed everything the replica did). With `keep_ms=60000` (nothing forgotten within
+//!   the run) it passed. Now a replica forgets its shard's transactions only once every
+//!   peer reported them executed (see *Execution knowledge* above): seed 142 passes with
+//!   4 state requests, 3 installed (release build, the command above with `--seed 142`),
+//!   and `sim swarm --seeds 50 --first-seed K --jobs 1 --faults random --duration 20s
+//!   --workload tpcc --workload-opts warehouses=6,interactive=false` for K = 1, 51, 101,
+//!   151 failed 0 of 200 (165,927 committed, 720 aborted, 1,144 unknown).
 //!
 //! ## Limits
 //! * A type error (`add` on a non-integer) aborts the failing shard's pieces only; the
 //!   other shards apply theirs (the client hears `Unknown`, [`SPLIT_OUTCOMES`] counts it).
 //!   Workloads never do this.
-//! * A replica lagging more than `keep_ms` behind its shard catches up by state transfer
-//!   only from a peer that executed everything it did (see the TPC-C note above). A
+//! * A replica away longer than `keep_ms_max` catches up by state transfer, and only from
+//!   a peer that executed everything it did (see the TPC-C note above). Meanwhile its
+//!   peers keep its shard's executed transactions in memory. A
 //!   transaction of this shard that only other shards' replicas executed and forgot
 //!   before any replica of this shard learned its decision cannot be recovered here
 //!   (counted: `janus.decisions_lost`).

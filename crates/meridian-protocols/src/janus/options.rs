@@ -4,13 +4,14 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 11] = [
+pub const OPTIONS: [&str; 12] = [
     "unsafe_no_dep_union",
     "retry_ms",
     "fast_wait_ms",
     "recovery_ms",
     "tick_ms",
     "keep_ms",
+    "keep_ms_max",
     "commit_timeout_ms",
     "window",
     "max_inflight",
@@ -38,8 +39,14 @@ pub struct Options {
     /// default a quarter of the largest RTT, at least 5 ms).
     pub tick_ns: u64,
     /// How long a replica keeps an executed transaction to answer lagging replicas
-    /// (`keep_ms`; default 4 × recovery).
+    /// (`keep_ms`; default 4 × recovery). It forgets one of its shard's transactions only
+    /// after this *and* once every peer of its shard reported it executed.
     pub keep_ns: u64,
+    /// The bound on that wait for the peers (`keep_ms_max`; default 4 × `keep_ms`, not
+    /// below it): a peer down longer than this no longer holds its shard's executed
+    /// transactions in memory, and catches up by state transfer instead (counted:
+    /// `janus.forgotten_unacknowledged`).
+    pub keep_max_ns: u64,
     /// A coordinator answers `Unknown` after this long without every shard's results
     /// (`commit_timeout_ms`; default 16 × retry).
     pub commit_timeout_ns: u64,
@@ -65,13 +72,22 @@ impl Options {
         };
         let retry_ms = ms("retry_ms", (2.5 * max_rtt_ms).max(10.0))?;
         let recovery_ms = ms("recovery_ms", 2.0 * retry_ms)?;
+        let keep_ms = ms("keep_ms", 4.0 * recovery_ms)?;
+        let keep_ms_max = ms("keep_ms_max", 4.0 * keep_ms)?;
+        if keep_ms_max < keep_ms {
+            return Err(format!(
+                "protocol option `keep_ms_max` ({keep_ms_max}) must not be shorter than \
+                 `keep_ms` ({keep_ms})"
+            ));
+        }
         Ok(Options {
             unsafe_no_dep_union: config.get("unsafe_no_dep_union", false)?,
             retry_ns: ms_to_ns(retry_ms),
             fast_wait_ns: ms_to_ns(ms("fast_wait_ms", (0.5 * max_rtt_ms).max(1.0))?),
             recovery_ns: ms_to_ns(recovery_ms),
             tick_ns: ms_to_ns(ms("tick_ms", (0.25 * max_rtt_ms).max(5.0))?),
-            keep_ns: ms_to_ns(ms("keep_ms", 4.0 * recovery_ms)?),
+            keep_ns: ms_to_ns(keep_ms),
+            keep_max_ns: ms_to_ns(keep_ms_max),
             commit_timeout_ns: ms_to_ns(ms("commit_timeout_ms", 16.0 * retry_ms)?),
             window: count(config, "window", 100_000usize)?,
             max_inflight: count(config, "max_inflight", 16_384usize)?,

@@ -25,6 +25,11 @@ pub const DECISIONS_LOST: &str = "janus.decisions_lost";
 /// Counter: peer states installed (the peer had executed more, and all this replica had).
 pub const STATE_TRANSFERS: &str = "janus.state_transfers";
 
+/// Counter: executed transactions of this shard forgotten after `keep_ms_max` although
+/// some peer had not reported them executed (that peer was away: it catches up by state
+/// transfer). Zero when every replica keeps up.
+pub const FORGOTTEN_UNACKNOWLEDGED: &str = "janus.forgotten_unacknowledged";
+
 /// What a shard's pieces of one transaction produced.
 type PieceOutcome = Result<Vec<(u16, PieceResult)>, AbortReason>;
 
@@ -58,6 +63,8 @@ pub struct Replica {
     restarted: bool,
     /// The peer last asked for its state, and when (one request per `retry_ms`).
     fetching: Option<(NodeId, u64)>,
+    /// The other replicas of this shard.
+    peers: Vec<NodeId>,
 }
 
 /// A write buffer over the store: a shard's pieces of one transaction apply all or nothing.
@@ -85,8 +92,15 @@ impl Replica {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> Replica {
+        let peers = cluster
+            .replicas(shard)
+            .iter()
+            .copied()
+            .filter(|&r| r != me)
+            .collect();
         let mut replica = Replica {
             me,
+            peers,
             shard,
             opts,
             cluster,
@@ -228,6 +242,11 @@ impl Replica {
             Msg::Executed { tag } => self.on_executed(ctx, from, tag),
             Msg::FetchState => self.on_fetch_state(ctx, from),
             Msg::State { snapshot } => self.on_state(ctx, from, &snapshot),
+            Msg::ExecutedSlots { executed } => {
+                if self.peers.contains(&from) {
+                    self.graph.note_peer_executed(from, &executed);
+                }
+            }
             Msg::PreAcceptReply { .. } | Msg::Result { .. } => {}
         }
     }
@@ -415,18 +434,13 @@ impl Replica {
 
     /// The closest other replica of this shard.
     fn nearest_peer(&self) -> Option<NodeId> {
-        self.cluster
-            .replicas(self.shard)
-            .iter()
-            .copied()
-            .filter(|&r| r != self.me)
-            .min_by(|&a, &b| {
-                let (da, db) = (
-                    self.cluster.rtt_ms(self.me, a),
-                    self.cluster.rtt_ms(self.me, b),
-                );
-                da.total_cmp(&db).then(a.cmp(&b))
-            })
+        self.peers.iter().copied().min_by(|&a, &b| {
+            let (da, db) = (
+                self.cluster.rtt_ms(self.me, a),
+                self.cluster.rtt_ms(self.me, b),
+            );
+            da.total_cmp(&db).then(a.cmp(&b))
+        })
     }
 
     /// Asks `peer` for its state, at most once per `retry_ms`.
@@ -578,7 +592,13 @@ impl Replica {
 
     fn tick(&mut self, ctx: &mut Cx<'_>) {
         let now = ctx.now_ns();
-        self.graph.forget(now, self.opts.keep_ns);
+        let (keep, keep_max) = (self.opts.keep_ns, self.opts.keep_max_ns);
+        let unacknowledged = self.graph.forget(now, keep, keep_max, &self.peers);
+        if unacknowledged > 0 {
+            ctx.count(FORGOTTEN_UNACKNOWLEDGED, unacknowledged);
+        }
+        let executed = Arc::new(self.graph.executed_slots());
+        ctx.multicast(self.peers.clone(), &Msg::ExecutedSlots { executed });
         // Inquiries still unanswered are repeated to every replica.
         let pass = self.graph.executable();
         self.inquired

@@ -116,15 +116,50 @@ fn executed_transactions_are_forgotten_but_stay_known_as_executed() {
     for id in g.executable().order {
         g.mark_executed(id, 10);
     }
-    g.forget(15, 10);
+    g.forget(15, 10, 10, &[]);
     assert_eq!(g.vertices.len(), 2, "kept for keep_ns");
-    g.forget(20, 10);
+    g.forget(20, 10, 10, &[]);
     assert!(g.vertices.is_empty());
     assert!(g.forgotten(&tag(0)) && g.forgotten(&tag(1)));
     assert!(!g.is_done(&tag(2)), "slot 2 was never executed");
     // A transaction naming a forgotten one executes without waiting for it.
     g.insert(body(2, &[], &["x"]), Status::Committed, deps(&[1]), 0);
     assert_eq!(ids(&g.executable().order), [2]);
+}
+
+/// Issue 18, seed 142: two replicas that each executed and forgot a transaction the other
+/// lacked could neither inquire it nor take each other's state. A transaction of this
+/// shard is now kept until every peer reported it executed, or `keep_max` at most.
+#[test]
+fn executed_transactions_are_kept_until_every_peer_executed_them_or_keep_max() {
+    let (peer_a, peer_b) = (NodeId(1), NodeId(2));
+    let peers = [peer_a, peer_b];
+    let mut g = Graph::new(SHARD);
+    for n in 0..2 {
+        g.insert(body(n, &[], &["x"]), Status::Committed, deps(&[]), 0);
+    }
+    for id in g.executable().order {
+        g.mark_executed(id, 10);
+    }
+    assert_eq!(g.forget(100, 10, 1_000, &peers), 0);
+    assert_eq!(g.vertices.len(), 2, "no peer reported either executed");
+    // Peer A executed both, peer B only slot 0: only transaction 0 goes.
+    let mut both = Graph::new(SHARD);
+    let mut first = Graph::new(SHARD);
+    for n in 0..2 {
+        both.insert(body(n, &[], &["x"]), Status::Committed, deps(&[]), 0);
+        both.mark_executed(tag(n).id, 0);
+    }
+    first.insert(body(0, &[], &["x"]), Status::Committed, deps(&[]), 0);
+    first.mark_executed(tag(0).id, 0);
+    g.note_peer_executed(peer_a, &both.executed_slots());
+    g.note_peer_executed(peer_b, &first.executed_slots());
+    assert_eq!(g.forget(200, 10, 1_000, &peers), 0);
+    assert!(g.forgotten(&tag(0)));
+    assert!(g.vertices.contains_key(&tag(1).id), "peer B lacks it");
+    // Past keep_max it goes anyway, counted.
+    assert_eq!(g.forget(1_010, 10, 1_000, &peers), 1);
+    assert!(g.forgotten(&tag(1)));
 }
 
 #[test]
@@ -231,6 +266,7 @@ mod state_transfer {
                 Msg::Executed { .. } => "executed",
                 Msg::FetchState => "fetch-state",
                 Msg::State { .. } => "state",
+                Msg::ExecutedSlots { .. } => "executed-slots",
                 Msg::Result { .. } => "result",
             }
         }

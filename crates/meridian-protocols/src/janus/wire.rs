@@ -1,7 +1,7 @@
 //! What `janus` nodes say to each other (messages), to themselves (timers) and to their
 //! durable log (records).
 
-use super::graph::GraphSnapshot;
+use super::graph::{GraphSnapshot, SlotSet};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Piece, PieceResult};
 use meridian_core::{Cluster, NodeId, ShardId, TxnId};
@@ -66,6 +66,10 @@ impl Tag {
 pub struct Dep {
     pub tag: Tag,
 }
+
+/// A replica's executed slots per coordinator incarnation (coordinator, incarnation),
+/// sorted by incarnation.
+pub type ExecutedSlots = Vec<((NodeId, u64), SlotSet)>;
 
 /// A dependency list, sorted by id, one entry per id.
 pub type Deps = Vec<Dep>;
@@ -162,6 +166,13 @@ pub enum Msg {
     /// The peer's state: store, executed slots, key table, committed transactions.
     State {
         snapshot: Arc<GraphSnapshot>,
+    },
+    /// Replica → the other replicas of its shard, every tick: the slots it executed, per
+    /// coordinator incarnation. A replica forgets one of its shard's transactions only once
+    /// every peer reported it executed, so a peer that lacks it can still learn it by
+    /// inquiry (see `Options::keep_max_ns` for the bound).
+    ExecutedSlots {
+        executed: Arc<ExecutedSlots>,
     },
     /// Replica → coordinator: the results of the transaction's pieces on `shard`.
     Result {

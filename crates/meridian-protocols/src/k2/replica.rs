@@ -20,11 +20,11 @@ use super::options::Options;
 use super::wire::{Msg, Timer, TxnTs};
 use super::write_stream::{KeyState, Version};
 use super::K2Node;
-use crate::kit::replica_reads::{record_delay, DelayCounters, HeldReads, Offered, Puller};
-use meridian_core::node::Ctx;
-use meridian_core::txn::{
-    execute_piece, AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value,
+use crate::kit::replica_reads::{
+    record_delay, run_read_only, DelayCounters, HeldReads, Offered, Puller,
 };
+use meridian_core::node::Ctx;
+use meridian_core::txn::{AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value};
 use meridian_core::{NodeId, Timestamp};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -108,33 +108,22 @@ fn serve(ctx: &mut Ctx<'_, K2Node>, view: &ReadView<'_>, read: RepRead) {
 
 /// Runs a read-only piece in the view of `read.epoch`.
 pub fn run_read(view: &ReadView<'_>, read: &RepRead) -> Result<PieceResult, AbortReason> {
-    if !read.piece.is_read_only() {
-        return Err(AbortReason::Invalid(
-            "a replica serves read-only pieces only".to_string(),
-        ));
-    }
-    for key in read.piece.read_keys() {
-        let Some(state) = view.keys.get(&key) else {
-            continue;
-        };
-        let pruned = state.pruned_below > Timestamp::ZERO;
-        if pruned && state.value_in_epoch(read.epoch).is_none() {
-            return Err(AbortReason::Conflict);
+    if read.piece.is_read_only() {
+        for key in read.piece.read_keys() {
+            let Some(state) = view.keys.get(&key) else {
+                continue;
+            };
+            let pruned = state.pruned_below > Timestamp::ZERO;
+            if pruned && state.value_in_epoch(read.epoch).is_none() {
+                return Err(AbortReason::Conflict);
+            }
         }
-    }
-    let mut inputs: Vec<Option<&PieceResult>> = Vec::new();
-    for (index, result) in &read.inputs {
-        let i = usize::from(*index);
-        if inputs.len() <= i {
-            inputs.resize(i + 1, None);
-        }
-        inputs[i] = Some(result);
     }
     let mut access = EpochAccess {
         keys: view.keys,
         epoch: read.epoch,
     };
-    execute_piece(&read.piece, &inputs, view.procedures, &mut access)
+    run_read_only(&read.piece, &read.inputs, view.procedures, &mut access)
 }
 
 struct EpochAccess<'a> {

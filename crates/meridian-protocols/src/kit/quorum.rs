@@ -29,16 +29,18 @@ pub fn super_quorum_round_trip_ms(
     shards
         .iter()
         .map(|&s| {
-            let mut rtts: Vec<f64> = cluster
-                .replicas(s)
-                .iter()
-                .map(|&r| cluster.rtt_ms(coordinator, r))
-                .collect();
-            rtts.sort_by(f64::total_cmp);
+            let rtts = sorted_rtts_ms(cluster, coordinator, cluster.replicas(s).iter().copied());
             let need = super_quorum(cluster.f(s)).min(rtts.len()).max(1);
             rtts[need - 1]
         })
         .fold(0.0, f64::max)
+}
+
+/// Round trips from `from` to each of `to`, shortest first.
+fn sorted_rtts_ms(cluster: &Cluster, from: NodeId, to: impl Iterator<Item = NodeId>) -> Vec<f64> {
+    let mut rtts: Vec<f64> = to.map(|r| cluster.rtt_ms(from, r)).collect();
+    rtts.sort_by(f64::total_cmp);
+    rtts
 }
 
 /// Over `shards`, the largest round trip from `coordinator` to a shard's placed leader plus
@@ -56,12 +58,8 @@ pub fn leader_majority_round_trip_ms(
         .map(|&s| {
             let leader = cluster.initial_leader(s);
             let replicas = cluster.replicas(s);
-            let mut rtts: Vec<f64> = replicas
-                .iter()
-                .filter(|&&r| r != leader)
-                .map(|&r| cluster.rtt_ms(leader, r))
-                .collect();
-            rtts.sort_by(f64::total_cmp);
+            let followers = replicas.iter().copied().filter(|&r| r != leader);
+            let rtts = sorted_rtts_ms(cluster, leader, followers);
             // The leader counts itself: it needs `majority - 1` followers.
             let replication = majority(replicas.len())
                 .checked_sub(2)

@@ -10,6 +10,10 @@
 //!   duplicates dropped, released when the protocol says they are ready.
 //! * [`Puller`]: the replica's side of pulled replication — one pull outstanding, sent
 //!   again when unanswered for a retry interval (a lost message, a restarted primary).
+//! * [`RepLog`]: the primary's side — the versions committed since its start (volatile,
+//!   bounded), pulls held until the next watermark step, and a full snapshot for a
+//!   replica on another stream or too far behind (ClosedTS, SafeTS).
+//! * [`run_read_only`]: a read-only piece run against a copy's versions.
 //! * [`Visibility`]: the *visibility delay* of K2 §7.4 (Figs. 22-23) — from a write's
 //!   commit at its primary until a replica read may see it — counted the same way by the
 //!   three protocols into per-protocol counters ([`DelayCounters`], made by
@@ -23,8 +27,9 @@
 //! is in the numbers.
 
 use meridian_core::node::Context;
+use meridian_core::txn::{execute_piece, AbortReason, KvAccess, Piece, PieceResult, Procedures};
 use meridian_core::{Cluster, NodeId, ShardId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// The bucket bounds (ms, exclusive) of the visibility-delay histogram.
 pub const DELAY_BUCKETS_MS: [u64; 10] = [5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
@@ -244,6 +249,141 @@ impl Puller {
     }
 }
 
+/// What a primary answers one held pull with (see [`RepLog`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RepAnswer<V> {
+    pub replica: NodeId,
+    /// The primary's stream (a restart starts another).
+    pub stream: u64,
+    /// The entry the replica had (0 with `full`).
+    pub after: u64,
+    /// The last entry of the log now: the replica's position once it applies the answer.
+    pub upto: u64,
+    /// The replica is on another stream or behind what the log keeps: `versions` is the
+    /// primary's whole state instead.
+    pub full: bool,
+    /// The entries after `after` (or the whole state, `full`).
+    pub versions: Vec<V>,
+}
+
+/// A primary's side of pulled replication: the versions committed since its start (a
+/// volatile, bounded log), and the pulls held until the protocol's next watermark step.
+/// A replica on an unknown stream, or behind what the log still keeps, is answered
+/// `full`.
+#[derive(Debug)]
+pub struct RepLog<V> {
+    /// This run's stream (its start time: a restart starts another).
+    stream: u64,
+    /// Committed versions; `log[0]` is entry `first`.
+    log: VecDeque<V>,
+    first: u64,
+    max: usize,
+    /// Pulls held until the next answer: replica → the entry it has (`None`: unknown).
+    pulls: BTreeMap<NodeId, Option<u64>>,
+    /// The entry each replica last said it has (the log is trimmed below the least).
+    acked: BTreeMap<NodeId, u64>,
+}
+
+impl<V: Clone> RepLog<V> {
+    /// A log of at most `max` entries for `replicas`.
+    pub fn new(replicas: impl IntoIterator<Item = NodeId>, max: usize) -> RepLog<V> {
+        RepLog {
+            stream: 0,
+            log: VecDeque::new(),
+            first: 1,
+            max,
+            pulls: BTreeMap::new(),
+            acked: replicas.into_iter().map(|r| (r, 0)).collect(),
+        }
+    }
+
+    /// Starts this run's stream (`now_ns`: the primary's clock at its start).
+    pub fn start(&mut self, now_ns: u64) {
+        self.stream = now_ns.max(1);
+    }
+
+    /// The last entry of the log.
+    pub fn last(&self) -> u64 {
+        self.first + self.log.len() as u64 - 1
+    }
+
+    /// A version just committed.
+    pub fn push(&mut self, version: V) {
+        self.log.push_back(version);
+        if self.log.len() > self.max {
+            self.log.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// A replica's pull: held until [`RepLog::answers`].
+    pub fn on_pull(&mut self, from: NodeId, stream: u64, after: u64) {
+        let known = stream == self.stream && after + 1 >= self.first && after <= self.last();
+        if known {
+            self.acked.insert(from, after);
+            let least = self.acked.values().copied().min().unwrap_or(0);
+            while self.first <= least && !self.log.is_empty() {
+                self.log.pop_front();
+                self.first += 1;
+            }
+        }
+        self.pulls.insert(from, known.then_some(after));
+    }
+
+    /// Whether a pull is held.
+    pub fn has_pulls(&self) -> bool {
+        !self.pulls.is_empty()
+    }
+
+    /// Takes every held pull and says what to answer it with now; `whole` gives the
+    /// primary's whole state for a `full` answer.
+    pub fn answers(&mut self, whole: impl Fn() -> Vec<V>) -> Vec<RepAnswer<V>> {
+        let upto = self.last();
+        let mut out = Vec::with_capacity(self.pulls.len());
+        for (replica, after) in std::mem::take(&mut self.pulls) {
+            let (full, after, versions) = match after {
+                Some(after) => {
+                    let skip = (after + 1 - self.first) as usize;
+                    (false, after, self.log.iter().skip(skip).cloned().collect())
+                }
+                None => (true, 0, whole()),
+            };
+            out.push(RepAnswer {
+                replica,
+                stream: self.stream,
+                after,
+                upto,
+                full,
+                versions,
+            });
+        }
+        out
+    }
+}
+
+/// Runs a read-only `piece` against `access` with its `inputs` (the results of the pieces
+/// it depends on, by index), as every replica read does.
+pub fn run_read_only(
+    piece: &Piece,
+    inputs: &[(u16, PieceResult)],
+    procedures: &Procedures,
+    access: &mut dyn KvAccess,
+) -> Result<PieceResult, AbortReason> {
+    if !piece.is_read_only() {
+        let why = "a replica read runs read-only pieces only".to_string();
+        return Err(AbortReason::Invalid(why));
+    }
+    let mut by_index: Vec<Option<&PieceResult>> = Vec::new();
+    for (index, result) in inputs {
+        let i = usize::from(*index);
+        if by_index.len() <= i {
+            by_index.resize(i + 1, None);
+        }
+        by_index[i] = Some(result);
+    }
+    execute_piece(piece, &by_index, procedures, access)
+}
+
 /// The copy of `shard` a replica read's `attempt`-th send goes to: its copies (primary
 /// and read replicas) nearest to `me` first, the next one on each resend.
 pub fn nearest_copy(cluster: &Cluster, me: NodeId, shard: ShardId, attempt: u64) -> NodeId {
@@ -266,6 +406,30 @@ mod tests {
         assert_eq!(q.offer(8, |r| *r <= 5, same), Offered::Overflow(8));
         assert_eq!(q.release(|r| *r <= 8), vec![7]);
         assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_rep_log_answers_known_pulls_with_what_follows_and_others_in_full() {
+        let (a, b) = (NodeId(1), NodeId(2));
+        let mut log: RepLog<u32> = RepLog::new([a, b], 2);
+        log.start(7);
+        log.push(10);
+        // `a` knows nothing of stream 7: a full answer.
+        log.on_pull(a, 0, 0);
+        let answers = log.answers(|| vec![99]);
+        assert!(answers[0].full && answers[0].versions == vec![99] && answers[0].upto == 1);
+        // On the stream: what follows its position.
+        log.push(11);
+        log.on_pull(a, 7, 1);
+        log.on_pull(b, 7, 0);
+        let answers = log.answers(Vec::new);
+        assert_eq!(answers[0].versions, vec![11]);
+        assert_eq!(answers[1].versions, vec![10, 11]);
+        // Entry 1 falls out of the bounded log: `b`, still at 0, is answered in full.
+        log.push(12);
+        log.on_pull(b, 7, 0);
+        assert!(log.answers(Vec::new)[0].full);
+        assert!(!log.has_pulls());
     }
 
     #[test]

@@ -37,6 +37,12 @@ impl OracleClock {
         self.last_high_ns = high_ns;
         high_ns
     }
+
+    /// `T_low = now − ε` at local (TrueTime) clock `now_ns`: true time is at least this
+    /// now (Spanner's `TT.now().earliest`), so it bounds every later event from below.
+    pub fn earliest(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_sub(self.epsilon_ns)
+    }
 }
 
 /// `nodes` ordered nearest to `me` first (ties by node id).

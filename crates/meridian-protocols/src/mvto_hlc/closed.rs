@@ -26,13 +26,10 @@ use super::store::Store;
 use super::wire::{EvalOutcome, Msg, RepVersion, Timer, TxnRef};
 use super::MvtoNode;
 use crate::kit::hlc::HlcTs;
-use crate::kit::replica_reads::{HeldReads, Offered};
+use crate::kit::replica_reads::{run_read_only, HeldReads, Offered, RepLog};
 use meridian_core::node::Ctx;
-use meridian_core::txn::{
-    execute_piece, AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value,
-};
+use meridian_core::txn::{AbortReason, Key, KvAccess, Piece, PieceResult, Procedures, Value};
 use meridian_core::NodeId;
-use std::collections::{BTreeMap, VecDeque};
 
 /// Committed versions a primary keeps for its replicas; a replica further behind gets a
 /// full snapshot.
@@ -76,31 +73,19 @@ impl ClosedCopy<'_> {
 
     /// Runs `read` (ready) against the committed versions at its timestamp.
     pub fn run(&self, read: &FollowerRead, procedures: &Procedures) -> EvalOutcome {
-        if !read.piece.is_read_only() {
-            let why = "a follower read runs read-only pieces only".to_string();
-            return EvalOutcome::Failed(AbortReason::Invalid(why));
-        }
         let below_gc = read
             .piece
             .read_keys()
             .iter()
             .any(|k| self.store.key(k).is_some_and(|s| read.ts < s.pruned_below));
-        if below_gc {
+        if below_gc && read.piece.is_read_only() {
             return EvalOutcome::Failed(AbortReason::Conflict);
-        }
-        let mut inputs: Vec<Option<&PieceResult>> = Vec::new();
-        for (index, result) in &read.inputs {
-            let i = usize::from(*index);
-            if inputs.len() <= i {
-                inputs.resize(i + 1, None);
-            }
-            inputs[i] = Some(result);
         }
         let mut access = AtTs {
             store: self.store,
             ts: read.ts,
         };
-        match execute_piece(&read.piece, &inputs, procedures, &mut access) {
+        match run_read_only(&read.piece, &read.inputs, procedures, &mut access) {
             Ok(result) => EvalOutcome::Done {
                 result,
                 write_ts: None,
@@ -185,15 +170,8 @@ impl KvAccess for AtTs<'_> {
 #[derive(Debug)]
 pub struct Closer {
     pub closed: HlcTs,
-    /// This run's stream (its start time: a restart starts another).
-    stream: u64,
-    /// Committed versions; `log[0]` is entry `first`.
-    log: VecDeque<RepVersion>,
-    first: u64,
-    /// Pulls held until the next closing: replica → the entry it has.
-    pulls: BTreeMap<NodeId, Option<u64>>,
-    /// The entry each replica last said it has (the log is trimmed below the least).
-    acked: BTreeMap<NodeId, u64>,
+    /// Committed versions since this run's start, and the replicas' held pulls.
+    log: RepLog<RepVersion>,
     pub reads: HeldReads<FollowerRead>,
 }
 
@@ -201,56 +179,34 @@ impl Closer {
     pub fn new(opts: &Options, replicas: impl IntoIterator<Item = NodeId>) -> Closer {
         Closer {
             closed: HlcTs::default(),
-            stream: 0,
-            log: VecDeque::new(),
-            first: 1,
-            pulls: BTreeMap::new(),
-            acked: replicas.into_iter().map(|r| (r, 0)).collect(),
+            log: RepLog::new(replicas, MAX_LOG),
             reads: HeldReads::new(opts.max_waiting_per_node),
         }
     }
 
     pub fn start(&mut self, ctx: &mut Ctx<'_, MvtoNode>, opts: &Options) {
-        self.stream = ctx.now_ns().max(1);
+        self.log.start(ctx.now_ns());
         ctx.set_timer(opts.closed_ts_interval_ns, Timer::CloseTick);
-    }
-
-    /// The last entry of the log.
-    fn last(&self) -> u64 {
-        self.first + self.log.len() as u64 - 1
     }
 
     /// A version just committed here.
     pub fn committed(&mut self, key: Key, ts: HlcTs, value: Value, committed_ns: u64) {
-        self.log.push_back(RepVersion {
+        self.log.push(RepVersion {
             key,
             ts,
             value,
             committed_ns,
         });
-        if self.log.len() > MAX_LOG {
-            self.log.pop_front();
-            self.first += 1;
-        }
     }
 
     /// A replica's pull: held until the next closing.
     pub fn on_pull(&mut self, from: NodeId, stream: u64, after: u64) {
-        let known = stream == self.stream && after + 1 >= self.first && after <= self.last();
-        if known {
-            self.acked.insert(from, after);
-            let least = self.acked.values().copied().min().unwrap_or(0);
-            while self.first <= least && !self.log.is_empty() {
-                self.log.pop_front();
-                self.first += 1;
-            }
-        }
-        self.pulls.insert(from, known.then_some(after));
+        self.log.on_pull(from, stream, after);
     }
 
     /// Answers every held pull with the state now (after a closing).
     pub fn answer_pulls(&mut self, ctx: &mut Ctx<'_, MvtoNode>, store: &Store) {
-        if self.pulls.is_empty() {
+        if !self.log.has_pulls() {
             return;
         }
         let intents: Vec<(Key, HlcTs)> = store
@@ -258,25 +214,17 @@ impl Closer {
             .iter()
             .filter_map(|(k, s)| s.intent.as_ref().map(|i| (k.clone(), i.ts)))
             .collect();
-        let upto = self.last();
-        for (replica, after) in std::mem::take(&mut self.pulls) {
-            let (full, after, versions) = match after {
-                Some(after) => {
-                    let skip = (after + 1 - self.first) as usize;
-                    (false, after, self.log.iter().skip(skip).cloned().collect())
-                }
-                None => (true, 0, full_snapshot(store)),
-            };
+        for a in self.log.answers(|| full_snapshot(store)) {
             let msg = Msg::Replicate {
-                stream: self.stream,
-                after,
-                upto,
-                full,
-                versions,
+                stream: a.stream,
+                after: a.after,
+                upto: a.upto,
+                full: a.full,
+                versions: a.versions,
                 intents: intents.clone(),
                 closed: self.closed,
             };
-            ctx.send(replica, msg);
+            ctx.send(a.replica, msg);
         }
     }
 }

@@ -82,7 +82,7 @@
 //!   anchor aborts such a transaction when wounded or when it is older than
 //!   `2 × txn_timeout` (its coordinator gave up by then), and refuses to stage one that
 //!   old, so records can be forgotten after twice that age without a late STAGING
-//!   reviving one. CockroachDB uses heartbeats instead.
+//!   reviving one. CockroachDB uses heartbeats instead; see "Transaction heartbeats".
 //! * **Status recovery** starts when a record has been STAGING for `recovery_after_ms`
 //!   (or at once when the coordinator itself aborts after staging: only recovery knows
 //!   whether the transaction is implicitly committed). A participant that does not hold a
@@ -93,6 +93,33 @@
 //!   at that floor (K2's read floor, same reason).
 //! * **HLC**: every received timestamp further ahead than `max_offset_ms` is counted
 //!   (`mvto_hlc.hlc_too_far_ahead`) and not taken; CockroachDB would stop the node.
+//!
+//! ## Transaction heartbeats (CockroachDB) — not sent; the age bound stands in for them
+//! CockroachDB's coordinator heartbeats its transaction record (every 1 s) and a pusher
+//! aborts a PENDING transaction whose last heartbeat is older than the liveness threshold
+//! (5 s): that is how a dead coordinator's intents are cleared while a live, long
+//! transaction keeps them. Here a transaction's life is bounded instead: its coordinator
+//! gives up `txn_timeout` (2 s by default on `k2-five-regions`) after the start, and an
+//! anchor refuses to stage a transaction older than `2 × txn_timeout`. So the anchor can
+//! tell liveness from the start timestamp alone: a pusher (`anchor.rs`, `on_push`) aborts
+//! a record-less transaction older than `2 × txn_timeout` (`too_old`), which is exactly
+//! "its heartbeat expired" for a heartbeat that a live coordinator would keep sending
+//! until `txn_timeout` and that expires `txn_timeout` later. The margin covers the start
+//! timestamp's clock (the coordinator's HLC against the anchor's clock): it errs by at
+//! most `max_offset` (500 ms), below `txn_timeout`. Compared with CockroachDB's defaults:
+//! * **Safety is the same**: both abort only a transaction that has no STAGING record
+//!   (a staged one goes through status recovery in both), and the coordinator of an
+//!   aborted one learns it at its next write or at staging (refused); no live coordinator
+//!   is aborted by age, since it gave up before it.
+//! * **A dead coordinator's intents clear no later**: CockroachDB aborts at the last
+//!   heartbeat + 5 s, i.e. at least 5 s after the start; here at the start +
+//!   `2 × txn_timeout` = 4 s, even with no pusher: each primary pushes (wounding) the
+//!   intents it holds of transactions past that age (`primary.rs`, `sweep_stale`). An
+//!   older pusher wounds at once in both.
+//! * **What is given up**: transactions longer than `txn_timeout`, which CockroachDB's
+//!   heartbeats would let live, and a shorter clearing time than the age bound (a
+//!   heartbeat expiry under a second). Neither is exercised by the K2 workloads (a
+//!   transaction is a few WAN round trips), and no heartbeat traffic is spent.
 //!
 //! ## ClosedTS replica reads (`replica_reads=closedts`; K2 §6.1, §7.4)
 //! K2 §7.4's "ClosedTS" baseline, CockroachDB's closed timestamps and follower reads:

@@ -140,3 +140,120 @@ fn options_are_checked() {
     assert!(cluster("unsafe_skip_validation=true").is_err());
     assert!(cluster("nonsense=1").unwrap_err().contains("nonsense"));
 }
+
+// ---- SafeTS replica reads (`replica_reads=safets`) ------------------------------------
+
+const SAFETS: &str = "replica_reads=safets";
+
+/// A read-only one-shot transaction: `Get` of `name` on `shard`.
+fn read(d: &Driver, shard: u32, name: &str) -> Txn {
+    let k = d.key_on(shard, name);
+    Txn {
+        pieces: vec![Piece::ops(ShardId(shard), vec![Op::Get(k)])],
+    }
+}
+
+/// The value a committed read-only transaction read, and its timestamp.
+fn read_outcome(d: &Driver, r: RequestId) -> (Option<Vec<u8>>, Timestamp) {
+    match d.outcome(r) {
+        Some(Outcome::Committed {
+            results,
+            commit_ts: Some(ts),
+            path: CommitPath::ReadOnly,
+        }) => (results[0].outputs[0].as_ref().map(|v| v.to_vec()), *ts),
+        other => panic!("not a SafeTS read: {other:?}"),
+    }
+}
+
+fn is_safe_read_to(to: NodeId, target: NodeId, msg: &Msg) -> bool {
+    to == target && matches!(msg, Msg::Safe(safets::SafeMsg::Read { .. }))
+}
+
+#[test]
+fn a_replica_read_sees_what_committed_before_it_began() {
+    let mut d = driver(SAFETS);
+    let w = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[w], 100 * MS));
+    // Reads at the primary n0 are lost: the resend goes to the replica n1.
+    let primary = d.server_node(0);
+    d.hold(move |_, to, msg| is_safe_read_to(to, primary, msg));
+    let r = d.submit(1, read(&d, 0, "x"));
+    assert!(d.run_until_answered(&[r], 2_000 * MS));
+    let (value, ts) = read_outcome(&d, r);
+    assert_eq!(value, Some(encode_int(1).to_vec()));
+    assert!(ts > commit_ts(&d, w), "read above the write it saw");
+    assert!(d.counters.get("p2pl.safe_reads").is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn a_prepared_transaction_holds_safe_time_for_every_key_of_its_shard() {
+    let mut d = driver(SAFETS);
+    // Unblocked, a read at TTC now waits only for the next `T_earliest` (10 ms).
+    let quick = d.submit(1, read(&d, 0, "z"));
+    assert!(d.run_until_answered(&[quick], 40 * MS));
+    // A writer prepared at n0 whose COMMIT does not arrive holds n0's `t_safe`.
+    let primary = d.server_node(0);
+    d.hold(move |_, to, msg| {
+        to == primary
+            && matches!(
+                msg,
+                Msg::ToServer {
+                    body: crate::two_pl::ToServer::Commit { .. },
+                    ..
+                }
+            )
+    });
+    let w = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[w], 100 * MS));
+    // Another key of the same shard: blocked although nothing of it is undetermined.
+    let r = d.submit(1, read(&d, 0, "z"));
+    d.run_for(150 * MS);
+    assert!(d.outcome(r).is_none(), "held behind the prepared writer");
+    d.release_held();
+    assert!(d.run_until_answered(&[r], 100 * MS));
+    assert_eq!(read_outcome(&d, r).0, None);
+}
+
+#[test]
+fn a_restarted_primary_still_serves_the_versions_it_committed() {
+    let mut d = driver(SAFETS);
+    let w = d.submit(0, two_shard(&d, 7));
+    assert!(d.run_until_answered(&[w], 100 * MS));
+    let primary = d.server_node(0);
+    d.crash(primary);
+    d.restart(primary);
+    let r = d.submit(1, read(&d, 0, "x"));
+    assert!(d.run_until_answered(&[r], 1_000 * MS));
+    assert_eq!(read_outcome(&d, r).0, Some(encode_int(7).to_vec()));
+}
+
+#[test]
+fn replicas_count_the_visibility_delay_of_each_version() {
+    let mut d = driver(SAFETS);
+    let w = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[w], 100 * MS));
+    d.run_for(200 * MS);
+    // One version on each shard, each measured at its one replica.
+    assert_eq!(d.counters.get("p2pl.visible_versions"), Some(&2));
+    assert!(d
+        .counters
+        .get("p2pl.visibility_delay_us_sum")
+        .is_some_and(|us| *us > 0));
+}
+
+#[test]
+fn safets_options_are_checked() {
+    let cluster = |opts: &str| {
+        let topology = Topology::parse("test", crate::testkit::TOPOLOGY).unwrap();
+        let config = ProtocolConfig::parse(opts).unwrap();
+        Setup::<P2plTtc>::new(topology, &config, Procedures::new()).map(|_| ())
+    };
+    assert!(cluster(SAFETS).is_ok());
+    assert!(cluster("replica_reads=safets,safe_ts_interval_ms=5").is_ok());
+    let no_wait = cluster("replica_reads=safets,commit_wait=false").unwrap_err();
+    assert!(no_wait.contains("commit_wait"));
+    let stray = cluster("safe_ts_interval_ms=5").unwrap_err();
+    assert!(stray.contains("replica_reads=safets"));
+    assert!(cluster("replica_reads=closedts").is_err());
+    assert!(cluster("replica_reads=safets,max_versions_per_key=0").is_err());
+}

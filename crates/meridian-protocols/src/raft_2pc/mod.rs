@@ -78,6 +78,20 @@
 //! * **Raft log** compaction past 1,024 entries (Clock-SI's replicated default); timing as
 //!   in [`crate::kit::replicated`].
 //!
+//! ## Measured: `occ-raft` at 5,000 txns/s per coordinator (issue 18)
+//! Tiga Fig. 7's point (`experiments/tiga-fig7.toml` restricted to `occ-raft`, rate 5000,
+//! `meridian experiment run FILE --repeats 1`, release build, seed 1): HK committed 0 (562
+//! aborted) and 18.0 % aborted overall. Not a protocol failure: the point measures what
+//! finishes between 0.4 s and 0.9 s of a run whose load starts at 0, and an HK
+//! transaction needs at least an HK–SC round trip to execute, another to prepare and the
+//! SC leader's Raft round trip (≈ 520 ms) plus the boot backlog, so HK's first commits
+//! finished after 0.9 s; the window held only HK's earliest-ending transactions, aborts.
+//! With `warmup = "1500ms"` (the rest unchanged) HK committed
+//! 5,548 (p50 590 ms) and 11.3 % aborted overall (1,581 `conflict`: a prepared
+//! transaction held the lock at PREPARE; 722 `validation failed`); with `duration =
+//! "2500ms"` 19,786 and 11.5 %. The aborts are OCC's: its locks are held from PREPARE
+//! through the Raft round trips to the decision, longest for HK.
+//!
 //! ## Options
 //! `2pl-2pc`'s (see [`crate::two_pl::Options`]), with the test-only broken variants
 //! `unsafe_early_release` (2PL: locks released at the vote) and `unsafe_skip_validation`

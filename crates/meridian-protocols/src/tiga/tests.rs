@@ -100,9 +100,11 @@ fn sent(effects: &[NodeEffect<TigaNode>]) -> Vec<(NodeId, Msg)> {
 fn fast_replies(effects: &[NodeEffect<TigaNode>]) -> Vec<FastReply> {
     sent(effects)
         .into_iter()
-        .filter_map(|(_, m)| match m {
-            Msg::FastReply(r) => Some(FastReply::clone(&r)),
-            _ => None,
+        .flat_map(|(_, m)| match m {
+            Msg::FastReply(r) => vec![FastReply::clone(&r)],
+            // A leader's release answers in one batch per coordinator.
+            Msg::FastReplies(rs) => rs.iter().map(|r| FastReply::clone(r)).collect(),
+            _ => Vec::new(),
         })
         .collect()
 }
@@ -525,6 +527,45 @@ fn preventive_leaders_reply_only_after_agreement() {
     let e = h.deliver(200, NodeId(3), note(t.id, 1, 200, true));
     assert_eq!(fast_replies(&e).len(), 1);
     assert_eq!(h.server().state_of(t.id).unwrap().0, State::Released);
+}
+
+/// Preventive leaders pipeline like detective ones: a conflicting successor seals and
+/// executes on its predecessor's pending write while the predecessor awaits agreement, so
+/// a hot key admits more than one transaction per agreement delay (`pipeline=false`: it
+/// waits, unexecuted). Both replies still wait for agreement.
+#[test]
+fn a_preventive_leader_seals_a_successor_before_its_predecessor_agrees() {
+    let on_x = |config: &str| {
+        let (mut h, t1) = two_shard_leader(config);
+        let t2 = body(2, 210, 0, &[0, 1], "x");
+        h.deliver(20, COORD, Msg::Submit(Box::new(t2.clone())));
+        assert!(fast_replies(&h.wake(200)).is_empty(), "T1 awaits agreement");
+        let e = h.wake(210);
+        (h, t1, t2, e)
+    };
+    let (h, _, t2, e) = on_x("approach=preventive,pipeline=false");
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Queued);
+    assert!(notifies(&e).is_empty());
+    let (mut h, t1, t2, e) = on_x("approach=preventive");
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Sealed);
+    assert_eq!(notifies(&e), vec![(t2.ts, true)]);
+    assert!(fast_replies(&e).is_empty());
+    assert_eq!(
+        x_at(&h, 210).as_deref(),
+        Some("12"),
+        "ran on T1's pending write"
+    );
+    // T2 agrees first: no reply while T1, ahead of it on x, is unreleased.
+    let e = h.deliver(211, NodeId(3), note(t2.id, 1, 210, true));
+    assert!(fast_replies(&e).is_empty());
+    // T1 agrees: both answer, T2 without re-executing.
+    let e = h.deliver(212, NodeId(3), note(t1.id, 1, 200, true));
+    let replies: Vec<_> = fast_replies(&e)
+        .iter()
+        .map(|r| (r.txn, r.reexecuted))
+        .collect();
+    assert_eq!(replies, vec![(t1.id, false), (t2.id, false)]);
+    assert_eq!(h.server().state_of(t2.id).unwrap().0, State::Released);
 }
 
 #[test]
@@ -1074,6 +1115,7 @@ fn hist(
         invoke_ns,
         complete_ns,
         ops,
+        after: Vec::new(),
     }
 }
 

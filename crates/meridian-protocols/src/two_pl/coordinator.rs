@@ -15,6 +15,7 @@ use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToSer
 use crate::kit::quorum::Votes;
 use crate::kit::replicated::{self, Leaders};
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
+use crate::p2pl_ttc::safets::SafeReader;
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Outcome, Step,
 };
@@ -130,7 +131,7 @@ pub struct Coordinator {
     oldest: u64,
     /// Committed transactions not yet acknowledged by every participant (and restored from
     /// the log after a restart): the decisions a server may still ask for.
-    commits: Decisions<()>,
+    commits: Decisions<Option<Timestamp>>,
     since_checkpoint: usize,
     checkpoint_due: bool,
     /// Replicated mode: which replica of each shard is believed to lead.
@@ -142,6 +143,8 @@ pub struct Coordinator {
     /// `p2pl-ttc`: the TTC oracles, nearest first; `oracle_cursor` picks the one asked.
     oracles: Vec<NodeId>,
     oracle_cursor: usize,
+    /// `p2pl-ttc` with `replica_reads=safets`: read-only transactions at the replicas.
+    reader: Option<SafeReader>,
 }
 
 impl Coordinator {
@@ -161,16 +164,21 @@ impl Coordinator {
                 incarnation,
                 pending,
             }) => {
-                let pending = pending.iter().map(|(t, p)| (*t, (), p.clone())).collect();
+                let pending = pending
+                    .iter()
+                    .map(|(t, ts, p)| (*t, *ts, p.clone()))
+                    .collect();
                 Some((*incarnation, pending))
             }
             _ => None,
         };
         let logged = tail.iter().map(|record| match record {
             Record::Started { incarnation } => Logged::Started(*incarnation),
-            Record::Decided { txn, participants } => {
-                Logged::Decided(*txn, (), participants.clone())
-            }
+            Record::Decided {
+                txn,
+                participants,
+                commit_ts,
+            } => Logged::Decided(*txn, *commit_ts, participants.clone()),
             other => panic!("log of coordinator {id} holds {other:?}"),
         });
         let (commits, incarnation) = Decisions::recover(checkpoint, logged);
@@ -178,7 +186,13 @@ impl Coordinator {
             Some(_) => crate::kit::ttc::oracles_nearest_first(&cluster, id),
             None => Vec::new(),
         };
+        let reader = opts
+            .ttc
+            .as_ref()
+            .and_then(|ttc| ttc.safe.clone())
+            .map(|safe| SafeReader::new(safe, id, cluster.clone(), opts.max_inflight));
         Coordinator {
+            reader,
             id,
             opts,
             incarnation,
@@ -214,6 +228,13 @@ impl Coordinator {
         req: ClientRequest,
     ) {
         match req {
+            // p2pl-ttc's SafeTS: read-only one-shot transactions read at the replicas.
+            ClientRequest::OneShot(txn) if self.reader.is_some() && SafeReader::takes(&txn) => {
+                if self.validate(ctx, request, &txn) {
+                    let reader = self.reader.as_mut().expect("checked");
+                    reader.submit(ctx, request, txn);
+                }
+            }
             ClientRequest::OneShot(txn) => self.submit(ctx, request, txn),
             ClientRequest::Interactive(_) if !self.opts.interactive => {
                 let reason = AbortReason::Unsupported(
@@ -239,6 +260,12 @@ impl Coordinator {
         {
             self.on_oracle_ts(ctx, txn, Timestamp::new(high_ns, oracle));
             return self.settle(ctx);
+        }
+        if let Msg::Safe(msg) = msg {
+            if let Some(reader) = &mut self.reader {
+                reader.on_message(ctx, msg);
+            }
+            return;
         }
         let Msg::ToCoord(body) = msg else {
             panic!(
@@ -269,6 +296,11 @@ impl Coordinator {
         match timer {
             Timer::Txn(txn) => self.tick(ctx, txn),
             Timer::Commit(txn) => self.commit_tick(ctx, txn),
+            Timer::SafeRead(request) => {
+                if let Some(reader) = &mut self.reader {
+                    reader.on_timer(ctx, request);
+                }
+            }
             other => panic!("coordinator {} fired a server timer {other:?}", self.id),
         }
         self.settle(ctx);
@@ -276,13 +308,23 @@ impl Coordinator {
 
     // ---- submission and the execution phase --------------------------------------------
 
-    fn submit(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: Txn) {
+    /// Refuses (answering the client) a malformed transaction.
+    fn validate(&self, ctx: &mut Cx<'_>, request: RequestId, txn: &Txn) -> bool {
         if let Err(e) = txn.validate(self.cluster.shard_count()) {
-            return ctx.respond(request, aborted(AbortReason::Invalid(e.to_string())));
+            ctx.respond(request, aborted(AbortReason::Invalid(e.to_string())));
+            return false;
         }
         if txn.pieces.len() > usize::from(u16::MAX) {
             let why = format!("{} pieces (at most {})", txn.pieces.len(), u16::MAX);
-            return ctx.respond(request, aborted(AbortReason::Invalid(why)));
+            ctx.respond(request, aborted(AbortReason::Invalid(why)));
+            return false;
+        }
+        true
+    }
+
+    fn submit(&mut self, ctx: &mut Cx<'_>, request: RequestId, txn: Txn) {
+        if !self.validate(ctx, request, &txn) {
+            return;
         }
         if let Some(id) = self.open(ctx, request, txn, None) {
             self.dispatch(ctx, id);
@@ -756,9 +798,10 @@ impl Coordinator {
             Record::Decided {
                 txn: id,
                 participants: participants.clone(),
+                commit_ts,
             },
         );
-        self.commits.decide(id, (), participants);
+        self.commits.decide(id, commit_ts, participants);
         self.send_commits(ctx, id, self.opts.retry_ns);
         // An interactive client had its reads one by one; a one-shot one gets them all.
         let results = match t.session {
@@ -781,8 +824,9 @@ impl Coordinator {
     /// Sends COMMIT to the participants that have not acknowledged and arms the retry.
     fn send_commits(&mut self, ctx: &mut Cx<'_>, id: TxnId, retry_after_ns: u64) {
         let horizon = self.horizon();
+        let commit_ts = self.commits.decision(id).copied().flatten();
         for &node in self.commits.waiting(id) {
-            let body = ToServer::Commit { txn: id };
+            let body = ToServer::Commit { txn: id, commit_ts };
             let to = self.leaders.route(&self.cluster, node);
             ctx.send(to, Msg::ToServer { horizon, body });
         }
@@ -801,7 +845,9 @@ impl Coordinator {
     /// transactions of earlier incarnations that were lost in a crash.
     fn on_query(&mut self, ctx: &mut Cx<'_>, from: NodeId, id: TxnId) {
         match self.commits.inquiry(id, self.txns.contains_key(&id)) {
-            Inquiry::Commit(()) => self.send_server(ctx, from, ToServer::Commit { txn: id }),
+            Inquiry::Commit(&commit_ts) => {
+                self.send_server(ctx, from, ToServer::Commit { txn: id, commit_ts })
+            }
             Inquiry::PresumedAbort => self.send_server(ctx, from, ToServer::Abort { txn: id }),
             Inquiry::Undecided => {}
         }
@@ -994,12 +1040,7 @@ impl Coordinator {
         if !self.checkpoint_due {
             return;
         }
-        let pending: Vec<(TxnId, Vec<NodeId>)> = self
-            .commits
-            .checkpoint()
-            .into_iter()
-            .map(|(txn, (), waiting)| (txn, waiting))
-            .collect();
+        let pending = self.commits.checkpoint();
         let incarnation = self.incarnation;
         ctx.checkpoint(Record::CoordCheckpoint {
             incarnation,

@@ -103,6 +103,7 @@ pub use locks::{LockMode, Policy};
 pub use occ::Concurrency;
 pub use options::{Options, Ttc, OPTIONS, P2PL_TTC_OPTIONS};
 pub use server::Server;
+pub(crate) use wire::Cx;
 pub use wire::{
     Age, Finished, LocalCommit, LocalOutcome, Msg, PieceRun, PreparedTxn, Record, ServerSnapshot,
     Timer, ToCoord, ToServer,
@@ -126,6 +127,8 @@ pub enum TwoPlNode {
     Coordinator(Box<Coordinator>),
     /// `p2pl-ttc`'s TTC oracle (`crate::p2pl_ttc`): answers `GetTs` with `T_high`.
     Oracle(OracleClock),
+    /// `p2pl-ttc` with `replica_reads=safets`: a read replica (`crate::p2pl_ttc::safets`).
+    SafeReplica(Box<crate::p2pl_ttc::safets::SafeReplica>),
     /// A replica that is not its shard's initial leader, or a service: does nothing.
     Inert,
 }
@@ -195,24 +198,22 @@ impl Node for TwoPlNode {
         match self {
             TwoPlNode::Server(s) => s.on_start(ctx),
             TwoPlNode::Coordinator(c) => c.on_start(ctx),
+            TwoPlNode::SafeReplica(r) => r.on_start(ctx),
             TwoPlNode::Oracle(_) | TwoPlNode::Inert => {}
         }
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, Self>, from: NodeId, msg: Msg) {
         match self {
-            TwoPlNode::Server(s) => s.on_message(ctx, msg),
+            TwoPlNode::Server(s) => match msg {
+                Msg::Safe(msg) => s.on_safe(ctx, from, msg),
+                msg => s.on_message(ctx, msg),
+            },
             TwoPlNode::Coordinator(c) => c.on_message(ctx, from, msg),
-            TwoPlNode::Oracle(o) => {
-                if let Msg::GetTs { txn } = msg {
-                    let high_ns = o.stamp(ctx.now_ns());
-                    let oracle = o.index;
-                    let reply = Msg::OracleTs {
-                        txn,
-                        high_ns,
-                        oracle,
-                    };
-                    ctx.send(from, reply);
+            TwoPlNode::Oracle(o) => crate::p2pl_ttc::answer_oracle(o, ctx, from, msg),
+            TwoPlNode::SafeReplica(r) => {
+                if let Msg::Safe(msg) = msg {
+                    r.on_message(ctx, from, msg);
                 }
             }
             TwoPlNode::Inert => {}
@@ -223,6 +224,7 @@ impl Node for TwoPlNode {
         match self {
             TwoPlNode::Server(s) => s.on_timer(ctx, timer),
             TwoPlNode::Coordinator(c) => c.on_timer(ctx, timer),
+            TwoPlNode::SafeReplica(r) => r.on_timer(ctx, timer),
             TwoPlNode::Oracle(_) | TwoPlNode::Inert => {}
         }
     }

@@ -20,9 +20,18 @@ pub const OPTIONS: [&str; 10] = [
 ];
 
 /// `p2pl-ttc`'s options: 2PL's, and the TTC commit timestamps' (see `crate::p2pl_ttc`).
-pub const P2PL_TTC_OPTIONS: [&str; 13] = {
-    let ttc = ["commit_wait", "epsilon_us", "drift_ppm"];
-    let mut all = [""; 13];
+pub const P2PL_TTC_OPTIONS: [&str; 18] = {
+    let ttc = [
+        "commit_wait",
+        "epsilon_us",
+        "drift_ppm",
+        "replica_reads",
+        "safe_ts_interval_ms",
+        "max_versions_per_key",
+        "max_held_reads",
+        "unsafe_serve_above_safe",
+    ];
+    let mut all = [""; 18];
     let mut i = 0;
     while i < all.len() {
         all[i] = if i < OPTIONS.len() {
@@ -48,6 +57,8 @@ pub struct Ttc {
     /// every participant's locks, until true time has passed the commit timestamp. K2's
     /// §7.3 runs turned it off "for a fair performance comparison".
     pub commit_wait: bool,
+    /// SafeTS replica reads (`replica_reads=safets`; off by default).
+    pub safe: Option<crate::p2pl_ttc::safets::SafeTs>,
 }
 
 impl Ttc {

@@ -10,10 +10,11 @@ use super::wire::{
     Age, Cx, Finished, LocalCommit, LocalOutcome, Msg, PieceRun, PreparedTxn, Record,
     ServerSnapshot, Timer, ToCoord, ToServer,
 };
+use crate::p2pl_ttc::safets::{SafeMsg, SafePrimary};
 use meridian_core::txn::{
     execute_piece, AbortReason, KvAccess, PieceBody, PieceResult, Procedures,
 };
-use meridian_core::{Key, NodeId, TimerId, TxnId, Value};
+use meridian_core::{Key, NodeId, TimerId, Timestamp, TxnId, Value};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -105,6 +106,8 @@ pub struct Server {
     wakeups: VecDeque<TxnId>,
     since_checkpoint: usize,
     checkpoint_due: bool,
+    /// `p2pl-ttc` with `replica_reads=safets`: the versions, `t_safe` and replication.
+    safe: Option<Box<SafePrimary>>,
 }
 
 /// The transaction's view while a piece runs: its own buffered writes over the committed
@@ -275,6 +278,17 @@ impl Server {
         procedures: Arc<Procedures>,
         records: &[Record],
     ) -> Server {
+        Server::restore_with(id, opts, procedures, records, None)
+    }
+
+    /// [`Server::restore`], with `p2pl-ttc`'s SafeTS state rebuilt from the records too.
+    pub(crate) fn restore_with(
+        id: NodeId,
+        opts: Options,
+        procedures: Arc<Procedures>,
+        records: &[Record],
+        safe: Option<SafePrimary>,
+    ) -> Server {
         let mut server = Server {
             id,
             incarnation: 0,
@@ -296,6 +310,7 @@ impl Server {
             wakeups: VecDeque::new(),
             since_checkpoint: 0,
             checkpoint_due: false,
+            safe: safe.map(Box::new),
         };
         let (checkpoint_record, tail) = crate::kit::log::latest_checkpoint(records, |r| {
             matches!(r, Record::ServerCheckpoint(_))
@@ -313,6 +328,9 @@ impl Server {
             server.incarnation += 1;
         }
         for p in prepared.into_values() {
+            if let Some(safe) = &mut server.safe {
+                safe.revived(p.age.txn);
+            }
             server.revive(p);
         }
         server
@@ -321,6 +339,14 @@ impl Server {
     fn load(&mut self, snapshot: &ServerSnapshot, prepared: &mut BTreeMap<TxnId, PreparedTxn>) {
         self.store = snapshot.store.iter().cloned().collect();
         self.versions.load(&snapshot.versions);
+        if let Some(safe) = &mut self.safe {
+            // Only each key's newest version survives a checkpoint.
+            for (key, ts) in &snapshot.stamps {
+                if let Some(value) = self.store.get(key) {
+                    safe.recovered(key.clone(), *ts, value.clone(), false);
+                }
+            }
+        }
         for (txn, f) in &snapshot.finished {
             self.insert_finished(*txn, f.clone());
         }
@@ -344,16 +370,26 @@ impl Server {
             Record::Committed {
                 txn,
                 local: Some(local),
+                ..
             } => {
                 self.store.extend(local.writes.iter().cloned());
                 self.versions.bump(&local.writes);
                 let results = Some(local.results.clone());
                 self.insert_finished(*txn, Finished::Committed { results });
             }
-            Record::Committed { txn, local: None } => {
+            Record::Committed {
+                txn,
+                local: None,
+                commit_ts,
+            } => {
                 let p = prepared
                     .remove(txn)
                     .unwrap_or_else(|| panic!("log of {}: {txn} committed unprepared", self.id));
+                if let (Some(safe), Some(ts)) = (&mut self.safe, commit_ts) {
+                    for (key, value) in &p.writes {
+                        safe.recovered(key.clone(), *ts, value.clone(), true);
+                    }
+                }
                 self.versions.bump(&p.writes);
                 self.store.extend(p.writes);
                 self.insert_finished(*txn, Finished::Committed { results: None });
@@ -398,6 +434,9 @@ impl Server {
     pub(crate) fn on_start(&mut self, ctx: &mut Cx<'_>) {
         let incarnation = self.incarnation;
         self.persist(ctx, Record::Started { incarnation });
+        if let Some(safe) = &mut self.safe {
+            safe.on_start(ctx);
+        }
         let mut prepared: Vec<TxnId> = self.txns.keys().copied().collect();
         prepared.sort_unstable();
         for txn in prepared {
@@ -432,14 +471,24 @@ impl Server {
                 incarnation,
                 pieces,
             } => self.on_prepare(ctx, txn, incarnation, &pieces),
-            ToServer::Commit { txn } => self.on_commit(ctx, txn),
+            ToServer::Commit { txn, commit_ts } => self.on_commit(ctx, txn, commit_ts),
             ToServer::Abort { txn } => self.on_abort(ctx, txn),
             ToServer::Resolve { txn } => self.on_resolve(ctx, txn),
         }
         self.settle(ctx);
     }
 
+    /// SafeTS: `T_earliest`, pulls and replica reads (see `crate::p2pl_ttc::safets`).
+    pub(crate) fn on_safe(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: SafeMsg) {
+        if let Some(safe) = &mut self.safe {
+            safe.on_message(ctx, from, msg);
+        }
+    }
+
     pub(crate) fn on_timer(&mut self, ctx: &mut Cx<'_>, timer: Timer) {
+        if let (Timer::SafeTick, Some(safe)) = (&timer, &mut self.safe) {
+            return safe.on_tick(ctx);
+        }
         let Timer::Server(txn) = timer else {
             panic!("server {} fired a coordinator timer {timer:?}", self.id);
         };
@@ -724,6 +773,7 @@ impl Server {
             Record::Committed {
                 txn,
                 local: Some(local),
+                commit_ts: None,
             },
         );
         self.release_all(txn, t.held.keys());
@@ -803,6 +853,9 @@ impl Server {
         // Write-ahead: the vote promises to commit even after a crash.
         ctx.persist(Record::Prepared(record));
         t.prepared = true;
+        if let Some(safe) = &mut self.safe {
+            safe.prepared(txn);
+        }
         if let Some(timer) = t.timer.take() {
             ctx.cancel_timer(timer);
         }
@@ -820,7 +873,7 @@ impl Server {
         }
     }
 
-    fn on_commit(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+    fn on_commit(&mut self, ctx: &mut Cx<'_>, txn: TxnId, commit_ts: Option<Timestamp>) {
         match self.txns.get(&txn) {
             Some(t) => {
                 assert!(
@@ -828,7 +881,7 @@ impl Server {
                     "COMMIT of {txn}, which {} never prepared",
                     self.id
                 );
-                self.commit_prepared(ctx, txn);
+                self.commit_prepared(ctx, txn, commit_ts);
             }
             None => assert!(
                 matches!(self.finished.get(&txn), Some(Finished::Committed { .. }))
@@ -840,14 +893,23 @@ impl Server {
         self.reply(ctx, txn, ToCoord::CommitAck { txn });
     }
 
-    fn commit_prepared(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+    fn commit_prepared(&mut self, ctx: &mut Cx<'_>, txn: TxnId, commit_ts: Option<Timestamp>) {
         let mut t = self
             .txns
             .remove(&txn)
             .expect("committing a live transaction");
         self.versions.bump(t.writes.as_slice());
+        if let Some(safe) = &mut self.safe {
+            let ts = commit_ts.expect("p2pl-ttc commits name their timestamp");
+            safe.committed(ctx, txn, ts, t.writes.as_slice());
+        }
         self.store.extend(t.writes.drain());
-        self.persist(ctx, Record::Committed { txn, local: None });
+        let record = Record::Committed {
+            txn,
+            local: None,
+            commit_ts,
+        };
+        self.persist(ctx, record);
         self.release_all(txn, t.held.keys());
         if let Some(timer) = t.timer {
             ctx.cancel_timer(timer);
@@ -905,6 +967,9 @@ impl Server {
         }
         // A prepared abort must survive a restart (else the restart would revive it); a
         // one-round abort too, since its coordinator reports it to the client as final.
+        if let Some(safe) = &mut self.safe {
+            safe.decided(txn);
+        }
         if t.prepared || (t.one_round && !self.below_horizon(txn)) {
             let reason = reason.clone();
             self.persist(ctx, Record::Aborted { txn, reason });
@@ -1044,6 +1109,7 @@ impl Server {
             horizons: self.coords.iter().filter_map(|c| c.horizon).collect(),
             incarnation: self.incarnation,
             versions: self.versions.snapshot(),
+            stamps: self.safe.as_ref().map_or_else(Vec::new, |s| s.stamps()),
         }
     }
 }

@@ -819,3 +819,37 @@ fn non_coordinators_refuse_client_requests() {
         [meridian_core::Effect::Respond { .. }]
     ));
 }
+
+/// Durable records read back through the runtime's codec (postcard, not self-describing):
+/// a field skipped when empty or `None` would shift the fields after it. Once that lost
+/// every 2pl-2pc record across a restart.
+#[test]
+fn records_read_back_through_the_runtimes_codec() {
+    use super::wire::{Record, ServerSnapshot};
+    use meridian_core::txn::{Key, Value};
+    let txn = meridian_core::TxnId {
+        coordinator: NodeId(3),
+        seq: 7,
+    };
+    let snapshot = ServerSnapshot {
+        store: vec![(Key::from("x"), Value::from("1"))],
+        prepared: Vec::new(),
+        finished: Vec::new(),
+        horizons: vec![txn],
+        incarnation: 2,
+        versions: Vec::new(),
+        stamps: Vec::new(),
+    };
+    let records = [
+        Record::Committed {
+            txn,
+            local: None,
+            commit_ts: None,
+        },
+        Record::ServerCheckpoint(Box::new(snapshot)),
+        Record::Started { incarnation: 4 },
+    ];
+    let bytes = postcard::to_allocvec(&records[..]).unwrap();
+    let back: Vec<Record> = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(back, records);
+}

@@ -3,10 +3,11 @@
 
 use super::locks::LockMode;
 use crate::kit::primary_backup::{PbMsg, PbRecord};
+use crate::p2pl_ttc::safets::SafeMsg;
 use crate::raft_group::{RaftMsg, RaftRecord};
 use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Key, Piece, PieceResult, Value};
-use meridian_core::{NodeId, TxnId};
+use meridian_core::{NodeId, RequestId, Timestamp, TxnId};
 use serde::{Deserialize, Serialize};
 
 /// The context every handler of this protocol receives.
@@ -51,6 +52,8 @@ pub enum Msg {
     },
     /// `2pl-pb`: replication and promotion between a shard's replicas and coordinators.
     Pb(PbMsg),
+    /// `p2pl-ttc` with `replica_reads=safets`: replication, `T_earliest`, replica reads.
+    Safe(SafeMsg),
 }
 
 /// What a coordinator asks of a server.
@@ -71,8 +74,12 @@ pub enum ToServer {
         incarnation: u32,
         pieces: Vec<u16>,
     },
-    /// The decision: commit (also the answer to a `Query`).
-    Commit { txn: TxnId },
+    /// The decision: commit (also the answer to a `Query`); `p2pl-ttc` names the commit
+    /// timestamp (SafeTS versions the writes by it).
+    Commit {
+        txn: TxnId,
+        commit_ts: Option<Timestamp>,
+    },
     /// The decision: abort (also the presumed-abort answer to a `Query`).
     Abort { txn: TxnId },
     /// A single-shard transaction timed out at its coordinator: abort it unless it already
@@ -134,7 +141,7 @@ impl Msg {
             Msg::ToServer { body, .. } => match body {
                 ToServer::Execute { txn, .. }
                 | ToServer::Prepare { txn, .. }
-                | ToServer::Commit { txn }
+                | ToServer::Commit { txn, .. }
                 | ToServer::Abort { txn }
                 | ToServer::Resolve { txn } => *txn,
             },
@@ -148,7 +155,7 @@ impl Msg {
                 | ToCoord::NotLeader { txn, .. } => *txn,
             },
             Msg::GetTs { txn } | Msg::OracleTs { txn, .. } => *txn,
-            Msg::Raft(_) | Msg::Pb(_) => return None,
+            Msg::Raft(_) | Msg::Pb(_) | Msg::Safe(_) => return None,
         };
         Some(txn)
     }
@@ -176,6 +183,7 @@ impl Msg {
             Msg::GetTs { .. } => "get-ts",
             Msg::OracleTs { .. } => "oracle-ts",
             Msg::Pb(_) => "pb",
+            Msg::Safe(_) => "safe",
         }
     }
 }
@@ -193,6 +201,10 @@ pub enum Timer {
     RaftTick,
     /// `2pl-raft`: a timer the server set during leadership `epoch` of its member.
     Led { epoch: u64, timer: Box<Timer> },
+    /// SafeTS: a primary asks its oracle and answers pulls; a replica checks its pull.
+    SafeTick,
+    /// SafeTS: a coordinator resends or times out a read-only transaction.
+    SafeRead(RequestId),
 }
 
 /// A transaction a server has prepared: everything it needs to commit after a crash.
@@ -236,9 +248,12 @@ pub struct ServerSnapshot {
     pub horizons: Vec<TxnId>,
     /// The server's incarnation when the snapshot was taken.
     pub incarnation: u32,
-    /// OCC: every key's version (absent under locking, so 2PL's records are unchanged).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// OCC: every key's version (empty under locking). Never skipped when empty: the
+    /// runtime stores records with postcard, which is not self-describing, so a skipped
+    /// field would shift every field after it when the record is read back.
     pub versions: Vec<(Key, u64)>,
+    /// SafeTS: the commit timestamp of every key's value (empty otherwise).
+    pub stamps: Vec<(Key, Timestamp)>,
 }
 
 /// A durable record. Servers write `Prepared`, `Committed`, `Aborted`, `ServerCheckpoint` and
@@ -251,6 +266,9 @@ pub enum Record {
     Committed {
         txn: TxnId,
         local: Option<LocalCommit>,
+        /// `p2pl-ttc`: the commit timestamp (SafeTS rebuilds its versions from it).
+        /// Always written (postcard: see [`ServerSnapshot::versions`]).
+        commit_ts: Option<Timestamp>,
     },
     /// Un-prepares a prepared transaction, or pins a one-round abort (so a late duplicate of
     /// its EXECUTE cannot commit it after a restart).
@@ -268,11 +286,14 @@ pub enum Record {
     Decided {
         txn: TxnId,
         participants: Vec<NodeId>,
+        /// `p2pl-ttc`: the commit timestamp, resent with COMMIT. Always written (postcard).
+        commit_ts: Option<Timestamp>,
     },
-    /// A coordinator's state at one point: its incarnation and the commits still unacknowledged.
+    /// A coordinator's state at one point: its incarnation and the commits still
+    /// unacknowledged (with their commit timestamps, `p2pl-ttc`).
     CoordCheckpoint {
         incarnation: u32,
-        pending: Vec<(TxnId, Vec<NodeId>)>,
+        pending: Vec<(TxnId, Option<Timestamp>, Vec<NodeId>)>,
     },
     /// `2pl-raft`: a replica's Raft log and hard state (the server's records travel inside
     /// its entries).
