@@ -86,17 +86,23 @@
 //!   a result ⌈f/2⌉ + 1 records share (d) stands unless it is PREPARE-OK, which is validated
 //!   again at the leader after R's PREPARE-OKs were prepared; the rest (u) are validated again.
 //!   Every merged result is finalized in the master record.
-//! * **Commits before the merge.** IR's merge runs Sync over the records' inconsistent
-//!   operations (Commit, Abort) before TAPIR's Merge re-validates anything, so the leader's
-//!   store holds every commit any record holds. Here the records name finished transactions
-//!   without their writes, so a leader that has not applied a commit some merged record names
-//!   does not merge: it waits in the view change, where Commit and Abort are applied (they are
-//!   decisions already taken; every other request is still refused), and merges as soon as the
-//!   missing COMMITs arrive (coordinators resend them until every replica acknowledged), or
-//!   the view-change timer passes leadership on. Without this, a replica that was down while a
-//!   transaction committed led the view change on its restart and re-validated another
-//!   transaction's stale read of the same key as PREPARE-OK (seed 20 of the serializable
-//!   swarm lost a committed append so; `tests.rs` replays the interleaving).
+//! * **Commits in the records.** IR's Sync applies the records' inconsistent operations;
+//!   here each replica keeps its latest `commits_in_record` commits (default 8192) with their
+//!   arguments (transaction, timestamp, reads and writes: a committed read bars later writes
+//!   below it) and ships them, with the ids of its latest 16 Ki finished transactions, in
+//!   its record. The leader applies (and logs) every commit the received records carry
+//!   before it merges, and ships its own window in START-VIEW, where every replica applies
+//!   the ones it lacks before TAPIR's Sync. Past the window a record names a commit by id
+//!   only: a leader that lacks one does not merge, and a replica that lacks one after
+//!   START-VIEW does not return to normal, until its COMMIT arrives (the coordinators resend
+//!   COMMIT until every replica acknowledged; Commit and Abort are applied during a view
+//!   change, every other request is refused); a replica waiting so after START-VIEW starts no
+//!   new view. A replica remembers 64 Ki finished ids, four times what a record names, so one
+//!   applied long ago is not taken for one missed. Without this, a leader that was down
+//!   while a transaction committed re-validated another transaction's stale read of the key
+//!   as PREPARE-OK (seed 20 of the serializable swarm lost a committed append so), and a
+//!   replica that was down returned to normal with a stale store and later, leading a view
+//!   alone on it, did the same (seed 155); `tests.rs` replays both.
 //! * **Sync keeps what is committing.** A replica that holds PREPARE-OK for a transaction the
 //!   master record names committed, and has not applied its COMMIT yet, keeps it prepared (the
 //!   master record may hold no entry for it once the merged replicas applied the commit);
@@ -206,7 +212,7 @@ pub use occ::OccState;
 pub use options::{Options, OPTIONS};
 pub use replica::Replica;
 pub use wire::{
-    CommitDecision, IrRecord, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote,
+    CommitDecision, CommitOp, IrRecord, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote,
 };
 
 use meridian_core::node::{Ctx, Setup};

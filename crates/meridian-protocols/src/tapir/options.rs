@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 12] = [
+pub const OPTIONS: [&str; 13] = [
     "strict",
     "unsafe_skip_slow_path_validation",
     "retry_ms",
@@ -17,6 +17,7 @@ pub const OPTIONS: [&str; 12] = [
     "versions_kept",
     "checkpoint_every",
     "view_change_ms",
+    "commits_in_record",
 ];
 
 /// Parsed options. Durations default to multiples of the topology's largest round trip.
@@ -58,6 +59,11 @@ pub struct Options {
     /// default 4 × the largest RTT, at least 10 ms: the change itself takes one round trip
     /// between replicas of a shard).
     pub view_change_ns: u64,
+    /// The latest commits a replica keeps with their arguments and ships in its IR record
+    /// (`commits_in_record`; 8192; 0 ships ids only): a replica that missed one of them
+    /// applies it from a view change's records; one that missed an older commit waits for
+    /// its COMMIT before it returns to normal (see `view_change.rs`).
+    pub commits_in_record: usize,
 }
 
 impl Options {
@@ -91,6 +97,7 @@ impl Options {
             versions_kept: count(config, "versions_kept", 8usize)?,
             checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
             view_change_ns: ms_to_ns(view_change_ms),
+            commits_in_record: config.get("commits_in_record", 8192usize)?,
         })
     }
 

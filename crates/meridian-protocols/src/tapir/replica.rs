@@ -6,13 +6,22 @@
 use super::occ::OccState;
 use super::options::Options;
 use super::view_change::{Status, ViewChange};
-use super::wire::{Cx, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote};
+use super::wire::{
+    CommitOp, Cx, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote,
+};
 use crate::kit::log::latest_checkpoint;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use std::collections::{BTreeMap, VecDeque};
 
-/// How many finished transactions a replica remembers (to ignore late PREPAREs of them).
+/// How many finished transactions a replica remembers (to ignore late PREPAREs of them, and
+/// to tell which commits a view change's records name that it has not applied).
 const FINISHED_KEPT: usize = 1 << 16;
+
+/// How many of the latest finished transactions an IR record names. A quarter of what a
+/// replica remembers, so that a commit some record names and a replica no longer remembers
+/// would take it 48 Ki more finished transactions than the record's sender: one it applied
+/// long ago is never taken for one it missed.
+pub(super) const FINISHED_SHIPPED: usize = FINISHED_KEPT / 4;
 
 /// One replica of one shard.
 #[derive(Debug)]
@@ -25,6 +34,9 @@ pub struct Replica {
     /// Finished transactions (committed?), oldest first, bounded by [`FINISHED_KEPT`].
     pub(super) finished: VecDeque<(TxnId, bool)>,
     pub(super) finished_set: rustc_hash::FxHashMap<TxnId, bool>,
+    /// The latest commits applied, with their arguments, oldest first; at most
+    /// `commits_in_record` (the IR record's Commit operations a view change ships).
+    pub(super) commits: VecDeque<CommitOp>,
     /// Local time an entry was last touched, for QUERY (not durable: restarts reset it).
     pub(super) touched_ns: BTreeMap<TxnId, u64>,
     pub(super) since_checkpoint: usize,
@@ -51,6 +63,7 @@ impl Replica {
             entries: BTreeMap::new(),
             finished: VecDeque::new(),
             finished_set: Default::default(),
+            commits: VecDeque::new(),
             touched_ns: BTreeMap::new(),
             since_checkpoint: 0,
             vc: ViewChange::default(),
@@ -79,6 +92,7 @@ impl Replica {
         for &(txn, committed) in &snapshot.finished {
             self.finish(txn, committed);
         }
+        self.commits = snapshot.commits.iter().cloned().collect();
     }
 
     fn replay(&mut self, record: &Record) {
@@ -150,10 +164,10 @@ impl Replica {
             // Commit and Abort are decisions already taken: applied in any status, so that a
             // replica catches up on the commits a view change's leader must have applied
             // (`view_change.rs`, `try_merge`).
-            msg @ (Msg::Commit { .. } | Msg::Abort { .. }) => {
+            msg @ (Msg::Commit { txn, .. } | Msg::Abort { txn }) => {
                 self.on_request(ctx, from, msg);
                 if self.vc.status != Status::Normal {
-                    self.try_merge(ctx);
+                    self.on_commit_in_view_change(ctx, txn);
                 }
             }
             // IR: a replica in a view change (or recovering) processes no other request; the
@@ -197,17 +211,7 @@ impl Replica {
                 view,
             } => self.on_finalize(ctx, from, txn, attempt, vote, view),
             Msg::Commit { txn, ts, part } => {
-                if !self.finished_set.contains_key(&txn) {
-                    self.persist(
-                        ctx,
-                        Record::Committed {
-                            txn,
-                            ts,
-                            part: part.clone(),
-                        },
-                    );
-                    self.apply_commit(txn, ts, &part);
-                }
+                self.commit_once(ctx, CommitOp { txn, ts, part });
                 ctx.send(from, Msg::CommitAck { txn });
             }
             Msg::Abort { txn } => {
@@ -353,11 +357,35 @@ impl Replica {
         }
     }
 
+    /// IR's inconsistent operation Commit, from a COMMIT or a view change's records: logged
+    /// and applied unless `txn` already finished here. Whether it was new.
+    pub(super) fn commit_once(&mut self, ctx: &mut Cx<'_>, op: CommitOp) -> bool {
+        if self.finished_set.contains_key(&op.txn) {
+            return false;
+        }
+        let (txn, ts) = (op.txn, op.ts);
+        self.apply_commit(txn, ts, &op.part);
+        let part = op.part;
+        self.persist(ctx, Record::Committed { txn, ts, part });
+        true
+    }
+
     pub(super) fn apply_commit(&mut self, txn: TxnId, ts: Timestamp, part: &ShardTxn) {
         self.occ.commit(txn, ts, part, self.opts.versions_kept);
         self.entries.remove(&txn);
         self.touched_ns.remove(&txn);
         self.finish(txn, true);
+        if self.opts.commits_in_record > 0 {
+            let op = CommitOp {
+                txn,
+                ts,
+                part: part.clone(),
+            };
+            self.commits.push_back(op);
+        }
+        while self.commits.len() > self.opts.commits_in_record {
+            self.commits.pop_front();
+        }
     }
 
     pub(super) fn apply_abort(&mut self, txn: TxnId) {
@@ -399,6 +427,7 @@ impl Replica {
             occ: self.occ.clone(),
             entries,
             finished: self.finished.iter().copied().collect(),
+            commits: self.commits.iter().cloned().collect(),
         };
         ctx.checkpoint(Record::ReplicaCheckpoint(Box::new(snapshot)));
         self.since_checkpoint = 0;

@@ -259,14 +259,25 @@ fn a_restarted_replica_rejoins_by_a_view_change_then_joins_fast_quorums() {
 }
 
 /// Issue 18, seed 20 of the serializable swarm: a replica that was down while a transaction
-/// committed restarts and leads the view change. Its store lacks that commit, so the merge
+/// committed restarts and leads the view change. Its store lacked that commit, so the merge
 /// re-validated a stale read of a second transaction (which only one record held, voted
 /// ABORT) as PREPARE-OK, and the second transaction committed over the first one's append.
-/// The leader must first apply every commit the records name.
+/// The leader must first apply every commit the records name: from the records (which carry
+/// the latest commits' arguments), or, past that window (`commits_in_record=0`), by waiting
+/// for the COMMIT.
 #[test]
 fn a_leader_that_missed_a_commit_does_not_revalidate_against_its_stale_store() {
+    for (options, counter) in [
+        ("", "tapir_commits_applied_from_records"),
+        ("commits_in_record=0", "tapir_merge_waits_for_commits"),
+    ] {
+        leader_missed_a_commit(options, counter);
+    }
+}
+
+fn leader_missed_a_commit(options: &str, counter: &str) {
     use meridian_core::txn::{ClientRequest, ClientResponse, Rmw, Step};
-    let mut d = driver("");
+    let mut d = driver(options);
     let x = d.key_on(0, "x");
     let b = d.cluster.replicas(ShardId(0))[1];
     // The second transaction reads x (version zero) first.
@@ -286,13 +297,67 @@ fn a_leader_that_missed_a_commit_does_not_revalidate_against_its_stale_store() {
     d.restart(b);
     assert!(d.run_until_answered(&[commit], 20_000 * MS));
     assert!(replica(&d, b).is_normal());
-    assert!(d.counters["tapir_merge_waits_for_commits"] > 0);
+    assert!(d.counters.get(counter).copied().unwrap_or(0) > 0, "{options}");
     let outcome = d.outcome(commit).cloned();
     assert!(
         matches!(outcome, Some(Outcome::Aborted { .. })),
-        "{outcome:?}"
+        "{options}: {outcome:?}"
     );
     let read = d.begin(0, None);
     let value = d.get(0, read, &x);
-    assert_eq!(value, ClientResponse::Read(Some(encode_int(1))));
+    assert_eq!(value, ClientResponse::Read(Some(encode_int(1))), "{options}");
+}
+
+/// C is down while an append to `x` commits at A and B, and every COMMIT to C is held; then C
+/// restarts and rejoins through view 1 (led by B). Returns the driver and C.
+fn restart_after_a_missed_commit(options: &str) -> (Driver, NodeId, Key) {
+    let mut d = driver(options);
+    let x = d.key_on(0, "x");
+    let c = d.cluster.replicas(ShardId(0))[2];
+    d.hold(move |_, to, m| to == c && matches!(m, Msg::Commit { .. }));
+    d.crash(c);
+    let append = one_piece(
+        0,
+        vec![Op::Append(x.clone(), Operand::Literal(encode_int(1)))],
+    );
+    assert_eq!(path(&run(&mut d, 0, append)), CommitPath::Slow);
+    d.run_for(100 * MS);
+    d.restart(c);
+    d.run_for(3_000 * MS);
+    (d, c, x)
+}
+
+/// Issue 18, seed 155 of the serializable swarm: a replica down while a transaction committed
+/// rejoined through a view change whose master record named that commit by id only, so it
+/// returned to normal with a stale store (and later, leading a view on that store alone,
+/// re-validated another transaction's stale read as PREPARE-OK). The records carry the
+/// commits with their arguments (IR's Sync): C applies the one it missed from the master
+/// record, with no COMMIT reaching it.
+#[test]
+fn a_replica_that_missed_a_commit_applies_it_from_the_view_change_records() {
+    let (d, c, x) = restart_after_a_missed_commit("");
+    let rejoined = replica(&d, c);
+    assert!(rejoined.is_normal());
+    assert_ne!(
+        rejoined.occ.read(&x).1,
+        meridian_core::Timestamp::ZERO,
+        "normal again, C's store holds the append it missed"
+    );
+    assert!(d.counters["tapir_commits_applied_from_records"] > 0);
+}
+
+/// Past the window of commits a record carries (here none), a record names a commit by id
+/// only: C adopts the START-VIEW but stays out of service until the COMMIT itself arrives.
+#[test]
+fn a_commit_named_by_id_only_keeps_the_replica_out_until_its_commit_arrives() {
+    let (mut d, c, x) = restart_after_a_missed_commit("commits_in_record=0");
+    assert!(!replica(&d, c).is_normal(), "stale store: not normal");
+    assert_eq!(replica(&d, c).occ.read(&x).1, meridian_core::Timestamp::ZERO);
+    assert!(d.counters["tapir_start_view_waits_for_commits"] > 0);
+    // It waits without starting view after view (the others stay in view 1).
+    assert_eq!(d.counters["tapir_view_changes"], 1);
+    d.release_held();
+    d.run_for(1_000 * MS);
+    assert!(replica(&d, c).is_normal());
+    assert_ne!(replica(&d, c).occ.read(&x).1, meridian_core::Timestamp::ZERO);
 }

@@ -14,10 +14,10 @@
 //! the PREPARE-OKs it holds of transactions the master names committed whose COMMIT it has not
 //! applied yet), logs it as a checkpoint, and returns to normal in the new view.
 
-use super::replica::Replica;
+use super::replica::{Replica, FINISHED_SHIPPED};
 use super::wire::{Cx, IrRecord, Msg, Record, RecordEntry, Timer, Vote};
 use meridian_core::{NodeId, TxnId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A replica's IR status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +40,10 @@ pub struct ViewChange {
     records: BTreeMap<NodeId, (u64, IrRecord)>,
     /// Set once a restarted replica rejoined (its later votes are counted).
     pub recovered: bool,
+    /// Set once this replica adopted `view`'s START-VIEW while it lacks commits the master
+    /// record names by id only (older than its window of commit operations): it returns to
+    /// normal when their COMMITs (resent by the coordinators) have all arrived.
+    awaiting: Option<BTreeSet<TxnId>>,
 }
 
 impl Replica {
@@ -63,6 +67,7 @@ impl Replica {
             self.vc.status = status;
         }
         self.vc.records.clear();
+        self.vc.awaiting = None;
         self.persist_view(ctx);
         ctx.count("tapir_view_change_started", 1);
         let leader = self.leader(view);
@@ -85,7 +90,53 @@ impl Replica {
     fn own_record(&self) -> IrRecord {
         IrRecord {
             entries: self.entries.values().cloned().collect(),
-            finished: self.finished.iter().copied().collect(),
+            finished: self.shipped_finished().collect(),
+            commits: self.commits.iter().cloned().collect(),
+        }
+    }
+
+    /// The latest finished transactions, as many as a record names.
+    fn shipped_finished(&self) -> impl Iterator<Item = (TxnId, bool)> + '_ {
+        let skip = self.finished.len().saturating_sub(FINISHED_SHIPPED);
+        self.finished.iter().skip(skip).copied()
+    }
+
+    /// IR's Sync of the inconsistent operation Commit: applies (and logs) every commit
+    /// `record` carries with its arguments that this replica has not applied.
+    fn apply_record_commits(&mut self, ctx: &mut Cx<'_>, record: &IrRecord) {
+        let mut applied = 0;
+        for op in &record.commits {
+            if self.commit_once(ctx, op.clone()) {
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            ctx.count("tapir_commits_applied_from_records", applied);
+        }
+    }
+
+    /// The commits `record` names that this replica has not applied (after
+    /// `apply_record_commits`, those older than the sender's window of commit operations).
+    fn missing_commits(&self, record: &IrRecord) -> BTreeSet<TxnId> {
+        record
+            .finished
+            .iter()
+            .filter(|&&(txn, committed)| committed && self.finished_set.get(&txn) != Some(&true))
+            .map(|&(txn, _)| txn)
+            .collect()
+    }
+
+    /// A COMMIT applied during a view change: the leader may now merge, and a replica that
+    /// adopted START-VIEW but waited for this commit may return to normal.
+    pub(super) fn on_commit_in_view_change(&mut self, ctx: &mut Cx<'_>, txn: TxnId) {
+        match &mut self.vc.awaiting {
+            Some(missing) => {
+                missing.remove(&txn);
+                if missing.is_empty() {
+                    self.become_normal(ctx);
+                }
+            }
+            None => self.try_merge(ctx),
         }
     }
 
@@ -116,29 +167,33 @@ impl Replica {
     /// The leader with f records besides its own: merge, adopt, and start the view.
     ///
     /// The merge re-validates results against the leader's store, so the leader first needs
-    /// every commit the records name (IR's Sync before Merge applies the record's
-    /// inconsistent operations; here the records name finished transactions without their
-    /// writes). A leader that missed one (it was down, or its COMMIT is still on the way)
-    /// waits: COMMITs are applied during a view change and each one retries the merge, and
-    /// the view-change timer moves on to the next leader meanwhile.
+    /// every commit the records name (IR's Sync before Merge applies the records'
+    /// inconsistent operations): it applies those the records carry with their arguments,
+    /// and one that missed an older commit (named by id only) waits: COMMITs are applied
+    /// during a view change and each one retries the merge, and the view-change timer moves
+    /// on to the next leader meanwhile. Commits are facts whatever view a record is from.
     pub(super) fn try_merge(&mut self, ctx: &mut Cx<'_>) {
         let f = (self.peers.len() - 1) / 2;
         let leading = self.vc.status != Status::Normal && self.leader(self.vc.view) == self.id;
         if !leading || self.vc.records.len() < f {
             return;
         }
+        let received = std::mem::take(&mut self.vc.records);
+        for (_, record) in received.values() {
+            self.apply_record_commits(ctx, record);
+        }
+        self.vc.records = received;
         let newest = self
             .vc
             .records
             .values()
             .map(|(v, _)| *v)
             .fold(self.vc.latest_normal_view, u64::max);
-        let behind = self.vc.records.values().any(|(v, r)| {
-            *v == newest
-                && r.finished.iter().any(|&(txn, committed)| {
-                    committed && self.finished_set.get(&txn) != Some(&true)
-                })
-        });
+        let behind = self
+            .vc
+            .records
+            .values()
+            .any(|(_, r)| !self.missing_commits(r).is_empty());
         if behind {
             ctx.count("tapir_merge_waits_for_commits", 1);
             return;
@@ -152,7 +207,8 @@ impl Replica {
         if self.vc.latest_normal_view == newest {
             records.push(self.own_record());
         }
-        let master = self.merge(&records, f, ctx.now_ns());
+        let mut master = self.merge(&records, f, ctx.now_ns());
+        master.commits = self.commits.iter().cloned().collect();
         let view = self.vc.view;
         self.become_normal(ctx);
         ctx.count("tapir_view_changes", 1);
@@ -165,20 +221,31 @@ impl Replica {
     /// IR-MERGE-RECORDS with TAPIR's Merge over `records`, at this (the leader's) state;
     /// returns the master record (every entry finalized).
     pub(super) fn merge(&mut self, records: &[IrRecord], f: usize, now_ns: u64) -> IrRecord {
-        // Commit and Abort are facts whichever view they were applied in.
-        let mut finished: BTreeMap<TxnId, bool> = self.finished.iter().copied().collect();
+        // Commit and Abort are facts whichever view they were applied in. The master record
+        // names those the merged records name, and the leader's own latest.
+        let mut named: BTreeMap<TxnId, bool> = self.shipped_finished().collect();
         for r in records {
-            finished.extend(r.finished.iter().copied());
+            named.extend(r.finished.iter().copied());
         }
+        let mut finished: BTreeMap<TxnId, bool> = self.finished.iter().copied().collect();
+        finished.extend(named.iter().map(|(&t, &c)| (t, c)));
         let (synced, d, u) = classify(records, &finished, f);
         self.sync(&synced, &finished, now_ns);
         let mut merged = synced;
         let (d_ok, d_other): (Vec<_>, Vec<_>) = d.into_iter().partition(|(_, v)| *v == Vote::Ok);
-        // TAPIR-MERGE: d's PREPARE-OK results are validated again first (a fast-path
-        // PREPARE-OK passes: nothing it conflicts with can be prepared or committed here),
-        // then u's; d's other majority results stand.
-        let revalidated = d_ok.into_iter().chain(u.into_iter().map(|e| (e, Vote::Ok)));
-        for (e, _) in revalidated {
+        // TAPIR-MERGE: d's PREPARE-OK results are validated again first, then u's; d's
+        // other majority results stand. d's PREPARE-OK may be a fast-path commit, so its
+        // check must pass whatever committed *after* it in timestamp order: the strict check
+        // would call a read stale once a later blind write (which validates above a prepared
+        // read) committed, drop a committed transaction from the prepared lists and let its
+        // writes be overtaken (the serializable check fails only on conflicts at or below
+        // its timestamp, which a fast-path PREPARE-OK excludes). u's results could not have
+        // committed, so they get the variant's own check.
+        for (e, _) in d_ok {
+            let vote = self.occ.prepare(e.txn, e.ts, &e.part, false);
+            merged.push(self.adopt_entry(e, vote, now_ns));
+        }
+        for e in u {
             let vote = self.occ.prepare(e.txn, e.ts, &e.part, self.opts.strict);
             merged.push(self.adopt_entry(e, vote, now_ns));
         }
@@ -188,7 +255,8 @@ impl Replica {
         merged.sort_by_key(|e| e.txn);
         IrRecord {
             entries: merged,
-            finished: finished.into_iter().collect(),
+            finished: named.into_iter().collect(),
+            commits: Vec::new(),
         }
     }
 
@@ -257,9 +325,17 @@ impl Replica {
             return;
         }
         self.vc.view = view;
+        self.apply_record_commits(ctx, &record);
         let finished = record.finished.iter().copied().collect();
         self.sync(&record.entries, &finished, ctx.now_ns());
-        self.become_normal(ctx);
+        let missing = self.missing_commits(&record);
+        if missing.is_empty() {
+            return self.become_normal(ctx);
+        }
+        // Normal with a store that lacks a commit, this replica would validate reads it
+        // overwrote (and could lead a later view on that store): it waits for the COMMITs.
+        ctx.count("tapir_start_view_waits_for_commits", 1);
+        self.vc.awaiting = Some(missing);
     }
 
     /// The view change is over here: normal in the view, logged as one checkpoint (the record
@@ -272,11 +348,16 @@ impl Replica {
         self.vc.status = Status::Normal;
         self.vc.latest_normal_view = self.vc.view;
         self.vc.records.clear();
+        self.vc.awaiting = None;
         self.checkpoint(ctx);
     }
 
+    /// A view change that has not finished starts the next view, except at a replica that
+    /// adopted the view's START-VIEW and only waits for COMMITs (a new view would take the
+    /// whole shard out of service for what the coordinators' resends deliver to this one).
     pub(super) fn on_view_change_timeout(&mut self, ctx: &mut Cx<'_>, view: u64) {
-        if self.vc.view == view && self.vc.status != Status::Normal {
+        let adopted = self.vc.awaiting.is_some();
+        if self.vc.view == view && self.vc.status != Status::Normal && !adopted {
             let status = self.vc.status;
             self.start_view_change(ctx, view + 1, status);
         }
@@ -392,6 +473,7 @@ mod tests {
                 entry(8, 0, &[], &["t"], retry),
             ],
             finished: vec![],
+            commits: vec![],
         };
         let other = IrRecord {
             entries: vec![
@@ -403,6 +485,7 @@ mod tests {
                 entry(8, 1, &[], &["t"], ok),
             ],
             finished: vec![(txn(6), true), (txn(7), false)],
+            commits: vec![],
         };
         let master = leader.merge(&[mine, other], 1, 0);
         let decided: Vec<(TxnId, u32, Option<Vote>)> = master
@@ -430,5 +513,33 @@ mod tests {
         assert!(leader.is_prepared(txn(6)) && leader.is_prepared(txn(8)));
         assert!(!leader.is_prepared(txn(7)));
         assert_eq!(leader.check_invariants(), Ok(()));
+    }
+
+    /// Seed 180's check (strict): a transaction PREPARE-OK at both merged records may have
+    /// committed on the fast path; a blind write at a later timestamp validated above its
+    /// prepared read and committed first. The merge must keep it PREPARE-OK (the strict read
+    /// check alone would call its read stale and drop it from the prepared lists).
+    #[test]
+    fn merge_keeps_a_majority_prepare_ok_that_a_later_blind_write_overtook() {
+        let opts = Options::parse(&ProtocolConfig::default(), 100.0).unwrap();
+        assert!(opts.strict);
+        let peers = vec![NodeId(0), NodeId(1), NodeId(2)];
+        let mut leader = Replica::restore(NodeId(0), opts, peers, &[]);
+        // Transaction 1 reads r (version zero) and writes s at ts 10; 2 writes r at ts 20.
+        let read = entry(1, 0, &["r"], &["s"], Vote::Ok);
+        let blind = ShardTxn {
+            reads: vec![],
+            writes: vec![(key("r"), key("w"))],
+        };
+        leader
+            .occ
+            .commit(txn(2), Timestamp::new(20, 0), &blind, 8);
+        let record = IrRecord {
+            entries: vec![read.clone()],
+            ..IrRecord::default()
+        };
+        let master = leader.merge(&[record.clone(), record], 1, 0);
+        assert_eq!(master.entries[0].finalized, Some(Vote::Ok));
+        assert!(leader.is_prepared(txn(1)), "its write of s stays protected");
     }
 }

@@ -109,12 +109,26 @@ pub enum Msg {
 }
 
 /// A replica's IR record as a view change ships it: the undecided consensus operations
-/// (Prepare entries) and the inconsistent ones applied recently (Commit, Abort) as
-/// (transaction, committed).
+/// (Prepare entries), the inconsistent ones applied recently (Commit, Abort) as
+/// (transaction, committed), and the most recent Commits with their arguments, so that a
+/// replica that missed one applies it from the record (IR's Sync).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IrRecord {
     pub entries: Vec<RecordEntry>,
+    /// The latest finished transactions, oldest first (at most `FINISHED_SHIPPED`).
     pub finished: Vec<(TxnId, bool)>,
+    /// The latest commits applied, oldest first (at most the `commits_in_record` option).
+    pub commits: Vec<CommitOp>,
+}
+
+/// IR's inconsistent operation Commit with its arguments: the transaction, its commit
+/// timestamp and its part on this shard (the reads matter too: a committed read bars a
+/// later write below it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitOp {
+    pub txn: TxnId,
+    pub ts: Timestamp,
+    pub part: ShardTxn,
 }
 
 /// What a timer carries back.
@@ -194,6 +208,8 @@ pub struct ReplicaSnapshot {
     pub entries: Vec<RecordEntry>,
     /// Recently finished transactions (txn, committed), oldest first.
     pub finished: Vec<(TxnId, bool)>,
+    /// The latest commits applied, with their arguments, oldest first.
+    pub commits: Vec<CommitOp>,
 }
 
 /// One undecided transaction in a replica's IR record.
