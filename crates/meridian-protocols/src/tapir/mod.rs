@@ -85,7 +85,11 @@
 //!   not, so the records carry the recently finished transactions); finalized results stand;
 //!   a result ⌈f/2⌉ + 1 records share (d) stands unless it is PREPARE-OK, which is validated
 //!   again at the leader after R's PREPARE-OKs were prepared; the rest (u) are validated again.
-//!   Every merged result is finalized in the master record.
+//!   Every merged result is finalized in the master record. d's PREPARE-OK results are
+//!   re-checked with the serializable check in both variants: one of them may be a fast-path
+//!   commit whose read a later blind write overtook (a write validates above a prepared read),
+//!   and the strict check would call that read stale and drop a committed transaction from
+//!   the prepared lists (`view_change.rs` has the unit test).
 //! * **Commits in the records.** IR's Sync applies the records' inconsistent operations;
 //!   here each replica keeps its latest `commits_in_record` commits (default 8192) with their
 //!   arguments (transaction, timestamp, reads and writes: a committed read bars later writes
@@ -192,7 +196,8 @@
 //!
 //! ## Options
 //! `strict`, `retry_ms`, `fast_path_wait_ms`, `exec_timeout_ms`, `query_ms`, `max_retries`,
-//! `max_attempts`, `max_inflight`, `versions_kept`, `checkpoint_every`, `view_change_ms`, and the
+//! `max_attempts`, `max_inflight`, `versions_kept`, `checkpoint_every`, `view_change_ms`,
+//! `commits_in_record`, and the
 //! **test-only** `unsafe_skip_slow_path_validation=true`: on the slow path the coordinator
 //! finalizes PREPARE-OK whatever the replicas validated — the broken variant the
 //! conformance test shows the checker catching.

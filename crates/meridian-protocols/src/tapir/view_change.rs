@@ -106,7 +106,7 @@ impl Replica {
     fn apply_record_commits(&mut self, ctx: &mut Cx<'_>, record: &IrRecord) {
         let mut applied = 0;
         for op in &record.commits {
-            if self.commit_once(ctx, op.clone()) {
+            if !self.finished_set.contains_key(&op.txn) && self.commit_once(ctx, op.clone()) {
                 applied += 1;
             }
         }
