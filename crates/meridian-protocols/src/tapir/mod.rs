@@ -217,7 +217,8 @@ pub use occ::OccState;
 pub use options::{Options, OPTIONS};
 pub use replica::Replica;
 pub use wire::{
-    CommitDecision, CommitOp, IrRecord, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote,
+    CommitDecision, CommitOp, IrRecord, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer,
+    Vote,
 };
 
 use meridian_core::node::{Ctx, Setup};

@@ -6,9 +6,7 @@
 use super::occ::OccState;
 use super::options::Options;
 use super::view_change::{Status, ViewChange};
-use super::wire::{
-    CommitOp, Cx, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote,
-};
+use super::wire::{CommitOp, Cx, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote};
 use crate::kit::log::latest_checkpoint;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use std::collections::{BTreeMap, VecDeque};

@@ -297,7 +297,10 @@ fn leader_missed_a_commit(options: &str, counter: &str) {
     d.restart(b);
     assert!(d.run_until_answered(&[commit], 20_000 * MS));
     assert!(replica(&d, b).is_normal());
-    assert!(d.counters.get(counter).copied().unwrap_or(0) > 0, "{options}");
+    assert!(
+        d.counters.get(counter).copied().unwrap_or(0) > 0,
+        "{options}"
+    );
     let outcome = d.outcome(commit).cloned();
     assert!(
         matches!(outcome, Some(Outcome::Aborted { .. })),
@@ -305,7 +308,11 @@ fn leader_missed_a_commit(options: &str, counter: &str) {
     );
     let read = d.begin(0, None);
     let value = d.get(0, read, &x);
-    assert_eq!(value, ClientResponse::Read(Some(encode_int(1))), "{options}");
+    assert_eq!(
+        value,
+        ClientResponse::Read(Some(encode_int(1))),
+        "{options}"
+    );
 }
 
 /// C is down while an append to `x` commits at A and B, and every COMMIT to C is held; then C
@@ -352,12 +359,18 @@ fn a_replica_that_missed_a_commit_applies_it_from_the_view_change_records() {
 fn a_commit_named_by_id_only_keeps_the_replica_out_until_its_commit_arrives() {
     let (mut d, c, x) = restart_after_a_missed_commit("commits_in_record=0");
     assert!(!replica(&d, c).is_normal(), "stale store: not normal");
-    assert_eq!(replica(&d, c).occ.read(&x).1, meridian_core::Timestamp::ZERO);
+    assert_eq!(
+        replica(&d, c).occ.read(&x).1,
+        meridian_core::Timestamp::ZERO
+    );
     assert!(d.counters["tapir_start_view_waits_for_commits"] > 0);
     // It waits without starting view after view (the others stay in view 1).
     assert_eq!(d.counters["tapir_view_changes"], 1);
     d.release_held();
     d.run_for(1_000 * MS);
     assert!(replica(&d, c).is_normal());
-    assert_ne!(replica(&d, c).occ.read(&x).1, meridian_core::Timestamp::ZERO);
+    assert_ne!(
+        replica(&d, c).occ.read(&x).1,
+        meridian_core::Timestamp::ZERO
+    );
 }

@@ -531,9 +531,7 @@ mod tests {
             reads: vec![],
             writes: vec![(key("r"), key("w"))],
         };
-        leader
-            .occ
-            .commit(txn(2), Timestamp::new(20, 0), &blind, 8);
+        leader.occ.commit(txn(2), Timestamp::new(20, 0), &blind, 8);
         let record = IrRecord {
             entries: vec![read.clone()],
             ..IrRecord::default()
