@@ -160,20 +160,20 @@
 //! ## Checked
 //! The conformance tests run 20 seeds of 10 s per variant (strict, and `strict=false` checked
 //! at `serializable`) and catch the broken variant below; `tests.rs` replays the view-change
-//! interleaving that lost a committed append (seed 20 of the serializable swarm).
-//! 200-seed swarms of 20 s (`meridian sim swarm --protocol tapir --topology
-//! topologies/gcp-tiga.toml --workload list-append --seeds 50 --first-seed K --jobs 1
-//! --faults random --duration 20s`, K = 1, 51, 101, 151, release build) **do not all pass
-//! yet**: strict, 199 of 200 (seed 180: one real-time anomaly; 30,471 commits, 87,851 aborts,
-//! 1,015 unknown); `--protocol-opts strict=false --check serializable`, 199 of 200 (seed 155:
-//! a committed append missing from the final state; 32,867 commits, 86,994 aborts, 1,034
-//! unknown). Under list-append's few hot keys most transactions abort (OCC over WAN round
-//! trips).
+//! interleavings that lost commits (seed 20 of the serializable swarm: a stale leader; seed
+//! 155: a stale replica back to normal) and the id-only path (`commits_in_record=0`), and
+//! `view_change.rs` tests the merge. 200-seed swarms of 20 s (`meridian sim swarm --protocol
+//! tapir --topology topologies/gcp-tiga.toml --workload list-append --seeds 50 --first-seed K
+//! --jobs 1 --faults random --duration 20s`, K = 1, 51, 101, 151; the code of commit 23ab7e7,
+//! dev-profile binary) all pass: strict, 200 of 200 (32,518 commits, 92,474 aborts, 933
+//! unknown); `--protocol-opts strict=false --check serializable`, 200 of 200 (35,050 commits,
+//! 91,498 aborts, 935 unknown). Under list-append's few hot keys most transactions abort
+//! (OCC over WAN round trips).
 //!
 //! **Interactive TPC-C** (Payment and Order-Status multi-shot, Tiga §5.1): the same swarm with
 //! `--workload tpcc --workload-opts warehouses=6,interactive=true` passes on all 200 seeds
 //! (the TPC-C conditions on the final state; TPC-C records no history ops, so the conditions
-//! are the check): 113,878 commits, 42,695 aborts, 902 unknown.
+//! are the check): 120,153 commits, 43,162 aborts, 843 unknown.
 //!
 //! **Why every HK Payment aborts, and why the paper's TAPIR would too.** Payment's `W_YTD`
 //! (and `D_YTD`) updates are read-modify-writes, and TAPIR has no commutative update: its
