@@ -138,6 +138,13 @@ impl<V> Votes<V> {
         self.replies.iter().filter_map(|(_, r)| r.as_ref())
     }
 
+    /// The replies received, with their senders.
+    pub fn replies_by(&self) -> impl Iterator<Item = (NodeId, &V)> + '_ {
+        self.replies
+            .iter()
+            .filter_map(|(m, r)| r.as_ref().map(|r| (*m, r)))
+    }
+
     fn slot(&self, node: NodeId) -> Option<usize> {
         self.replies.binary_search_by_key(&node, |(m, _)| *m).ok()
     }

@@ -18,20 +18,44 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A replica's tentative result and the view it was given in (IR matches both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reply {
+    view: u64,
+    vote: Vote,
+}
+
 /// One participant shard's Prepare, as the IR client tracks it.
 #[derive(Debug)]
 struct ShardOp {
-    /// Replies by replica; `reached` needs a super quorum of matching ones.
-    votes: Votes<Vote>,
+    /// Replies by replica; `reached` needs a super quorum of matching ones in one view.
+    votes: Votes<Reply>,
     state: OpState,
+}
+
+impl ShardOp {
+    fn waiting(replicas: &[NodeId], need: usize) -> ShardOp {
+        ShardOp {
+            votes: Votes::new(replicas.iter().copied(), need),
+            state: OpState::Waiting {
+                fast_armed: false,
+                fast_over: false,
+            },
+        }
+    }
 }
 
 #[derive(Debug)]
 enum OpState {
     /// Collecting replies; `fast_over` once the fast-path wait after a majority ended.
     Waiting { fast_armed: bool, fast_over: bool },
-    /// Slow path: the decided result is being finalized at f + 1 replicas.
-    Finalizing { vote: Vote, confirms: Votes<()> },
+    /// Slow path: the result decided from (or found finalized in) `view` is being
+    /// finalized at f + 1 replicas of that view.
+    Finalizing {
+        vote: Vote,
+        view: u64,
+        confirms: Votes<()>,
+    },
     /// The shard's result is final.
     Done { vote: Vote, fast: bool },
 }
@@ -110,6 +134,9 @@ pub struct Coordinator {
     commits: Decisions<CommitDecision>,
     /// Each shard's replicas, closest first (reads go to the first that answers).
     by_distance: Vec<Vec<NodeId>>,
+    /// Per shard, the latest IR view a replica replied in (sent along with PREPARE, so that
+    /// a replica that missed a view change learns of it).
+    views: Vec<u64>,
     since_checkpoint: usize,
 }
 
@@ -143,7 +170,7 @@ impl Coordinator {
             other => panic!("log of coordinator {id} holds {other:?}"),
         });
         let (commits, incarnation) = Decisions::recover(checkpoint, logged);
-        let by_distance = (0..cluster.shard_count())
+        let by_distance: Vec<Vec<NodeId>> = (0..cluster.shard_count())
             .map(|s| {
                 let mut replicas = cluster.replicas(ShardId(s)).to_vec();
                 replicas.sort_by(|a, b| {
@@ -164,6 +191,7 @@ impl Coordinator {
             next_counter: 0,
             txns: FxHashMap::default(),
             commits,
+            views: vec![0; by_distance.len()],
             by_distance,
             since_checkpoint: tail.len(),
         }
@@ -290,10 +318,17 @@ impl Coordinator {
     pub(crate) fn on_message(&mut self, ctx: &mut Cx<'_>, from: NodeId, msg: Msg) {
         match msg {
             Msg::ReadReply { txn, values } => self.on_read_reply(ctx, txn, values),
-            Msg::PrepareReply { txn, attempt, vote } => {
-                self.on_prepare_reply(ctx, from, txn, attempt, vote)
+            Msg::PrepareReply {
+                txn,
+                attempt,
+                vote,
+                view,
+                finalized,
+            } => {
+                let reply = Reply { view, vote };
+                self.on_prepare_reply(ctx, from, txn, attempt, reply, finalized)
             }
-            Msg::Confirm { txn, attempt } => self.on_confirm(ctx, from, txn, attempt),
+            Msg::Confirm { txn, attempt, view } => self.on_confirm(ctx, from, txn, attempt, view),
             Msg::CommitAck { txn } => {
                 if let Some(timer) = self.commits.acknowledge(txn, from) {
                     if let Some(timer) = timer {
@@ -328,7 +363,9 @@ impl Coordinator {
                     self.send_commit(ctx, txn);
                 }
             }
-            Timer::QueryStale => panic!("coordinator {} got a replica's timer", self.id),
+            Timer::QueryStale | Timer::ViewChange { .. } => {
+                panic!("coordinator {} got a replica's timer", self.id)
+            }
         }
         self.settle(ctx);
     }
@@ -440,23 +477,12 @@ impl Coordinator {
     }
 
     fn start_attempt(&mut self, ctx: &mut Cx<'_>, id: TxnId, attempt: u32, ts: Timestamp) {
-        let active = self.txns.get_mut(&id).expect("active transaction");
-        let shards = active
+        let shards = self.txns[&id]
             .parts
             .keys()
-            .map(|&s| {
-                let replicas = self.cluster.replicas(s);
-                let need = super_quorum(self.cluster.f(s)).min(replicas.len());
-                let op = ShardOp {
-                    votes: Votes::new(replicas.iter().copied(), need),
-                    state: OpState::Waiting {
-                        fast_armed: false,
-                        fast_over: false,
-                    },
-                };
-                (s, op)
-            })
+            .map(|&s| (s, self.shard_op_start(s)))
             .collect();
+        let active = self.txns.get_mut(&id).expect("active transaction");
         active.phase = Phase::Preparing {
             attempt,
             ts,
@@ -467,34 +493,75 @@ impl Coordinator {
         self.send_prepares(ctx, id, false);
     }
 
+    /// A shard's Prepare, waiting for a super quorum of its replicas.
+    fn shard_op_start(&self, shard: ShardId) -> ShardOp {
+        let replicas = self.cluster.replicas(shard);
+        let need = super_quorum(self.cluster.f(shard)).min(replicas.len());
+        ShardOp::waiting(replicas, need)
+    }
+
     fn on_prepare_reply(
         &mut self,
         ctx: &mut Cx<'_>,
         from: NodeId,
         txn: TxnId,
         attempt: u32,
-        vote: Vote,
+        reply: Reply,
+        finalized: bool,
     ) {
         let Some(shard) = self.cluster.shard_of_node(from) else {
             return;
         };
+        let known = &mut self.views[shard.0 as usize];
+        *known = (*known).max(reply.view);
+        let f = self.cluster.f(shard);
         let Some(op) = self.shard_op(txn, attempt, shard) else {
             return;
         };
-        if matches!(op.state, OpState::Waiting { .. }) {
-            op.votes.record(from, vote);
-            self.evaluate(ctx, txn, shard);
+        if !matches!(op.state, OpState::Waiting { .. }) {
+            return;
         }
+        if finalized {
+            // Decided already (a FINALIZE or a view change's merge): finalize it in that view.
+            let Reply { view, vote } = reply;
+            let replicas: Vec<NodeId> = op.votes.members().collect();
+            op.state = OpState::Finalizing {
+                vote,
+                view,
+                confirms: Votes::new(replicas.iter().copied(), f + 1),
+            };
+            let msg = Msg::Finalize {
+                txn,
+                attempt,
+                vote,
+                view,
+            };
+            return ctx.multicast(replicas, &msg);
+        }
+        op.votes.record(from, reply);
+        self.evaluate(ctx, txn, shard);
     }
 
-    fn on_confirm(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId, attempt: u32) {
+    fn on_confirm(&mut self, ctx: &mut Cx<'_>, from: NodeId, txn: TxnId, attempt: u32, view: u64) {
         let Some(shard) = self.cluster.shard_of_node(from) else {
             return;
         };
+        let restart = self.shard_op_start(shard);
         let Some(op) = self.shard_op(txn, attempt, shard) else {
             return;
         };
-        if let OpState::Finalizing { vote, confirms } = &mut op.state {
+        if let OpState::Finalizing {
+            vote,
+            view: decided_in,
+            confirms,
+        } = &mut op.state
+        {
+            if view != *decided_in {
+                // The replica moved to another view, where the merge may have decided
+                // otherwise: ask the shard again (IR's client retries on mismatched views).
+                *op = restart;
+                return self.send_prepares(ctx, txn, false);
+            }
             confirms.record(from, ());
             if confirms.complete() {
                 op.state = OpState::Done {
@@ -537,14 +604,24 @@ impl Coordinator {
         else {
             return;
         };
-        let replies: Vec<Vote> = op.votes.replies().copied().collect();
-        if let Some(vote) = replies.iter().find(|v| op.votes.reached(v)) {
+        let replies: Vec<Reply> = op.votes.replies().copied().collect();
+        if let Some(reply) = replies.iter().find(|r| op.votes.reached(r)) {
             op.state = OpState::Done {
-                vote: *vote,
+                vote: reply.vote,
                 fast: true,
             };
+            if reply.view > 0 {
+                ctx.count("tapir_fast_quorum_after_view_change", 1);
+            }
             return self.conclude(ctx, txn);
         }
+        // The slow path decides from replies of one view: the latest.
+        let view = replies.iter().map(|r| r.view).max().unwrap_or(0);
+        let replies: Vec<Vote> = replies
+            .iter()
+            .filter(|r| r.view == view)
+            .map(|r| r.vote)
+            .collect();
         let n = op.votes.members().count();
         if replies.len() < majority(n) {
             return;
@@ -571,10 +648,17 @@ impl Coordinator {
         let replicas: Vec<NodeId> = op.votes.members().collect();
         op.state = OpState::Finalizing {
             vote,
+            view,
             confirms: Votes::new(replicas.iter().copied(), f + 1),
         };
         ctx.count("tapir_slow_path", 1);
-        ctx.multicast(replicas, &Msg::Finalize { txn, attempt, vote });
+        let msg = Msg::Finalize {
+            txn,
+            attempt,
+            vote,
+            view,
+        };
+        ctx.multicast(replicas, &msg);
     }
 
     /// Every participant's result is final: commit, abort, or retry at a later timestamp.
@@ -758,15 +842,29 @@ impl Coordinator {
                         attempt: *attempt,
                         ts: *ts,
                         part,
+                        view: self.views[shard.0 as usize],
                     };
-                    let to: Vec<NodeId> = op.votes.missing().collect();
+                    // The replicas that have not replied, and those that replied in a view
+                    // older than another's (their reply cannot join a quorum).
+                    let latest = op.votes.replies().map(|r| r.view).max().unwrap_or(0);
+                    let stale = op
+                        .votes
+                        .replies_by()
+                        .filter(|(_, r)| r.view < latest)
+                        .map(|(m, _)| m);
+                    let to: Vec<NodeId> = op.votes.missing().chain(stale).collect();
                     ctx.multicast(to, &msg);
                 }
-                OpState::Finalizing { vote, confirms } if resend => {
+                OpState::Finalizing {
+                    vote,
+                    view,
+                    confirms,
+                } if resend => {
                     let msg = Msg::Finalize {
                         txn: id,
                         attempt: *attempt,
                         vote: *vote,
+                        view: *view,
                     };
                     ctx.multicast(confirms.missing().collect::<Vec<_>>(), &msg);
                 }

@@ -18,7 +18,8 @@
 //! | TAPIR (SOSP '15 / TR) | here |
 //! |---|---|
 //! | §3.1–3.2.1 IR interface, client protocol: inconsistent ops, consensus ops, fast path (⌈3f/2⌉+1 matching), slow path (decide, FINALIZE, f+1 CONFIRM) | `coordinator.rs` (`evaluate`, `decide`), `replica.rs` (`on_prepare`, `on_finalize`) |
-//! | §3.2.2 IR replica recovery and view change (merge of records) | replaced by durable records, see below; `replica.rs` (`restore`) |
+//! | §3.2.2 IR view change: DO-VIEW-CHANGE, leader v mod n, IR-MERGE-RECORDS over f + 1 records, START-VIEW; replicas in a view change refuse requests; replica recovery | `view_change.rs`, `replica.rs` (`on_message`, `restore`, `on_start`) |
+//! | §5.2.2 (TR) TAPIR-MERGE (OCC re-validation of d's PREPARE-OK and of u) and TAPIR-SYNC | `view_change.rs` (`merge`, `sync`, `classify`) |
 //! | §5.2 TAPIR client: versioned reads at the closest replica, buffered writes, Prepare, RETRY with a new timestamp, Commit/Abort | `coordinator.rs` |
 //! | §5.2 TAPIR-OCC-CHECK, TAPIR-DECIDE, Commit/Abort at replicas | `occ.rs` (both variants), `coordinator.rs` (`decide`), `replica.rs` |
 //! | TR §5.2.3 coordinator recovery (backup coordinators, cooperative termination) | replaced by a durable coordinator log with presumed abort (`kit::two_pc`) |
@@ -52,20 +53,76 @@
 //!   RTT) for the rest, then takes the slow path (as soon as all replied, at once). With
 //!   n = 3 the super quorum is all three replicas (`kit::quorum::super_quorum`), so one slow
 //!   or crashed replica sends every transaction of its shard down the slow path.
-//! * **Recovery via durable records instead of IR view changes.** A replica persists
+//! * **Recovery: durable records *and* IR's view change.** A replica persists
 //!   (`Effect::Persist`) each record entry before it replies: `Prepared` (the consensus
 //!   result and the prepared read/write sets), `Finalized`, `Committed` (the writes),
-//!   `Aborted`, and a `ReplicaCheckpoint` of the store, prepared list and record every
-//!   `checkpoint_every` records. Why: IR without disks relies on a view change that merges
-//!   a majority's records before a recovering replica votes again; a replica that forgot a
-//!   PREPARE-OK and voted anew could help a conflicting transaction to a second majority.
-//!   Logging every result makes a restarted replica identical to one that was merely slow,
-//!   so no view change is needed for safety; what it missed while down arrives as
-//!   retransmitted PREPARE/COMMIT (the coordinator resends COMMIT until every replica acks).
-//! * **FINALIZE does not change OCC state.** A replica records the decided result (and
-//!   answers a duplicate PREPARE with it), but keeps its own prepared list: safety rests on
-//!   the f + 1 replicas whose own check said PREPARE-OK. TAPIR's sync during view changes
-//!   would adopt the decided result; with no view changes nothing needs it.
+//!   `Aborted`, its view (`View`), and a `ReplicaCheckpoint` of the store, prepared list,
+//!   record and view every `checkpoint_every` records and after every view change. A
+//!   restarted replica rebuilds itself from that log but never votes from it alone: it starts
+//!   view v + 1 as RECOVERING, processes no request, and rejoins only when the leader's
+//!   START-VIEW arrives (`view_change.rs`), so whatever it missed while down (finalized
+//!   results, Prepares decided by the merge, aborts) comes in through the master record.
+//!   IR itself keeps no disk (only the view numbers): there a recovering replica's record is
+//!   empty and must not count among the f + 1 merged. Here it is complete, so the leader may
+//!   merge it, and a recovering replica may lead a view; both are safe because its record
+//!   holds every result it ever gave. The durable log also keeps the store (committed
+//!   versions) across a restart, which IR's record of operations would otherwise rebuild.
+//! * **When a view changes** (the paper leaves the trigger to failure detection): on a
+//!   restart; when a view change does not finish within `view_change_ms` (the next view,
+//!   whose leader is the next replica, v mod n); and when a replica that is normal in view
+//!   v sees a PREPARE naming a later view (coordinators send the latest view they heard from
+//!   the shard): it missed a START-VIEW and catches up through a new view change. IR needs no
+//!   leader in normal operation, so a crashed (not restarted) replica only costs the fast
+//!   path; the reference implementation's periodic view change (a 10-s timer that also fires
+//!   in normal operation) is not followed. START-VIEW is not acknowledged (neither is it
+//!   there): a replica that misses it times out and starts the next view.
+//! * **The merge** (`view_change.rs`, the TR's IR-MERGE-RECORDS and TAPIR-MERGE; the public
+//!   implementation's `IrMergeRecords` is followed, its `tapirstore::Server::Merge` and `Sync`
+//!   are unimplemented there): records with the largest latest normal view are merged; per
+//!   transaction only the latest attempt's Prepare counts (a RETRY starts a new IR operation);
+//!   a transaction committed in any record is PREPARE-OK and one aborted is dropped (this
+//!   replica forgets a Prepare entry once Commit or Abort applied, which IR's record does
+//!   not, so the records carry the recently finished transactions); finalized results stand;
+//!   a result ⌈f/2⌉ + 1 records share (d) stands unless it is PREPARE-OK, which is validated
+//!   again at the leader after R's PREPARE-OKs were prepared; the rest (u) are validated again.
+//!   Every merged result is finalized in the master record. d's PREPARE-OK results are
+//!   re-checked with the serializable check in both variants: one of them may be a fast-path
+//!   commit whose read a later blind write overtook (a write validates above a prepared read),
+//!   and the strict check would call that read stale and drop a committed transaction from
+//!   the prepared lists (`view_change.rs` has the unit test).
+//! * **Commits in the records.** IR's Sync applies the records' inconsistent operations;
+//!   here each replica keeps its latest `commits_in_record` commits (default 8192) with their
+//!   arguments (transaction, timestamp, reads and writes: a committed read bars later writes
+//!   below it) and ships them, with the ids of its latest 16 Ki finished transactions, in
+//!   its record. The leader applies (and logs) every commit the received records carry
+//!   before it merges, and ships its own window in START-VIEW, where every replica applies
+//!   the ones it lacks before TAPIR's Sync. Past the window a record names a commit by id
+//!   only: a leader that lacks one does not merge, and a replica that lacks one after
+//!   START-VIEW does not return to normal, until its COMMIT arrives (the coordinators resend
+//!   COMMIT until every replica acknowledged; Commit and Abort are applied during a view
+//!   change, every other request is refused); a replica waiting so after START-VIEW starts no
+//!   new view. A replica remembers 64 Ki finished ids, four times what a record names, so one
+//!   applied long ago is not taken for one missed. Without this, a leader that was down
+//!   while a transaction committed re-validated another transaction's stale read of the key
+//!   as PREPARE-OK (seed 20 of the serializable swarm lost a committed append so), and a
+//!   replica that was down returned to normal with a stale store and later, leading a view
+//!   alone on it, did the same (seed 155); `tests.rs` replays both.
+//! * **Sync keeps what is committing.** A replica that holds PREPARE-OK for a transaction the
+//!   master record names committed, and has not applied its COMMIT yet, keeps it prepared (the
+//!   master record may hold no entry for it once the merged replicas applied the commit);
+//!   otherwise a conflicting transaction could validate at it before the COMMIT arrives.
+//! * **Views at the client** (IR §3.2.1, the reference `IRClient`): PREPARE replies carry the
+//!   replica's view; a fast quorum is ⌈3f/2⌉ + 1 matching replies *of one view*, the slow
+//!   path decides from a majority of one view (the latest), a reply marked finalized is
+//!   adopted and finalized at once, and CONFIRMs count only from the view the decision came
+//!   from; a CONFIRM from another view (the replica moved on, and the merge may have decided
+//!   otherwise) restarts the shard's Prepare, where the reference client reports
+//!   `MISMATCHED_CONSENSUS_VIEWS` to its caller. A FINALIZE decided in another view is not
+//!   recorded (the reference replica overwrites the result whatever the view).
+//! * **FINALIZE does not change OCC state** in normal operation: a replica records the decided
+//!   result (and answers a duplicate PREPARE with it), but keeps its own prepared list; safety
+//!   rests on the f + 1 replicas whose own check said PREPARE-OK. A view change's Sync does
+//!   change it: every replica's prepared list becomes the master record's PREPARE-OK entries.
 //! * **Coordinator failure.** Instead of backup coordinators (TR §5.2.3), the coordinator logs
 //!   its commit decision before answering the client or sending COMMIT (`kit::two_pc`'s
 //!   presumed-abort log); a replica that holds an undecided entry for `query_ms` asks the
@@ -101,28 +158,46 @@
 //!   switch (DAST extended it to the non-strict variant, per DAST §6).
 //!
 //! ## Checked
-//! `meridian sim swarm --protocol tapir --topology topologies/gcp-tiga.toml --workload
-//! list-append --seeds 200 --first-seed 1 --jobs 1 --faults random --duration 20s` passes
-//! (strict serializability and the end-of-run audit on every seed), and so does the same
-//! swarm with `--protocol-opts strict=false --check serializable`; the conformance tests
-//! run 20 of those seeds per variant and catch the broken variant below. Under list-append's
-//! few hot keys most transactions abort (OCC over WAN round trips: 27,922 commits and
-//! 101,005 aborts over the 200 strict seeds).
+//! The conformance tests run 20 seeds of 10 s per variant (strict, and `strict=false` checked
+//! at `serializable`) and catch the broken variant below; `tests.rs` replays the view-change
+//! interleavings that lost commits (seed 20 of the serializable swarm: a stale leader; seed
+//! 155: a stale replica back to normal) and the id-only path (`commits_in_record=0`), and
+//! `view_change.rs` tests the merge. 200-seed swarms of 20 s (`meridian sim swarm --protocol
+//! tapir --topology topologies/gcp-tiga.toml --workload list-append --seeds 50 --first-seed K
+//! --jobs 1 --faults random --duration 20s`, K = 1, 51, 101, 151; the code of commit 23ab7e7,
+//! dev-profile binary) all pass: strict, 200 of 200 (32,518 commits, 92,474 aborts, 933
+//! unknown); `--protocol-opts strict=false --check serializable`, 200 of 200 (35,050 commits,
+//! 91,498 aborts, 935 unknown). Under list-append's few hot keys most transactions abort
+//! (OCC over WAN round trips).
 //!
-//! **Interactive TPC-C** (Payment and Order-Status multi-shot, Tiga §5.1) runs as is: `meridian
-//! sim swarm --protocol tapir --topology gcp-tiga --workload tpcc --workload-opts
-//! warehouses=6,interactive=true --check strict-serializable --seeds 200 --first-seed 1
-//! --jobs 1 --faults random --duration 20s` passes on every seed (the TPC-C conditions on
-//! the final state; TPC-C records no history ops, so the conditions are the check):
-//! 118,878 commits, 47,233 aborts, 816 unknown. Payment is what aborts: every Payment of a
-//! warehouse read-modify-writes `W_YTD`, and its steps hold the read versions open for one
-//! round trip each (from HK, five HK–SC round trips), so a concurrent Payment's commit
-//! invalidates it (seed 1, 10 s, no faults: HK's Payments 0 committed, 19 aborted). The
-//! `tests/tpcc_baselines.rs` test runs three short seeds of it.
+//! **Interactive TPC-C** (Payment and Order-Status multi-shot, Tiga §5.1): the same swarm with
+//! `--workload tpcc --workload-opts warehouses=6,interactive=true` passes on all 200 seeds
+//! (the TPC-C conditions on the final state; TPC-C records no history ops, so the conditions
+//! are the check): 120,153 commits, 43,162 aborts, 843 unknown.
+//!
+//! **Why every HK Payment aborts, and why the paper's TAPIR would too.** Payment's `W_YTD`
+//! (and `D_YTD`) updates are read-modify-writes, and TAPIR has no commutative update: its
+//! client reads the key at the closest replica (from HK that is SC, 201 ms away), buffers the
+//! new value, and the read is validated only at Prepare. TAPIR-OCC-CHECK aborts a read whose
+//! version is no longer the latest (strict; the serializable check aborts when a version was
+//! committed in (version, ts], and ts comes after the read) and abstains while another
+//! transaction's write to the key is prepared. From HK the `W_YTD` read is step 2 of 7, and
+//! the Prepare reaches the replicas four more HK–SC round trips and one HK–BR one-way trip
+//! later (about 1 s); any other Payment of the same warehouse that prepares or commits in
+//! that window fails it, and the SC, FI and BR coordinators' Payments, whose reads are
+//! answered in their own region, hold much shorter windows and win. The paper's TAPIR
+//! behaves the same: reads are unvalidated until Prepare, the check is the one its code runs
+//! in both modes (`store/tapirstore/store.cc`), and RETRY moves only a *write's* timestamp;
+//! it never revives a stale read. Tiga §5.1 reports the same for the Janus framework's
+//! Tapir on TPC-C ("very low throughput due to frequent transaction aborts"). Nothing here
+//! is stricter than the paper, so nothing was changed; the HK count (seed 1, 10 s, no
+//! faults: HK's Payments 0 committed, 19 aborted) is from the build before the view change.
+//! The `tests/tpcc_baselines.rs` test runs three short seeds of it.
 //!
 //! ## Options
 //! `strict`, `retry_ms`, `fast_path_wait_ms`, `exec_timeout_ms`, `query_ms`, `max_retries`,
-//! `max_attempts`, `max_inflight`, `versions_kept`, `checkpoint_every`, and the
+//! `max_attempts`, `max_inflight`, `versions_kept`, `checkpoint_every`, `view_change_ms`,
+//! `commits_in_record`, and the
 //! **test-only** `unsafe_skip_slow_path_validation=true`: on the slow path the coordinator
 //! finalizes PREPARE-OK whatever the replicas validated — the broken variant the
 //! conformance test shows the checker catching.
@@ -131,6 +206,7 @@ mod coordinator;
 mod occ;
 mod options;
 mod replica;
+mod view_change;
 mod wire;
 
 #[cfg(test)]
@@ -140,7 +216,10 @@ pub use coordinator::Coordinator;
 pub use occ::OccState;
 pub use options::{Options, OPTIONS};
 pub use replica::Replica;
-pub use wire::{CommitDecision, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer, Vote};
+pub use wire::{
+    CommitDecision, CommitOp, IrRecord, Msg, Record, RecordEntry, ReplicaSnapshot, ShardTxn, Timer,
+    Vote,
+};
 
 use meridian_core::node::{Ctx, Setup};
 use meridian_core::txn::ClientRequest;
@@ -177,8 +256,9 @@ impl Protocol for Tapir {
         let cluster = &setup.cluster;
         let opts = setup.options.clone();
         match cluster.node(node).role {
-            NodeRole::Replica { .. } => {
-                TapirNode::Replica(Box::new(Replica::restore(node, opts, recovered)))
+            NodeRole::Replica { shard, .. } => {
+                let peers = cluster.replicas(shard).to_vec();
+                TapirNode::Replica(Box::new(Replica::restore(node, opts, peers, recovered)))
             }
             NodeRole::Coordinator { .. } => TapirNode::Coordinator(Box::new(Coordinator::restore(
                 node,

@@ -149,6 +149,20 @@ impl OccState {
         vote
     }
 
+    /// Puts `txn` in the prepared list without a check (TAPIR-SYNC adopting a master
+    /// record's PREPARE-OK).
+    pub fn force_prepare(&mut self, txn: TxnId, ts: Timestamp, part: &ShardTxn) {
+        self.remove(txn);
+        self.index_part(txn, ts, part);
+        self.prepared.insert(txn, (ts, part.clone()));
+    }
+
+    /// Empties the prepared list (a view change's Sync rebuilds it from the master record).
+    pub fn clear_prepared(&mut self) {
+        self.prepared.clear();
+        self.index.clear();
+    }
+
     fn check(&self, txn: TxnId, ts: Timestamp, part: &ShardTxn, strict: bool) -> Vote {
         for (key, version) in &part.reads {
             let vote = self.check_read(txn, key, *version, ts, strict);

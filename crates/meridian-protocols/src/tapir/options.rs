@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 11] = [
+pub const OPTIONS: [&str; 13] = [
     "strict",
     "unsafe_skip_slow_path_validation",
     "retry_ms",
@@ -16,6 +16,8 @@ pub const OPTIONS: [&str; 11] = [
     "max_inflight",
     "versions_kept",
     "checkpoint_every",
+    "view_change_ms",
+    "commits_in_record",
 ];
 
 /// Parsed options. Durations default to multiples of the topology's largest round trip.
@@ -53,6 +55,15 @@ pub struct Options {
     pub versions_kept: usize,
     /// A node writes a checkpoint after this many records (`checkpoint_every`; 4096).
     pub checkpoint_every: usize,
+    /// A view change not finished within this starts the next view (`view_change_ms`;
+    /// default 4 × the largest RTT, at least 10 ms: the change itself takes one round trip
+    /// between replicas of a shard).
+    pub view_change_ns: u64,
+    /// The latest commits a replica keeps with their arguments and ships in its IR record
+    /// (`commits_in_record`; 8192; 0 ships ids only): a replica that missed one of them
+    /// applies it from a view change's records; one that missed an older commit waits for
+    /// its COMMIT before it returns to normal (see `view_change.rs`).
+    pub commits_in_record: usize,
 }
 
 impl Options {
@@ -70,6 +81,8 @@ impl Options {
             config.get("exec_timeout_ms", 8.0 * retry_ms)?,
         )?;
         let query_ms = positive_ms("query_ms", config.get("query_ms", 2.0 * exec_timeout_ms)?)?;
+        let view_change_ms = config.get("view_change_ms", (4.0 * max_rtt_ms).max(10.0))?;
+        let view_change_ms = positive_ms("view_change_ms", view_change_ms)?;
         Ok(Options {
             strict: config.get("strict", true)?,
             unsafe_skip_slow_path_validation: config
@@ -83,6 +96,8 @@ impl Options {
             max_inflight: count(config, "max_inflight", 4096usize)?,
             versions_kept: count(config, "versions_kept", 8usize)?,
             checkpoint_every: count(config, "checkpoint_every", 4096usize)?,
+            view_change_ns: ms_to_ns(view_change_ms),
+            commits_in_record: config.get("commits_in_record", 8192usize)?,
         })
     }
 
@@ -109,6 +124,9 @@ mod tests {
             .unwrap_err()
             .contains("`versions_kept`"));
         assert!(parse("retry_ms=-1").unwrap_err().contains("`retry_ms`"));
+        assert_eq!(o.view_change_ns, 400_000_000);
+        let bad = parse("view_change_ms=0").unwrap_err();
+        assert!(bad.contains("`view_change_ms`"), "{bad}");
         assert!(parse("bogus=1").unwrap_err().contains("`bogus`"));
     }
 }

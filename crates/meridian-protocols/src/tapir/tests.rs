@@ -22,6 +22,8 @@ impl MsgKind for Msg {
             Msg::CommitAck { .. } => "commit-ack",
             Msg::Abort { .. } => "abort",
             Msg::Query { .. } => "query",
+            Msg::DoViewChange { .. } => "do-view-change",
+            Msg::StartView { .. } => "start-view",
         }
     }
 }
@@ -215,4 +217,160 @@ fn a_modify_reads_then_buffers_and_its_read_is_validated() {
     assert!(matches!(d.commit(0, u), Outcome::Aborted { .. }));
     let w = d.begin(0, None);
     assert_eq!(d.get(0, w, &x), ClientResponse::Read(Some(encode_int(6))));
+}
+
+/// A restarted replica refuses requests until a view change brings it back (never voting
+/// from its log alone); after it, it is in fast quorums again.
+#[test]
+fn a_restarted_replica_rejoins_by_a_view_change_then_joins_fast_quorums() {
+    let mut d = driver("");
+    let x = d.key_on(0, "x");
+    let add = |k: &Key| one_piece(0, vec![Op::Add(k.clone(), Operand::Literal(encode_int(1)))]);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
+    let c = d.cluster.replicas(ShardId(0))[2];
+    d.crash(c);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
+    // Its view change is held up: it stays out, and transactions commit without it.
+    d.hold(|_, _, m| matches!(m, Msg::DoViewChange { .. }));
+    d.restart(c);
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Slow);
+    assert!(
+        !replica(&d, c).is_normal(),
+        "recovering until the view change"
+    );
+    assert_eq!(d.counters.get("tapir_votes_after_recovery"), None);
+    d.release_held();
+    d.run_for(3_000 * MS);
+    assert!(replica(&d, c).is_normal());
+    assert_eq!(d.counters["tapir_recoveries"], 1);
+    assert!(d.counters["tapir_view_changes"] >= 1);
+    let fast_before = d
+        .counters
+        .get("tapir_fast_quorum_after_view_change")
+        .copied();
+    assert_eq!(path(&run(&mut d, 0, add(&x))), CommitPath::Fast);
+    assert!(d.counters["tapir_votes_after_recovery"] > 0);
+    assert!(d.counters["tapir_fast_quorum_after_view_change"] > fast_before.unwrap_or(0));
+    let read = run(&mut d, 1, one_piece(0, vec![Op::Get(x)]));
+    let Outcome::Committed { results, .. } = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(results[0].outputs[0], Some(encode_int(4)));
+}
+
+/// Issue 18, seed 20 of the serializable swarm: a replica that was down while a transaction
+/// committed restarts and leads the view change. Its store lacked that commit, so the merge
+/// re-validated a stale read of a second transaction (which only one record held, voted
+/// ABORT) as PREPARE-OK, and the second transaction committed over the first one's append.
+/// The leader must first apply every commit the records name: from the records (which carry
+/// the latest commits' arguments), or, past that window (`commits_in_record=0`), by waiting
+/// for the COMMIT.
+#[test]
+fn a_leader_that_missed_a_commit_does_not_revalidate_against_its_stale_store() {
+    for (options, counter) in [
+        ("", "tapir_commits_applied_from_records"),
+        ("commits_in_record=0", "tapir_merge_waits_for_commits"),
+    ] {
+        leader_missed_a_commit(options, counter);
+    }
+}
+
+fn leader_missed_a_commit(options: &str, counter: &str) {
+    use meridian_core::txn::{ClientRequest, ClientResponse, Rmw, Step};
+    let mut d = driver(options);
+    let x = d.key_on(0, "x");
+    let b = d.cluster.replicas(ShardId(0))[1];
+    // The second transaction reads x (version zero) first.
+    let t2 = d.begin(1, None);
+    d.modify(1, t2, &x, Rmw::Add(10));
+    // B, which leads view 1, is down while the first transaction commits at A and C.
+    d.crash(b);
+    let add = one_piece(0, vec![Op::Add(x.clone(), Operand::Literal(encode_int(1)))]);
+    assert_eq!(path(&run(&mut d, 0, add)), CommitPath::Slow);
+    d.run_for(100 * MS);
+    // The second one's PREPAREs reach A and C (both vote ABORT: a stale read); the replies
+    // are lost, so the coordinator asks again after the view change.
+    d.hold(|_, _, m| matches!(m, Msg::PrepareReply { .. }));
+    let commit = d.request(1, ClientRequest::Interactive(Step::Commit { txn: t2 }));
+    d.run_for(20 * MS);
+    assert_eq!(d.drop_held(), 2);
+    d.restart(b);
+    assert!(d.run_until_answered(&[commit], 20_000 * MS));
+    assert!(replica(&d, b).is_normal());
+    assert!(
+        d.counters.get(counter).copied().unwrap_or(0) > 0,
+        "{options}"
+    );
+    let outcome = d.outcome(commit).cloned();
+    assert!(
+        matches!(outcome, Some(Outcome::Aborted { .. })),
+        "{options}: {outcome:?}"
+    );
+    let read = d.begin(0, None);
+    let value = d.get(0, read, &x);
+    assert_eq!(
+        value,
+        ClientResponse::Read(Some(encode_int(1))),
+        "{options}"
+    );
+}
+
+/// C is down while an append to `x` commits at A and B, and every COMMIT to C is held; then C
+/// restarts and rejoins through view 1 (led by B). Returns the driver and C.
+fn restart_after_a_missed_commit(options: &str) -> (Driver, NodeId, Key) {
+    let mut d = driver(options);
+    let x = d.key_on(0, "x");
+    let c = d.cluster.replicas(ShardId(0))[2];
+    d.hold(move |_, to, m| to == c && matches!(m, Msg::Commit { .. }));
+    d.crash(c);
+    let append = one_piece(
+        0,
+        vec![Op::Append(x.clone(), Operand::Literal(encode_int(1)))],
+    );
+    assert_eq!(path(&run(&mut d, 0, append)), CommitPath::Slow);
+    d.run_for(100 * MS);
+    d.restart(c);
+    d.run_for(3_000 * MS);
+    (d, c, x)
+}
+
+/// Issue 18, seed 155 of the serializable swarm: a replica down while a transaction committed
+/// rejoined through a view change whose master record named that commit by id only, so it
+/// returned to normal with a stale store (and later, leading a view on that store alone,
+/// re-validated another transaction's stale read as PREPARE-OK). The records carry the
+/// commits with their arguments (IR's Sync): C applies the one it missed from the master
+/// record, with no COMMIT reaching it.
+#[test]
+fn a_replica_that_missed_a_commit_applies_it_from_the_view_change_records() {
+    let (d, c, x) = restart_after_a_missed_commit("");
+    let rejoined = replica(&d, c);
+    assert!(rejoined.is_normal());
+    assert_ne!(
+        rejoined.occ.read(&x).1,
+        meridian_core::Timestamp::ZERO,
+        "normal again, C's store holds the append it missed"
+    );
+    assert!(d.counters["tapir_commits_applied_from_records"] > 0);
+}
+
+/// Past the window of commits a record carries (here none), a record names a commit by id
+/// only: C adopts the START-VIEW but stays out of service until the COMMIT itself arrives.
+#[test]
+fn a_commit_named_by_id_only_keeps_the_replica_out_until_its_commit_arrives() {
+    let (mut d, c, x) = restart_after_a_missed_commit("commits_in_record=0");
+    assert!(!replica(&d, c).is_normal(), "stale store: not normal");
+    assert_eq!(
+        replica(&d, c).occ.read(&x).1,
+        meridian_core::Timestamp::ZERO
+    );
+    assert!(d.counters["tapir_start_view_waits_for_commits"] > 0);
+    // It waits without starting view after view (the others stay in view 1).
+    assert_eq!(d.counters["tapir_view_changes"], 1);
+    d.release_held();
+    d.run_for(1_000 * MS);
+    assert!(replica(&d, c).is_normal());
+    assert_ne!(
+        replica(&d, c).occ.read(&x).1,
+        meridian_core::Timestamp::ZERO
+    );
 }

@@ -53,26 +53,35 @@ pub enum Msg {
     /// Coordinator → every replica of a participant: IR consensus operation
     /// Prepare(txn, timestamp). `attempt` counts the timestamps tried (a RETRY starts the
     /// next attempt), so a late PREPARE of an earlier attempt is ignored.
+    /// `view` is the latest view the coordinator heard of from this shard: a normal replica
+    /// in an earlier view missed a view change and starts one (IR §3.2.2).
     Prepare {
         txn: TxnId,
         attempt: u32,
         ts: Timestamp,
         part: ShardTxn,
+        view: u64,
     },
-    /// Replica → coordinator: the (tentative) result of the consensus operation.
+    /// Replica → coordinator: the result of the consensus operation in the replica's
+    /// `view` (IR counts only replies of one view together); `finalized` when the record
+    /// holds it as decided (by a FINALIZE or a view change's merge): then it is final.
     PrepareReply {
         txn: TxnId,
         attempt: u32,
         vote: Vote,
+        view: u64,
+        finalized: bool,
     },
-    /// Coordinator → replicas, IR slow path: the decided result of the consensus operation.
+    /// Coordinator → replicas, IR slow path: the result decided from replies of `view`.
     Finalize {
         txn: TxnId,
         attempt: u32,
         vote: Vote,
+        view: u64,
     },
-    /// Replica → coordinator: the decided result is in its record.
-    Confirm { txn: TxnId, attempt: u32 },
+    /// Replica → coordinator: the decided result is in its record, in `view` (a view other
+    /// than the FINALIZE's means the replica moved on: the coordinator asks again).
+    Confirm { txn: TxnId, attempt: u32, view: u64 },
     /// Coordinator → replicas, IR inconsistent operation: commit at `ts` (carries the part
     /// so that a replica which never prepared still applies it).
     Commit {
@@ -87,6 +96,39 @@ pub enum Msg {
     /// Replica → coordinator: what became of a transaction still in its record after
     /// `query_ms` (the coordinator answers COMMIT, ABORT, or nothing while undecided).
     Query { txn: TxnId },
+    /// Replica → replicas of its shard, IR view change (§3.2.2): `view` starts; the leader
+    /// of `view` (`view` mod n) gets the sender's record, the others only the view number.
+    DoViewChange {
+        view: u64,
+        latest_normal_view: u64,
+        record: Option<Box<IrRecord>>,
+    },
+    /// Leader → replicas of its shard: the master record of `view`; each replica adopts it
+    /// (TAPIR's Sync) and returns to normal.
+    StartView { view: u64, record: Box<IrRecord> },
+}
+
+/// A replica's IR record as a view change ships it: the undecided consensus operations
+/// (Prepare entries), the inconsistent ones applied recently (Commit, Abort) as
+/// (transaction, committed), and the most recent Commits with their arguments, so that a
+/// replica that missed one applies it from the record (IR's Sync).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IrRecord {
+    pub entries: Vec<RecordEntry>,
+    /// The latest finished transactions, oldest first (at most `FINISHED_SHIPPED`).
+    pub finished: Vec<(TxnId, bool)>,
+    /// The latest commits applied, oldest first (at most the `commits_in_record` option).
+    pub commits: Vec<CommitOp>,
+}
+
+/// IR's inconsistent operation Commit with its arguments: the transaction, its commit
+/// timestamp and its part on this shard (the reads matter too: a committed read bars a
+/// later write below it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitOp {
+    pub txn: TxnId,
+    pub ts: Timestamp,
+    pub part: ShardTxn,
 }
 
 /// What a timer carries back.
@@ -104,6 +146,8 @@ pub enum Timer {
     ResendCommit { txn: TxnId },
     /// Replica: ask coordinators about transactions that stayed undecided too long.
     QueryStale,
+    /// Replica: the view change to `view` did not finish in time; start the next one.
+    ViewChange { view: u64 },
 }
 
 /// A durable record. Replicas log every record entry before replying (so a restarted
@@ -132,6 +176,9 @@ pub enum Record {
     },
     /// Replica: an abort applied.
     Aborted { txn: TxnId },
+    /// Replica: its view, and the latest view in which it was normal (IR's persisted view
+    /// information; logged before it says anything in the view).
+    View { view: u64, latest_normal_view: u64 },
     /// Replica: everything before it, as state.
     ReplicaCheckpoint(Box<ReplicaSnapshot>),
     /// Coordinator: an incarnation started (logged before any of its ids is used).
@@ -154,11 +201,15 @@ pub enum Record {
 /// A replica's whole state, as a checkpoint holds it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaSnapshot {
+    pub view: u64,
+    pub latest_normal_view: u64,
     pub occ: OccState,
     /// Undecided record entries.
     pub entries: Vec<RecordEntry>,
     /// Recently finished transactions (txn, committed), oldest first.
     pub finished: Vec<(TxnId, bool)>,
+    /// The latest commits applied, with their arguments, oldest first.
+    pub commits: Vec<CommitOp>,
 }
 
 /// One undecided transaction in a replica's IR record.
