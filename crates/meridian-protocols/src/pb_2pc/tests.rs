@@ -114,3 +114,41 @@ fn each_protocol_refuses_the_other_ones_broken_variant() {
     let raw = ProtocolConfig::parse("heartbeat=1").expect("parses");
     assert!(OccPb::parse_options(&raw, &cluster).is_err());
 }
+
+/// Links reorder messages (`rdma-cluster`'s 0.5 µs jitter swaps consecutive proposals at
+/// high rates): a backup keeps a proposal that arrives past a gap and applies it once the
+/// gap fills. Two one-round commits on shard 0: the first one's proposal to the backup is
+/// late, the second's arrives first. Once the late one lands, both commits are answered at
+/// once; a backup that dropped the second waited for the primary's resend (a failover
+/// period after the first resend: 2pl-pb at YCSB θ = 0.99 committed 320 txns/s).
+#[test]
+fn a_backup_keeps_a_proposal_that_arrives_past_a_gap() {
+    use meridian_core::txn::{Op, Operand, Piece, Txn};
+    use meridian_core::value::encode_int;
+    let mut d = driver::<TwoPlPb>("");
+    let backup = d.cluster.replicas(ShardId(0))[1];
+    let mut late = None;
+    d.hold(move |_, to, m| match m {
+        Msg::Pb(PbMsg::Replicate { seq, .. }) if to == backup => *late.get_or_insert(*seq) == *seq,
+        _ => false,
+    });
+    let mut one_round = |d: &mut Driver<PbNode>, name: &str| {
+        let op = Op::Append(d.key_on(0, name), Operand::Literal(encode_int(1)));
+        let txn = Txn {
+            pieces: vec![Piece::ops(ShardId(0), vec![op])],
+        };
+        let r = d.submit(0, txn);
+        d.run_for(MS / 10);
+        r
+    };
+    let first = one_round(&mut d, "a");
+    let second = one_round(&mut d, "b");
+    assert!(d.response(first).is_none() && d.response(second).is_none());
+    d.release(|_, _, _| true); // delivered 1 ms from now
+    d.run_for(MS + MS / 5);
+    for r in [first, second] {
+        assert!(d
+            .outcome(r)
+            .is_some_and(|o| committed(o) == CommitPath::Local));
+    }
+}
