@@ -132,7 +132,7 @@ fn a_backup_keeps_a_proposal_that_arrives_past_a_gap() {
         Msg::Pb(PbMsg::Replicate { seq, .. }) if to == backup => *late.get_or_insert(*seq) == *seq,
         _ => false,
     });
-    let mut one_round = |d: &mut Driver<PbNode>, name: &str| {
+    let one_round = |d: &mut Driver<PbNode>, name: &str| {
         let op = Op::Append(d.key_on(0, name), Operand::Literal(encode_int(1)));
         let txn = Txn {
             pieces: vec![Piece::ops(ShardId(0), vec![op])],
