@@ -528,6 +528,8 @@ fn machine_workers_share_a_servers_cpu_among_its_roles() {
         .unwrap()
         .cluster;
     let leader = &cluster.node(cluster.initial_leader(ShardId(0))).name;
+    // The toy has no recovery: a client waits out its timeout on a request the crash lost.
+    shared.client_timeout_ns = 500 * NS_PER_MS;
     shared.faults =
         FaultPlan::parse(&format!("crash:{leader}@2s,restart:{leader}@3s"), &cluster).unwrap();
     let c = run_toy("rdma-cluster", &shared, 1);

@@ -137,18 +137,25 @@ fn a_backup_keeps_a_proposal_that_arrives_past_a_gap() {
         let txn = Txn {
             pieces: vec![Piece::ops(ShardId(0), vec![op])],
         };
-        let r = d.submit(0, txn);
-        d.run_for(MS / 10);
-        r
+        d.submit(0, txn)
     };
+    // The test driver delivers every message 1 ms after it is sent: the second proposal
+    // reaches the backup at 2.1 ms, and the primary's heartbeat has resent it by 3 ms.
     let first = one_round(&mut d, "a");
+    d.run_for(MS / 10);
     let second = one_round(&mut d, "b");
+    d.run_for(3 * MS);
     assert!(d.response(first).is_none() && d.response(second).is_none());
-    d.release(|_, _, _| true); // delivered 1 ms from now
-    d.run_for(MS + MS / 5);
+    // The late proposal lands 1 ms from now; the ack and the outcomes take 2 ms more. A
+    // backup that dropped the second proposal gets it again only a failover period (10
+    // heartbeats) after the last resend.
+    d.release(|_, _, _| true);
+    d.run_for(3 * MS + MS / 2);
     for r in [first, second] {
-        assert!(d
-            .outcome(r)
-            .is_some_and(|o| committed(o) == CommitPath::Local));
+        let outcome = d.outcome(r);
+        assert!(
+            outcome.is_some_and(|o| committed(o) == CommitPath::Local),
+            "{r:?}: {outcome:?}"
+        );
     }
 }
