@@ -12,8 +12,10 @@
 //! server sends after a record is held back until every backup acknowledged that record —
 //! or what the protocol's [`Release`] policy says the message depends on. So every
 //! replica's log holds every record anything sent depends on, and any replica can take
-//! over. Backups append in order (a gap waits for a `Sync`, the primary's whole log, sent
-//! at takeover and to a backup that has not caught up for a heartbeat).
+//! over. Backups append in order: a proposal that arrives past a gap (links reorder) is
+//! kept until the gap fills; a lost one is resent by the primary's heartbeat, or the
+//! backup gets a `Sync`, the primary's whole log, sent at takeover and to a backup that
+//! has not caught up for a heartbeat.
 //!
 //! A backup that hears nothing from its primary for `failover_ns` campaigns for the next
 //! epoch ([`crate::kit::promotion`], shared with Aurogon: a majority of coordinators grants
