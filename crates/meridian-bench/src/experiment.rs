@@ -22,6 +22,7 @@
 //! clock = "huygens"          # optional override of every node's clock profile
 //! service_time = "1.2us"     # per-event processing time at a node (default 0; ns precision)
 //! workers = 8                # simulator: worker threads per node, one queue each (default 1)
+//! machine_workers = true     # simulator: a machine's nodes share its `workers` (default false)
 //! faults = "crash:shard0/replica0@10s"   # simulator fault schedule (default none)
 //! timeline_bucket = "1s"     # bucket length of the timeline (default 1s)
 //! wan_scale = 1.0            # runtime target: multiplies the WAN delays (default 1)
@@ -168,7 +169,7 @@ fn default_kind() -> String {
 }
 
 /// Parameters `base` and `sweep` may name, besides `workload.K` and `protocol.K`.
-const PARAMS: [&str; 20] = [
+const PARAMS: [&str; 21] = [
     "protocol",
     "topology",
     "workload",
@@ -189,6 +190,7 @@ const PARAMS: [&str; 20] = [
     "retry_aborted",
     "retry_interval",
     "label",
+    "machine_workers",
 ];
 
 /// The swept parameters' values at one point, by name.
@@ -588,20 +590,22 @@ fn point(params: &BTreeMap<String, String>, o: &Overrides) -> Result<Point, Stri
             None => 0,
             Some(v) => parse_ms("warmup", v, true)?,
         },
-        retry_aborted: match get("retry_aborted", "false").as_str() {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(format!(
-                    "`retry_aborted`: `{other}` is neither true nor false"
-                ))
-            }
-        },
+        machine_workers: boolean("machine_workers", &get("machine_workers", "false"))?,
+        retry_aborted: boolean("retry_aborted", &get("retry_aborted", "false"))?,
         retry_interval_ns: match params.get("retry_interval") {
             None => 0,
             Some(t) => service_ns(t).map_err(|e| e.replace("service_time", "retry_interval"))?,
         },
     })
+}
+
+/// A parameter that is `true` or `false`.
+fn boolean(name: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(format!("`{name}`: `{other}` is neither true nor false")),
+    }
 }
 
 /// Every point of the sweep: the swept parameters' values and the point.

@@ -67,6 +67,10 @@ pub struct Point {
     /// Simulator: worker threads per node, each with its own queue (1: one queue).
     #[serde(default = "one_worker")]
     pub workers: u32,
+    /// Simulator: a machine's nodes share its `workers` instead of each having its own
+    /// (the testbed's threads serve every role of their server).
+    #[serde(default)]
+    pub machine_workers: bool,
     pub seed: u64,
     /// Scheduled faults in the simulator's syntax (`crash:shard0/replica0@10s,…`), or `none`.
     pub faults: String,

@@ -404,6 +404,7 @@ mod tests {
             drain_ms: 1,
             service_time_ns: 0,
             workers: 1,
+            machine_workers: false,
             seed: 1,
             faults: "none".into(),
             timeline_bucket_ms: 250,

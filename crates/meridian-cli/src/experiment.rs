@@ -433,6 +433,7 @@ pub(crate) fn simulate<P: Protocol>(
         open_loop,
         service_time_ns: point.service_time_ns,
         workers: point.workers,
+        machine_workers: point.machine_workers,
         faults: FaultPlan::parse(&point.faults, &setup.cluster)
             .map_err(|e| format!("`faults`: {e}"))?,
         timeline_bucket_ns: point.timeline_bucket_ms * NS_PER_MS,
@@ -551,12 +552,13 @@ where
         || point.clock.is_some()
         || point.service_time_ns > 0
         || point.workers != 1
+        || point.machine_workers
         || point.retry_aborted
         || point.retry_interval_ns > 0
     {
         return Err(
             "the runtime target takes no `faults`, `clock`, `service_time`, `workers`, \
-             `retry_aborted` or `retry_interval` (simulator only)"
+             `machine_workers`, `retry_aborted` or `retry_interval` (simulator only)"
                 .into(),
         );
     }

@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// joins a random worker's queue, so events may run out of arrival order (default 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     workers: u32,
+    /// With --workers: a machine's nodes share its workers (one pool per machine, as the
+    /// testbed's threads serve every role of their server) instead of each having its own.
+    #[arg(long)]
+    machine_workers: bool,
     /// Check the history against this model (default: the protocol's own guarantee when a
     /// history is recorded; `none` to skip).
     #[arg(long)]
@@ -174,6 +178,7 @@ fn parse_plan(args: &RunArgs) -> Result<Plan, String> {
         service_time_ns: parse_duration_ns(&args.service_time)
             .map_err(|e| format!("--service-time: {e}"))?,
         workers: args.workers,
+        machine_workers: args.machine_workers,
         faults: FaultPlan::default(),
         record_history: true,
         open_loop: None,
@@ -565,6 +570,9 @@ fn replay_command(args: &RunArgs, seed: u64) -> String {
     }
     if args.workers != 1 {
         cmd.push_str(&format!(" --workers {}", args.workers));
+    }
+    if args.machine_workers {
+        cmd.push_str(" --machine-workers");
     }
     if let Some(check) = &args.check {
         cmd.push_str(&format!(" --check {check}"));

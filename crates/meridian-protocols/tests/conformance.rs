@@ -276,7 +276,7 @@ mod two_pl_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "e4fb1e321e717f54")],
+        golden: &[(5, "1f2a9b4a06bbea1b")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_release_before_backup_ack=true",
             workload: "list-append",
@@ -291,7 +291,7 @@ mod occ_pb {
     use super::*;
     const SPEC: Conformance = Conformance {
         service_time_ns: 20_000,
-        golden: &[(5, "5c91c33996fd765a")],
+        golden: &[(5, "e2ea3db1dcd1e464")],
         // OCC's own safety step, skipped. (Releasing before the backup acks, 2pl-pb's broken
         // variant, trips the server's commit assertion here on the current traces before the
         // checker sees a history.)

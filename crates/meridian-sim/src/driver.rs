@@ -55,6 +55,11 @@ pub struct SimOptions {
     /// the thread its connection is bound to, not on the least busy one), so with more than
     /// one worker, events can run out of their arrival order. 1, the default: one queue.
     pub workers: u32,
+    /// The machine's nodes share its `workers` (one pool per machine, not per node): the
+    /// testbed's threads each serve every role the machine hosts (Aurogon §6.1: 8 threads
+    /// per server, each coordinator, primary and backup), so a role's work takes CPU from
+    /// its mates. `false`, the default: every node has its own `workers`.
+    pub machine_workers: bool,
     pub faults: FaultPlan,
     pub record_history: bool,
     /// Open-loop load (Tiga §5.1) instead of closed-loop clients: each coordinator gets
@@ -110,6 +115,7 @@ impl Default for SimOptions {
             client_timeout_ns: 5 * NS_PER_S,
             service_time_ns: 0,
             workers: 1,
+            machine_workers: false,
             faults: FaultPlan::default(),
             record_history: true,
             open_loop: None,
@@ -198,7 +204,9 @@ type EventOf<P> =
 struct Slot<N: Node> {
     host: NodeHost<N>,
     durable: MemoryLog<N::Record>,
-    /// The node's worker threads ([`SimOptions::workers`]; one by default).
+    /// The node's worker threads ([`SimOptions::workers`]; one by default). With
+    /// [`SimOptions::machine_workers`] only the machine's first node's are used, by all
+    /// its nodes ([`Sim::pool_of`]).
     workers: Vec<Worker<Event<N::Msg, N::Timer>>>,
     /// An [`Event::BatchEnd`] for this incarnation is queued.
     batch_end_queued: bool,
@@ -630,6 +638,7 @@ impl<'w, P: Protocol> Sim<'w, P> {
         if service_ns == 0 {
             return Ok(());
         }
+        let node = self.pool_of(node);
         let count = self.slots[node.index()].workers.len();
         let w = if count > 1 {
             self.worker_rng.gen_range(0..count)
@@ -642,6 +651,17 @@ impl<'w, P: Protocol> Sim<'w, P> {
         }
         worker.busy_until_ns = self.now_ns + service_ns;
         Ok(())
+    }
+
+    /// The node whose workers serve `node`'s events: itself, or with
+    /// [`SimOptions::machine_workers`] its machine's first node. Machine mates crash and
+    /// restart together, so that node's incarnation also dates its mates' queued events.
+    fn pool_of(&self, node: NodeId) -> NodeId {
+        if !self.options.machine_workers {
+            return node;
+        }
+        let cluster = &self.setup.cluster;
+        cluster.machines[cluster.machine_of(node).index()].nodes[0]
     }
 
     /// Queues the [`Event::Serve`] that takes the worker's next backlog event when it is
@@ -712,10 +732,11 @@ impl<'w, P: Protocol> Sim<'w, P> {
                 return;
             }
             if let Err(w) = self.take_service_slot(node) {
-                self.slots[node.index()].workers[w as usize]
+                let pool = self.pool_of(node);
+                self.slots[pool.index()].workers[w as usize]
                     .backlog
                     .push_back(event);
-                self.queue_serve(node, w);
+                self.queue_serve(pool, w);
                 return;
             }
         }
@@ -767,7 +788,8 @@ impl<'w, P: Protocol> Sim<'w, P> {
         slot.batch_end_queued = false;
         // Events that queued while the node was busy are the runtime's full inbox: they
         // join the batch (the next one handled queues this end again).
-        if slot.workers.iter().any(|w| !w.backlog.is_empty()) {
+        let pool = &self.slots[self.pool_of(node).index()];
+        if pool.workers.iter().any(|w| !w.backlog.is_empty()) {
             return;
         }
         let now_local = self.local_now(node);

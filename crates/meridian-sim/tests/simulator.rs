@@ -502,6 +502,42 @@ fn workers_serve_a_busy_node_in_parallel_and_replay() {
     assert_ne!(a.trace_hash, b.trace_hash);
 }
 
+/// With `machine_workers` a machine's nodes share its workers (Aurogon's testbed: each
+/// server's threads serve its coordinator, primary and backup roles): on `rdma-cluster`
+/// every machine hosts a coordinator and a shard's primary, so sharing one pool of two
+/// workers between them commits clearly less than two each; a crash of a machine empties
+/// its shared queues and the run still replays bit for bit.
+#[test]
+fn machine_workers_share_a_servers_cpu_among_its_roles() {
+    let mut own = options(9);
+    own.clients_per_coordinator = 8;
+    own.service_time_ns = 2 * NS_PER_MS;
+    own.workers = 2;
+    let mut shared = own.clone();
+    shared.machine_workers = true;
+    let a = run_toy("rdma-cluster", &own, 1);
+    let b = run_toy("rdma-cluster", &shared, 1);
+    assert!(
+        (b.committed as f64) < 0.8 * a.committed as f64,
+        "per node {} vs per machine {}",
+        a.committed,
+        b.committed
+    );
+    let topology = Topology::load("rdma-cluster").unwrap();
+    let cluster = setup::<ToyProtocol>(topology, ProtocolConfig::default(), Procedures::new())
+        .unwrap()
+        .cluster;
+    let leader = &cluster.node(cluster.initial_leader(ShardId(0))).name;
+    // The toy has no recovery: a client waits out its timeout on a request the crash lost.
+    shared.client_timeout_ns = 500 * NS_PER_MS;
+    shared.faults =
+        FaultPlan::parse(&format!("crash:{leader}@2s,restart:{leader}@3s"), &cluster).unwrap();
+    let c = run_toy("rdma-cluster", &shared, 1);
+    let again = run_toy("rdma-cluster", &shared, 1);
+    assert_eq!(c.trace_hash, again.trace_hash);
+    assert!(committed_within(&c, 3500 * NS_PER_MS, 5 * NS_PER_S) > 0);
+}
+
 /// A saturated node queues its events once each: the simulator's work stays linear in the
 /// events served (re-queuing every waiting event at each free instant cost ≈ 33 simulator
 /// events per delivered message on Tiga's Table 1 setup).

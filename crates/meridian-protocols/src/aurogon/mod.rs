@@ -106,8 +106,11 @@
 //!   gives every node 8 worker threads, each with its own queue, an event joining a random
 //!   one (the simulator does not know which thread a transaction runs on); 8 clients per
 //!   coordinator are the 8 transactions in flight. Here a machine hosts three nodes
-//!   (coordinator, primary, backup), so 8 workers each is more CPU than the testbed's 8
-//!   threads. The artifact's retry (`retry_txns 1`, `retry_interval 500`: an aborted
+//!   (coordinator, primary, backup); `--machine-workers` (experiment key
+//!   `machine_workers = true`) makes them share the machine's 8 workers as the testbed's
+//!   threads do, so the work an aborted transaction caused (its requests, its
+//!   replication, its retry) takes CPU from every role of the servers it touched.
+//!   Without it each node has its own 8. The artifact's retry (`retry_txns 1`, `retry_interval 500`: an aborted
 //!   transaction waits 500 µs in its thread's retry queue while the thread runs others)
 //!   is `--retry-aborted --retry-interval 500us` (experiment keys `retry_aborted = true`,
 //!   `retry_interval = "500us"`); without them an aborted transaction is not retried.

@@ -12,8 +12,10 @@
 //! server sends after a record is held back until every backup acknowledged that record —
 //! or what the protocol's [`Release`] policy says the message depends on. So every
 //! replica's log holds every record anything sent depends on, and any replica can take
-//! over. Backups append in order (a gap waits for a `Sync`, the primary's whole log, sent
-//! at takeover and to a backup that has not caught up for a heartbeat).
+//! over. Backups append in order: a proposal that arrives past a gap (links reorder) is
+//! kept until the gap fills; a lost one is resent by the primary's heartbeat, or the
+//! backup gets a `Sync`, the primary's whole log, sent at takeover and to a backup that
+//! has not caught up for a heartbeat.
 //!
 //! A backup that hears nothing from its primary for `failover_ns` campaigns for the next
 //! epoch ([`crate::kit::promotion`], shared with Aurogon: a majority of coordinators grants
@@ -168,6 +170,10 @@ pub struct Member<P: Partition> {
     log: Vec<P::Record>,
     /// A backup: the last proposal of `config.epoch` it holds (`None`: not synced yet).
     synced: Option<u64>,
+    /// A backup: proposals of `config.epoch` that arrived past a gap (links reorder
+    /// messages: with microsecond jitter, consecutive proposals often swap), applied once
+    /// the gap fills; at most `MAX_PENDING`, the primary resends the rest.
+    ahead: std::collections::BTreeMap<u64, Vec<u8>>,
     last_heard_ns: u64,
     highest_epoch_seen: u64,
     candidacy: Candidacy,
@@ -197,6 +203,7 @@ impl<P: Backed> Member<P> {
             },
             log: Vec::new(),
             synced: None,
+            ahead: Default::default(),
             last_heard_ns: 0,
             highest_epoch_seen: 0,
             candidacy: Candidacy::default(),
@@ -346,16 +353,30 @@ impl<P: Backed> Member<P> {
     }
 
     fn on_replicate(&mut self, cx: &mut PartitionCx<'_, P>, from: NodeId, seq: u64, bytes: &[u8]) {
-        if self.synced.is_some_and(|s| s + 1 == seq) {
-            let Some(records) = decode::<P::Record>(bytes) else {
-                return;
+        // Past a gap: kept until the proposals before it arrive (a lost one is resent by
+        // the primary's heartbeat, or replaced by a Sync); a duplicate is re-acked.
+        if self.synced.is_none_or(|s| seq > s) && self.ahead.len() < MAX_PENDING {
+            self.ahead.insert(seq, bytes.to_vec());
+        }
+        self.apply_ahead(cx);
+        self.ack(cx, from);
+    }
+
+    /// Appends the kept proposals that now follow the last one held, in order.
+    fn apply_ahead(&mut self, cx: &mut PartitionCx<'_, P>) {
+        let Some(mut synced) = self.synced else {
+            return;
+        };
+        self.ahead = self.ahead.split_off(&(synced + 1));
+        while let Some(bytes) = self.ahead.remove(&(synced + 1)) {
+            let Some(records) = decode::<P::Record>(&bytes) else {
+                break;
             };
             let restarted = self.append(records.clone());
             self.persist(cx, &records, restarted);
-            self.synced = Some(seq);
+            synced += 1;
+            self.synced = Some(synced);
         }
-        // A gap (a lost Replicate) waits for the primary's Sync; a duplicate is re-acked.
-        self.ack(cx, from);
     }
 
     fn on_sync(&mut self, cx: &mut PartitionCx<'_, P>, from: NodeId, seq: u64, bytes: &[u8]) {
@@ -368,6 +389,7 @@ impl<P: Backed> Member<P> {
             let (config, log) = (self.config, bytes.to_vec());
             cx.checkpoint(P::pb_record(PbRecord::Snapshot { config, log }));
             self.synced = Some(seq);
+            self.apply_ahead(cx);
         }
         self.ack(cx, from);
     }
@@ -387,6 +409,7 @@ impl<P: Backed> Member<P> {
         self.config = config;
         cx.persist(P::pb_record(PbRecord::Config(config)));
         self.synced = None;
+        self.ahead.clear();
         self.candidacy.stop();
         self.last_heard_ns = cx.now_ns();
         if self.primary.take().is_some() {

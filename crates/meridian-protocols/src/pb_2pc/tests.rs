@@ -114,3 +114,48 @@ fn each_protocol_refuses_the_other_ones_broken_variant() {
     let raw = ProtocolConfig::parse("heartbeat=1").expect("parses");
     assert!(OccPb::parse_options(&raw, &cluster).is_err());
 }
+
+/// Links reorder messages (`rdma-cluster`'s 0.5 µs jitter swaps consecutive proposals at
+/// high rates): a backup keeps a proposal that arrives past a gap and applies it once the
+/// gap fills. Two one-round commits on shard 0: the first one's proposal to the backup is
+/// late, the second's arrives first. Once the late one lands, both commits are answered at
+/// once; a backup that dropped the second waited for the primary's resend (a failover
+/// period after the first resend: 2pl-pb at YCSB θ = 0.99 committed 320 txns/s).
+#[test]
+fn a_backup_keeps_a_proposal_that_arrives_past_a_gap() {
+    use meridian_core::txn::{Op, Operand, Piece, Txn};
+    use meridian_core::value::encode_int;
+    let mut d = driver::<TwoPlPb>("");
+    let backup = d.cluster.replicas(ShardId(0))[1];
+    let mut late = None;
+    d.hold(move |_, to, m| match m {
+        Msg::Pb(PbMsg::Replicate { seq, .. }) if to == backup => *late.get_or_insert(*seq) == *seq,
+        _ => false,
+    });
+    let one_round = |d: &mut Driver<PbNode>, name: &str| {
+        let op = Op::Append(d.key_on(0, name), Operand::Literal(encode_int(1)));
+        let txn = Txn {
+            pieces: vec![Piece::ops(ShardId(0), vec![op])],
+        };
+        d.submit(0, txn)
+    };
+    // The test driver delivers every message 1 ms after it is sent: the second proposal
+    // reaches the backup at 2.1 ms, and the primary's heartbeat has resent it by 3 ms.
+    let first = one_round(&mut d, "a");
+    d.run_for(MS / 10);
+    let second = one_round(&mut d, "b");
+    d.run_for(3 * MS);
+    assert!(d.response(first).is_none() && d.response(second).is_none());
+    // The late proposal lands 1 ms from now; the ack and the outcomes take 2 ms more. A
+    // backup that dropped the second proposal gets it again only a failover period (10
+    // heartbeats) after the last resend.
+    d.release(|_, _, _| true);
+    d.run_for(3 * MS + MS / 2);
+    for r in [first, second] {
+        let outcome = d.outcome(r);
+        assert!(
+            outcome.is_some_and(|o| committed(o) == CommitPath::Local),
+            "{r:?}: {outcome:?}"
+        );
+    }
+}
