@@ -34,7 +34,7 @@ pub fn round_trip<T: Serialize + DeserializeOwned>(value: &T) -> T {
 
 /// Whether the `sent`-th message goes through the codec.
 pub fn sampled(sent: u64) -> bool {
-    cfg!(debug_assertions) && sent % MESSAGE_SAMPLE == 0
+    cfg!(debug_assertions) && sent.is_multiple_of(MESSAGE_SAMPLE)
 }
 
 #[cfg(test)]
