@@ -83,7 +83,10 @@ impl Estimator {
             HeadroomMode::CostAware => (50.0, 0),
             _ => (opts.adaptive_percentile, opts.adaptive_delta_ns),
         };
-        let late_cost_ns = self.late_cost_ns(cluster, leaders, shards);
+        let late_cost_ns = match opts.headroom {
+            HeadroomMode::CostAware => self.late_cost_ns(cluster, leaders, shards),
+            _ => 0,
+        };
         let fwd = |r: NodeId| match opts.headroom {
             HeadroomMode::CostAware => {
                 self.owd
