@@ -145,51 +145,13 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
 fn encode_record(out: &mut Vec<u8>, record: &impl Serialize) -> io::Result<()> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_BYTES]);
-    postcard::serialize_with_flavor(record, Append(&mut *out)).map_err(io::Error::other)?;
+    postcard::to_io(record, &mut *out).map_err(io::Error::other)?;
     let payload = &out[start + HEADER_BYTES..];
     let len = u32::try_from(payload.len()).map_err(io::Error::other)?;
     let crc = crc32fast::hash(payload);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
     Ok(())
-}
-
-/// postcard's output appended to a buffer the caller keeps (postcard's own `Vec` flavor
-/// takes the buffer by value and loses it on an error, which would drop the records
-/// buffered before this one). Its `io::Write` flavor, used before, went through
-/// `extend_from_slice` and so a `memcpy` call for every varint, however short: a record is
-/// mostly one- and two-byte fields, and encoding was the largest cost durability added
-/// (`perf`, see RUNTIME.md). The bytes are the same.
-struct Append<'a>(&'a mut Vec<u8>);
-
-/// Slices up to this long are pushed byte by byte rather than copied with `memcpy`.
-const SHORT_SLICE_BYTES: usize = 16;
-
-impl postcard::ser_flavors::Flavor for Append<'_> {
-    type Output = ();
-
-    #[inline]
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.0.push(byte);
-        Ok(())
-    }
-
-    #[inline]
-    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
-        if bytes.len() <= SHORT_SLICE_BYTES {
-            self.0.reserve(bytes.len());
-            for &byte in bytes {
-                self.0.push(byte);
-            }
-        } else {
-            self.0.extend_from_slice(bytes);
-        }
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
-    }
 }
 
 /// The whole records at the start of `bytes`, and how many bytes they span.
@@ -272,29 +234,6 @@ mod tests {
         drop(wal);
         let (_, old, _) = Wal::<String>::open(dir.path(), false).unwrap();
         assert_eq!(old, vec!["cp".to_string(), "c".to_string()]);
-    }
-
-    /// The log's encoder writes exactly postcard's bytes (logs written before it still
-    /// read), for short fields and long ones.
-    #[test]
-    fn records_encode_as_postcard_does() {
-        let long = "x".repeat(100);
-        let record = (
-            7u8,
-            300u64,
-            u64::MAX,
-            -5i32,
-            "key".to_string(),
-            long,
-            vec![1u16; 40],
-        );
-        let mut out = vec![9];
-        encode_record(&mut out, &record).unwrap();
-        let payload = postcard::to_stdvec(&record).unwrap();
-        assert_eq!(out[0], 9, "appended after what the buffer held");
-        assert_eq!(&out[1 + HEADER_BYTES..], &payload[..]);
-        let len = u32::from_le_bytes(out[1..5].try_into().unwrap()) as usize;
-        assert_eq!(len, payload.len());
     }
 
     #[test]

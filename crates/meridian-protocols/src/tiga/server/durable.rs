@@ -164,10 +164,12 @@ impl Server {
         });
     }
 
-    /// Replaces the durable log with `report` (this server's log list) and the view. Takes
-    /// the report by value: it holds a copy of the whole store, so a caller that still
-    /// needs it clones it, and one that does not (a snapshot at a cut) copies it once.
-    pub(super) fn persist_report(&mut self, ctx: &mut Ctx<'_, TigaNode>, report: ViewChangeReport) {
+    /// Replaces the durable log with `report` (this server's log list) and the view.
+    pub(super) fn persist_report(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaNode>,
+        report: &ViewChangeReport,
+    ) {
         if !self.opts.durable {
             return;
         }
@@ -179,7 +181,7 @@ impl Server {
             + report.others.len()) as u64;
         ctx.checkpoint(Record::ServerSnapshot {
             view: self.view.clone(),
-            report: Box::new(report),
+            report: Box::new(report.clone()),
         });
     }
 
@@ -190,7 +192,7 @@ impl Server {
         }
         debug_assert_eq!(self.status, Status::Normal);
         let report = self.make_report(self.view.g_view);
-        self.persist_report(ctx, report);
+        self.persist_report(ctx, &report);
         self.durable_snapshot_ns = ctx.now_ns();
     }
 

@@ -119,9 +119,7 @@ impl Server {
         // from its records (RESTARTED) takes part with the log list they hold.
         let report = self.make_report(view.g_view);
         self.adopt_view(view);
-        if self.opts.durable {
-            self.persist_report(ctx, report.clone());
-        }
+        self.persist_report(ctx, &report);
         self.status = Status::ViewChange;
         self.pq.clear();
         self.wake.reset();
