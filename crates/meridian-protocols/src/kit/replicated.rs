@@ -27,6 +27,7 @@ use meridian_core::node::{Context, Effect};
 use meridian_core::{Cluster, NodeId, ShardId, TxnId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 /// A member became its partition's leader and rebuilt the server.
@@ -157,8 +158,13 @@ pub struct Outbox<P: Partition> {
     /// Proposals made / known durable, in this leadership.
     pub proposed: u64,
     pub committed: u64,
-    /// Sends waiting for proposal `seq`.
-    held: Vec<(u64, NodeId, P::Msg)>,
+    /// Sends waiting, by the proposal each waits for, each with its hold order (a release
+    /// sends in hold order). Keyed so that a release touches only what it sends: at load a
+    /// leader holds thousands of sends, and re-sorting all of them at every commit was
+    /// quadratic.
+    held: BTreeMap<u64, Vec<(u64, NodeId, P::Msg)>>,
+    /// Sends held so far in this leadership (the hold order).
+    holds: u64,
 }
 
 impl<P: Partition> Default for Outbox<P> {
@@ -166,7 +172,8 @@ impl<P: Partition> Default for Outbox<P> {
         Outbox {
             proposed: 0,
             committed: 0,
-            held: Vec::new(),
+            held: BTreeMap::new(),
+            holds: 0,
         }
     }
 }
@@ -194,7 +201,9 @@ impl<P: Partition> Outbox<P> {
                     if after <= self.committed {
                         cx.send(to, msg);
                     } else {
-                        self.held.push((after, to, msg));
+                        self.holds += 1;
+                        let hold = (self.holds, to, msg);
+                        self.held.entry(after).or_default().push(hold);
                     }
                 }
                 Effect::SetTimer {
@@ -232,10 +241,10 @@ impl<P: Partition> Outbox<P> {
         if let Some(release) = release {
             release.committed(committed);
         }
-        let (go, stay) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(after, _, _)| *after <= committed);
-        self.held = stay;
+        let stay = self.held.split_off(&committed.saturating_add(1));
+        let released = std::mem::replace(&mut self.held, stay);
+        let mut go: Vec<(u64, NodeId, P::Msg)> = released.into_values().flatten().collect();
+        go.sort_unstable_by_key(|(hold, _, _)| *hold);
         for (_, to, msg) in go {
             cx.send(to, msg);
         }
