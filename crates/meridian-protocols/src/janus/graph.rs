@@ -383,18 +383,15 @@ impl Graph {
     /// Dependencies of committed transactions that are still not known here (what the
     /// periodic tick inquires about again).
     pub fn unknown_dependencies(&mut self) -> Vec<Tag> {
-        let (vertices, foreign_done) = (&self.vertices, &self.foreign_done);
-        let shard = self.shard;
-        let executed = &self.executed;
-        self.unknown.retain(|id, tag| {
-            let done = match tag.slot(shard) {
-                Some(slot) => executed
-                    .get(&incarnation(*id))
-                    .is_some_and(|s| s.contains(slot)),
-                None => foreign_done.contains(id),
-            };
-            !vertices.contains_key(id) && !done
-        });
+        let resolved: Vec<TxnId> = self
+            .unknown
+            .iter()
+            .filter(|(id, tag)| self.vertices.contains_key(id) || self.is_done(tag))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in resolved {
+            self.unknown.remove(&id);
+        }
         let mut tags: Vec<Tag> = self.unknown.values().cloned().collect();
         tags.sort_by_key(|t| t.id);
         tags
