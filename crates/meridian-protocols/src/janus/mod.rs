@@ -14,7 +14,7 @@
 //! | §4.3 commit with the final dependencies | `coordinator.rs` `commit`; `replica.rs` `on_commit`, [`Graph::commit`](graph::Graph::commit) |
 //! | §4.4 execution: wait until every reachable transaction is committed (inquire the unknown), strongly connected components in topological order, members by id, only this shard's pieces | `graph.rs` [`Graph::executable`](graph::Graph::executable) (iterative Tarjan, incremental: from newly committed and woken transactions only; blocked components parked until what blocks them changes), `replica.rs` `execute_ready`, `run_pieces`, `inquire`, `on_inquire` |
 //! | §5 coordinator failure: a replica waiting too long becomes recovery coordinator with a higher ballot (prepare, accept, commit) | `replica.rs` `recover_stuck`, `on_prepare`, `on_prepare_reply`, `choose`, `on_accept_reply` |
-//! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records |
+//! | replica crash and restart (not in the paper's protocol text) | [`Record`]: `replica.rs` `log` (every state change before its answer, every execution's writes), `Replica::restore`/`replay`; snapshots every `checkpoint_every` records (at least the state's size apart) |
 //! | garbage collection (not in the paper) | `graph.rs` [`Graph::forget`](graph::Graph::forget), `SlotSet`, [`Graph::note_peer_executed`](graph::Graph::note_peer_executed); [`Tag`] slots; `replica.rs` `tick` (`Msg::ExecutedSlots`) |
 //! | state transfer of a lagging replica (not in the paper) | `replica.rs` `fetch_state`, `on_fetch_state`, `on_state`, `on_executed`, `recovered_executed`; [`Graph::adopt`](graph::Graph::adopt) |
 //! | coordinator admission (not in the paper) | `coordinator.rs` `on_client_request`, `start_queued` |
@@ -90,7 +90,8 @@
 //! * **Durability** (`Effect::Persist`): a replica persists every pre-accept (with its
 //!   answer), promise, accept and commit before answering, every execution (its writes),
 //!   and a snapshot (store, graph, key table, executed slots) every `checkpoint_every`
-//!   records, which bounds the log. A restarted replica that forgot what it answered could
+//!   records — or every state's size of records once the store and graph hold more
+//!   entries, so a snapshot's copy stays amortized O(1) per record — which bounds the log. A restarted replica that forgot what it answered could
 //!   break quorum intersection (a later answer missing a transaction it had reported).
 //!   Executions are logged rather than re-derived from the commits on replay: by then the
 //!   other shards' transactions that closed a cycle may be forgotten everywhere, and the

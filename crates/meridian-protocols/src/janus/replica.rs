@@ -167,10 +167,13 @@ impl Replica {
         }
     }
 
-    /// Persists `record`, checkpointing every `checkpoint_every` records.
+    /// Persists `record`, checkpointing every `checkpoint_every` records, or every state's
+    /// size of records once the store and graph are larger (`kit::log::checkpoint_due`).
     fn log(&mut self, ctx: &mut Cx<'_>, record: Record) {
         self.records += 1;
-        if self.records >= self.opts.checkpoint_every {
+        let state_entries = self.store.len() + self.graph.vertices.len();
+        if crate::kit::log::checkpoint_due(self.records, self.opts.checkpoint_every, state_entries)
+        {
             self.checkpoint(ctx);
         } else {
             ctx.persist(record);

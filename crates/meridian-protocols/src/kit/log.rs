@@ -1,6 +1,6 @@
 //! A node's durable log as the driver hands it back after a restart: the latest checkpoint
 //! (which subsumes every record before it) and the records written after it, which the
-//! node replays on top; and the incarnation a restarting node takes.
+//! node replays on top; the incarnation a restarting node takes; and when to checkpoint.
 
 /// Splits `records` at the last one `is_checkpoint` accepts: (that checkpoint, the records
 /// after it), or (None, every record) when there is none.
@@ -25,9 +25,27 @@ pub fn next_incarnation<R>(records: &[R], started: impl Fn(&R) -> Option<u32>) -
         .unwrap_or(0)
 }
 
+/// Whether a node that wrote `since` records after its last checkpoint writes one now: after
+/// `every` records, and not before it wrote as many as its state holds entries. A
+/// checkpoint copies the whole state, so spacing checkpoints at least the state's size apart
+/// keeps their cost amortized O(1) per record however large the state grows (a fixed
+/// `every` alone re-copies a store of millions of keys every few thousand records); a
+/// restart then replays at most about the state's size in records.
+pub fn checkpoint_due(since: usize, every: usize, state_entries: usize) -> bool {
+    since >= every.max(state_entries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoints_are_spaced_by_the_larger_of_every_and_the_state() {
+        assert!(!checkpoint_due(99, 100, 10));
+        assert!(checkpoint_due(100, 100, 10));
+        assert!(!checkpoint_due(100, 100, 5_000));
+        assert!(checkpoint_due(5_000, 100, 5_000));
+    }
 
     #[test]
     fn the_tail_follows_the_last_checkpoint() {

@@ -1055,9 +1055,11 @@ impl Server {
     /// Counts a record just written towards the next checkpoint.
     fn persisted(&mut self) {
         self.since_checkpoint += 1;
-        // A checkpoint copies the whole store; spacing them at least a store's size apart
-        // keeps their cost amortized O(1) per record however large the store grows.
-        if self.since_checkpoint >= self.opts.checkpoint_every.max(self.store.len()) {
+        if crate::kit::log::checkpoint_due(
+            self.since_checkpoint,
+            self.opts.checkpoint_every,
+            self.store.len(),
+        ) {
             self.checkpoint_due = true;
         }
     }
