@@ -808,12 +808,11 @@ mod tests {
     #[test]
     fn entries_cut_at_max_size_as_the_raft_crate_cuts_them() {
         let entries: Vec<Entry> = (1..=40u64)
-            .map(|i| {
-                let mut e = Entry::default();
-                e.index = i;
-                e.term = 1;
-                e.data = vec![7u8; (i * 37 % 300) as usize].into();
-                e
+            .map(|i| Entry {
+                index: i,
+                term: 1,
+                data: vec![7u8; (i * 37 % 300) as usize].into(),
+                ..Entry::default()
             })
             .collect();
         let store = LogStore {
