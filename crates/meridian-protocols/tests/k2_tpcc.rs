@@ -45,13 +45,20 @@ fn tpcc_writes_never_share_a_write_stream_so_mv_writes_off_runs_the_same() {
     assert!(on.committed > 1000, "{} committed", on.committed);
     // Contention is there: readers pushed undetermined intents, writers below a read aborted.
     assert!(count(&on, "k2.pushws") > 0, "{:?}", on.counters);
-    assert!(count(&on, "k2.abort_write_below_read") > 0, "{:?}", on.counters);
+    assert!(
+        count(&on, "k2.abort_write_below_read") > 0,
+        "{:?}",
+        on.counters
+    );
     // …but no intent ever joined another transaction's in its key's write stream.
     assert_eq!(count(&on, "k2.intents_beside_another"), 0);
 
     let off = simulate("mv_writes=false");
     assert_eq!(count(&off, "k2.abort_younger_intent"), 0);
     // The same run, event for event.
-    assert_eq!(off.trace_hash, on.trace_hash, "mv_writes=false changed the run");
+    assert_eq!(
+        off.trace_hash, on.trace_hash,
+        "mv_writes=false changed the run"
+    );
     assert_eq!((off.committed, &off.counters), (on.committed, &on.counters));
 }

@@ -479,8 +479,11 @@ impl TpcC {
     /// and writes the DISTRICT row whole (`D_YTD`'s key, value unchanged, beside
     /// `D_NEXT_O_ID`), so it conflicts with Payment wherever row locks would.
     fn new_order_rows(&self, w: u64, d: u64, c: u64, args: Vec<Operand>, keys: Vec<Key>) -> Piece {
-        let (warehouse, district, customer) =
-            (self.w_ytd(w), self.d_ytd(w, d), self.customer(w, d, c, "bal"));
+        let (warehouse, district, customer) = (
+            self.w_ytd(w),
+            self.d_ytd(w, d),
+            self.customer(w, d, c, "bal"),
+        );
         let mut read_keys = keys.clone();
         read_keys.extend([warehouse.clone(), district.clone(), customer.clone()]);
         let mut write_keys = keys;
@@ -961,8 +964,7 @@ fn new_order(store: &mut dyn KvAccess, args: &[Value]) -> ProcResult {
 /// customer rows and rewrites the district's `D_YTD` as it is (a row store writes the
 /// row whole), then runs NewOrder.
 fn new_order_rows(store: &mut dyn KvAccess, args: &[Value]) -> ProcResult {
-    let (warehouse, district, customer) =
-        (arg_key(args, 0)?, arg_key(args, 1)?, arg_key(args, 2)?);
+    let (warehouse, district, customer) = (arg_key(args, 0)?, arg_key(args, 1)?, arg_key(args, 2)?);
     store.get(&warehouse);
     store.get(&customer);
     let d_ytd = store.get(&district).unwrap_or_else(|| encode_int(0));
@@ -1152,14 +1154,20 @@ mod tests {
         let payment_rows = |k: &Key| district_ytd.contains(k) || customer.contains(k);
         let (reads, writes) = new_order("column");
         assert!(!reads.contains(&w.w_ytd(1)));
-        assert!(!reads.iter().chain(&writes).any(payment_rows), "columns never meet");
+        assert!(
+            !reads.iter().chain(&writes).any(payment_rows),
+            "columns never meet"
+        );
         let (reads, writes) = new_order("row");
         assert!(reads.contains(&w.w_ytd(1)), "reads the warehouse row");
         assert!(!writes.contains(&w.w_ytd(1)));
         let count = |keys: &[Key], of: &[Key]| keys.iter().filter(|k| of.contains(k)).count();
         assert_eq!(count(&writes, &district_ytd), 1, "writes its district row");
         assert_eq!(count(&reads, &customer), 1, "reads its customer row");
-        let e = TpcC::new(&cluster(1), &WorkloadOptions::default().with("granularity", "cell"));
+        let e = TpcC::new(
+            &cluster(1),
+            &WorkloadOptions::default().with("granularity", "cell"),
+        );
         assert!(e.unwrap_err().contains("granularity"));
     }
 

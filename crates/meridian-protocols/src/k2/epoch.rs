@@ -16,8 +16,8 @@
 use super::options::Options;
 use super::wire::{Msg, Timer};
 use super::K2Node;
-use meridian_core::node::Ctx;
 use crate::kit::ttc::OracleCursor;
+use meridian_core::node::Ctx;
 
 /// A primary's epoch cuts.
 #[derive(Debug)]
