@@ -22,7 +22,7 @@ fn simulate(protocol_opts: &str) -> SimReport {
     .unwrap();
     let options = SimOptions {
         seed: 3,
-        duration_ns: NS_PER_S / 2,
+        duration_ns: NS_PER_S,
         drain_ns: 2 * NS_PER_S,
         clients_per_coordinator: 2,
         ..SimOptions::default()
@@ -42,7 +42,7 @@ fn count(report: &SimReport, name: &str) -> u64 {
 fn tpcc_writes_never_share_a_write_stream_so_mv_writes_off_runs_the_same() {
     let on = simulate("");
     assert_eq!(on.invariant, Ok(()));
-    assert!(on.committed > 1000, "{} committed", on.committed);
+    assert!(on.committed > 300, "{} committed", on.committed);
     // Contention is there: readers pushed undetermined intents, writers below a read aborted.
     assert!(count(&on, "k2.pushws") > 0, "{:?}", on.counters);
     assert!(
