@@ -3,8 +3,9 @@
 //! upper bound `T_high = now + ε`, so `abs(T_oracle) ≤ T_high ≤ abs(T_oracle) + 2ε`.
 //!
 //! Pure state: the protocol owns the request and reply messages; [`OracleClock::stamp`]
-//! says what to answer. [`oracles_nearest_first`] orders a node's oracles for asking, and
-//! [`check_oracle_clocks`] refuses deployments whose oracle clocks promise no ε.
+//! says what to answer. [`oracles_nearest_first`] orders a node's oracles for asking,
+//! [`OracleCursor`] picks the one to ask (K2's coordinators and epoch clocks, p2PL-TTC's
+//! coordinators and SafeTS primaries), and [`check_oracle_clocks`] refuses deployments whose oracle clocks promise no ε.
 
 use meridian_core::{Cluster, NodeId, NodeRole};
 
@@ -69,7 +70,7 @@ pub fn oracles_nearest_first(cluster: &Cluster, node: NodeId) -> Vec<NodeId> {
 /// measured a mean get-ts of 2.2 ms that way). An oracle as near as the nearest (the
 /// second of a region) keeps being asked, so a crashed nearest one costs one timeout, not
 /// one per request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct OracleCursor {
     /// Nearest first, with their round trips (ms).
     oracles: Vec<(NodeId, f64)>,
