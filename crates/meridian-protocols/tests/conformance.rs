@@ -92,7 +92,7 @@ mod k2 {
     const SPEC: Conformance = Conformance {
         workload_opts: "interactive=true",
         seconds: 20,
-        golden: &[(5, "703f6cc85346bc27"), (6, "c8da2e8f9f47d0dc")],
+        golden: &[(5, "703f6cc85346bc27"), (6, "6ff9cb7e68b85593")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_read_tracking=true",
             workload: "bank",
@@ -356,7 +356,7 @@ mod k2_vcr_snapshot {
         protocol_opts: "replica_reads=snapshot",
         seeds: 1..11,
         model: Some("serializable"),
-        golden: &[(6, "e111a05b3e332dea")],
+        golden: &[(6, "7ee2773e7adc4e29")],
         broken: Broken::Swarm {
             protocol_opts: "replica_reads=snapshot,unsafe_skip_epoch_validation=true",
             workload: "list-append",

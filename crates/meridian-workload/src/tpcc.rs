@@ -39,6 +39,22 @@
 //! `C_LAST`, `C_FIRST`, initial `S_QUANTITY`) are derived from the ids, so they cost no reads
 //! and create no conflicts, which is what a read of an immutable row does anyway.
 //!
+//! # Row granularity
+//!
+//! The layout above gives columns that different profiles update keys of their own, so a
+//! protocol that locks or tracks keys sees *column* conflicts: NewOrder (which reads
+//! `W_TAX`, `D_TAX`, `C_DISCOUNT` and increments `D_NEXT_O_ID`) never meets Payment
+//! (which updates `W_YTD`, `D_YTD` and the customer's balance), though a row store's
+//! locks (K2 §7.3's p2PL-TTC, "a fine-grained lock table" of rows) make every NewOrder and
+//! Payment of a warehouse conflict on its WAREHOUSE row and those of a district on its
+//! DISTRICT row. With `granularity=row`, NewOrder's home piece also touches the key that
+//! stands for each such row: it reads the warehouse's (`W_YTD`'s key) and the customer's
+//! (the payment columns' key `.bal`) and writes the district's (`D_YTD`'s key, its value
+//! unchanged, as a row store writes a row whole). Only NewOrder changes: Payment already
+//! writes all three rows, Delivery's customer update keeps its per-district key (the
+//! customer is found by reading NEW-ORDER, so no customer key is static), and Stock-Level
+//! reads `D_NEXT_O_ID` as before.
+//!
 //! # Deviations from the specification (each forced by static keys, or chosen for runs)
 //!
 //! * **Initial population**: districts start with no orders (`D_NEXT_O_ID` = 1) instead of
@@ -82,7 +98,8 @@
 //! from the client's region, and every transaction also labelled `irt` or `crt`), `audit`
 //! (true; false: no final-state audit, so conditions 1–4 are not checked — for scale runs,
 //! where reading 1000 warehouses back one shard at a time through one coordinator costs
-//! more simulated time than the run: DAST Fig. 8 at 100 regions).
+//! more simulated time than the run: DAST Fig. 8 at 100 regions), `granularity` (`column`,
+//! the default; `row`: conflicts at row granularity, see "Row granularity").
 
 use crate::audit::FinalState;
 use crate::options::Options;
@@ -158,6 +175,9 @@ pub struct TpcC {
     regional: Option<Regional>,
     /// Whether a run ends with reading the state back and checking the conditions.
     audit: bool,
+    /// `granularity=row`: NewOrder also touches the keys that stand for the rows it
+    /// reads and writes whole (see "Row granularity").
+    rows: bool,
 }
 
 /// DAST §6's placement: "we assigned each client to the region containing the client's
@@ -218,6 +238,15 @@ impl TpcC {
         let mix_name = o.word("mix", "standard")?;
         let home_region = o.flag("home_region", false)?;
         let audit = o.flag("audit", true)?;
+        let rows = match o.word("granularity", "column")?.as_str() {
+            "column" => false,
+            "row" => true,
+            other => {
+                return Err(format!(
+                    "workload `tpcc`: option `granularity={other}`: expected column or row"
+                ))
+            }
+        };
         o.finish()?;
         let weights: [u32; 5] = match mix_name.as_str() {
             "standard" => [45, 43, 4, 4, 4],
@@ -267,6 +296,7 @@ impl TpcC {
             counts: BTreeMap::new(),
             regional: home_region.then(|| Regional::new(cluster, warehouses, shards)),
             audit,
+            rows,
         })
     }
 
@@ -422,7 +452,12 @@ impl TpcC {
             self.recent(w, d),
         ];
         keys.extend(stock_keys.remove(&home_shard).unwrap_or_default());
-        let mut pieces = vec![procedure(home_shard, "tpcc.new_order", args, keys)];
+        let home = if self.rows {
+            self.new_order_rows(w, d, c, args, keys)
+        } else {
+            procedure(home_shard, "tpcc.new_order", args, keys)
+        };
+        let mut pieces = vec![home];
         // Every supply shard's piece checks the order's item numbers too, so the rollback
         // of §2.4.2.3 is decided alike on every shard from the transaction's inputs alone:
         // protocols that execute each shard's pieces independently after ordering them
@@ -437,6 +472,36 @@ impl TpcC {
             pieces.push(procedure(shard, "tpcc.stock", args, keys));
         }
         Txn { pieces }
+    }
+
+    /// NewOrder's home piece at row granularity: it also reads the WAREHOUSE row (`W_TAX`;
+    /// its key is `W_YTD`'s) and the CUSTOMER row (`C_DISCOUNT`; the payment columns' key)
+    /// and writes the DISTRICT row whole (`D_YTD`'s key, value unchanged, beside
+    /// `D_NEXT_O_ID`), so it conflicts with Payment wherever row locks would.
+    fn new_order_rows(&self, w: u64, d: u64, c: u64, args: Vec<Operand>, keys: Vec<Key>) -> Piece {
+        let (warehouse, district, customer) = (
+            self.w_ytd(w),
+            self.d_ytd(w, d),
+            self.customer(w, d, c, "bal"),
+        );
+        let mut read_keys = keys.clone();
+        read_keys.extend([warehouse.clone(), district.clone(), customer.clone()]);
+        let mut write_keys = keys;
+        write_keys.push(district.clone());
+        let args = [warehouse, district, customer]
+            .into_iter()
+            .map(Operand::Literal)
+            .chain(args)
+            .collect();
+        Piece {
+            shard: self.shard(w),
+            body: PieceBody::Procedure(ProcedureCall {
+                name: Arc::from("tpcc.new_order_rows"),
+                args,
+                read_keys,
+                write_keys,
+            }),
+        }
     }
 
     /// Payment's ops in plan order: `(shard, op)` pairs.
@@ -760,6 +825,7 @@ fn check_district(
 /// Registers TPC-C's stored procedures.
 pub fn register(procedures: &mut Procedures) {
     procedures.register("tpcc.new_order", new_order);
+    procedures.register("tpcc.new_order_rows", new_order_rows);
     procedures.register("tpcc.stock", stock);
     procedures.register("tpcc.delivery", delivery);
     procedures.register("tpcc.stock_level", stock_level);
@@ -891,6 +957,19 @@ fn new_order(store: &mut dyn KvAccess, args: &[Value]) -> ProcResult {
     }
     store.put(recent_key, encode_list(&recent));
     Ok(vec![Some(encode_int(o_id)), Some(encode_int(total))])
+}
+
+/// NewOrder's home piece at row granularity (`granularity=row`). Args: the warehouse,
+/// district (`D_YTD`) and customer keys, then `tpcc.new_order`'s. Reads the warehouse and
+/// customer rows and rewrites the district's `D_YTD` as it is (a row store writes the
+/// row whole), then runs NewOrder.
+fn new_order_rows(store: &mut dyn KvAccess, args: &[Value]) -> ProcResult {
+    let (warehouse, district, customer) = (arg_key(args, 0)?, arg_key(args, 1)?, arg_key(args, 2)?);
+    store.get(&warehouse);
+    store.get(&customer);
+    let d_ytd = store.get(&district).unwrap_or_else(|| encode_int(0));
+    store.put(district, d_ytd);
+    new_order(store, args.get(3..).unwrap_or_default())
 }
 
 /// Delivery (§2.7.4.2). Args: carrier, date, then per district its new-order, delivery-log
@@ -1039,6 +1118,74 @@ mod tests {
             let no = decode_list(store.get(&w.deliveries(1, 1)).unwrap()).unwrap();
             assert!(!no.is_empty());
         }
+    }
+
+    /// Keys a plan reads and writes (interactive ops: every key of every op).
+    fn plan_keys(plan: &TxnPlan) -> (Vec<Key>, Vec<Key>) {
+        match plan {
+            TxnPlan::OneShot(txn) => (
+                txn.pieces.iter().flat_map(Piece::read_keys).collect(),
+                txn.pieces.iter().flat_map(Piece::write_keys).collect(),
+            ),
+            TxnPlan::Interactive(ops) => {
+                let keys: Vec<Key> = ops.iter().flat_map(|o| o.keys().to_vec()).collect();
+                (keys.clone(), keys)
+            }
+        }
+    }
+
+    #[test]
+    fn at_row_granularity_new_order_touches_the_rows_payment_writes() {
+        let new_order = |granularity: &str| {
+            let opts = [
+                ("warehouses", "1"),
+                ("customers", "1"),
+                ("mix", "new-order"),
+                ("granularity", granularity),
+            ];
+            let mut w = tpcc(1, &opts);
+            plan_keys(&w.next(&crate::test_support::client(0), &mut rng(5)).plan)
+        };
+        let w = tpcc(1, &[("warehouses", "1")]);
+        let district_ytd: Vec<Key> = (1..=DISTRICTS).map(|d| w.d_ytd(1, d)).collect();
+        let customer: Vec<Key> = (1..=DISTRICTS)
+            .map(|d| w.customer(1, d, 1, "bal"))
+            .collect();
+        let payment_rows = |k: &Key| district_ytd.contains(k) || customer.contains(k);
+        let (reads, writes) = new_order("column");
+        assert!(!reads.contains(&w.w_ytd(1)));
+        assert!(
+            !reads.iter().chain(&writes).any(payment_rows),
+            "columns never meet"
+        );
+        let (reads, writes) = new_order("row");
+        assert!(reads.contains(&w.w_ytd(1)), "reads the warehouse row");
+        assert!(!writes.contains(&w.w_ytd(1)));
+        let count = |keys: &[Key], of: &[Key]| keys.iter().filter(|k| of.contains(k)).count();
+        assert_eq!(count(&writes, &district_ytd), 1, "writes its district row");
+        assert_eq!(count(&reads, &customer), 1, "reads its customer row");
+        let e = TpcC::new(
+            &cluster(1),
+            &WorkloadOptions::default().with("granularity", "cell"),
+        );
+        assert!(e.unwrap_err().contains("granularity"));
+    }
+
+    #[test]
+    fn a_serial_run_at_row_granularity_meets_conditions_1_to_4() {
+        let mut w = tpcc(
+            3,
+            &[
+                ("warehouses", "4"),
+                ("customers", "30"),
+                ("items", "200"),
+                ("interactive", "true"),
+                ("remote_item", "0.2"),
+                ("granularity", "row"),
+            ],
+        );
+        let mut store = run_serially(&mut w, 3000, 1);
+        assert_eq!(audit(&w, &mut store), Ok(()));
     }
 
     #[test]

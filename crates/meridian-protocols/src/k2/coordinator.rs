@@ -17,6 +17,7 @@ use super::batch::{Take, TsSource};
 use super::options::{Options, ReplicaReads, Timestamps};
 use super::wire::{Execute, Msg, Record, Timer, TxnTs};
 use super::K2Node;
+use crate::kit::ttc::OracleCursor;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{
     AbortReason, ClientRequest, ClientResponse, CommitPath, Key, Op, Operand, Outcome, Piece,
@@ -117,17 +118,25 @@ struct PhaseMarks {
     admitted_ns: u64,
     ts_ns: u64,
     executed_ns: u64,
+    /// The decision was in (with `async_finalize=false`: and every finalization); what
+    /// follows is the rest of the commit wait.
+    decided_ns: u64,
 }
 
 impl PhaseMarks {
-    /// Adds a committed read-write transaction's get-ts, execution and commit times.
+    /// Adds a committed read-write transaction's get-ts, execution, commit (to the
+    /// recorder's decision: Table 2's commit phase) and commit-wait times.
     fn count(&self, ctx: &mut Ctx<'_, K2Node>) {
         let us = |from: u64, to: u64| to.saturating_sub(from) / 1_000;
         let now = ctx.now_ns();
         ctx.count("k2.breakdown_txns", 1);
         ctx.count("k2.breakdown_get_ts_us", us(self.admitted_ns, self.ts_ns));
         ctx.count("k2.breakdown_execute_us", us(self.ts_ns, self.executed_ns));
-        ctx.count("k2.breakdown_commit_us", us(self.executed_ns, now));
+        ctx.count(
+            "k2.breakdown_commit_us",
+            us(self.executed_ns, self.decided_ns),
+        );
+        ctx.count("k2.breakdown_commit_wait_us", us(self.decided_ns, now));
     }
 }
 
@@ -138,9 +147,8 @@ pub struct Coordinator {
     opts: Options,
     cluster: Arc<Cluster>,
     source: TsSource,
-    /// Oracles, nearest first; `oracle_cursor` picks the one asked.
-    oracles: Vec<NodeId>,
-    oracle_cursor: usize,
+    /// The oracle asked for a batch (the nearest, unless it went silent).
+    oracle: OracleCursor,
     waiters: VecDeque<TsWaiter>,
     txns: BTreeMap<u64, CoordTxn>,
     by_ts: BTreeMap<TxnTs, u64>,
@@ -168,14 +176,13 @@ impl Coordinator {
             opts.step_ns,
             tag,
         );
-        let oracles = crate::kit::ttc::oracles_nearest_first(&cluster, id);
+        let oracle = OracleCursor::new(&cluster, id);
         let coordinator = Coordinator {
             id,
             opts,
             cluster,
             source,
-            oracles,
-            oracle_cursor: 0,
+            oracle,
             waiters: VecDeque::new(),
             txns: BTreeMap::new(),
             by_ts: BTreeMap::new(),
@@ -204,7 +211,7 @@ impl Coordinator {
     }
 
     fn admit(&mut self, ctx: &mut Ctx<'_, K2Node>, request: RequestId, body: Body) {
-        if self.oracles.is_empty() {
+        if self.oracle.is_empty() {
             let why = "k2 needs an `oracle` service (topology [[services]])".to_string();
             return ctx.respond_aborted(request, AbortReason::Unsupported(why));
         }
@@ -357,19 +364,23 @@ impl Coordinator {
 
     fn request_ts(&mut self, ctx: &mut Ctx<'_, K2Node>) {
         let req = self.source.request(ctx.now_ns());
-        let oracle = self.oracles[self.oracle_cursor % self.oracles.len()];
+        let oracle = self
+            .oracle
+            .current()
+            .expect("admit refuses without oracles");
         ctx.count("k2.ts_requests", 1);
         ctx.send(oracle, Msg::GetTs { req });
         if self.opts.timestamps == Timestamps::Batch {
             ctx.set_timer(self.opts.ttl_ns, Timer::BatchTtl { req });
         }
         // A lost request or a crashed oracle: ask the next one after a few round trips.
-        let rtt_ns = (self.cluster.rtt_ms(self.id, oracle) * 1e6) as u64;
+        let rtt_ns = (self.oracle.current_rtt_ms() * 1e6) as u64;
         let retry_ns = (4 * rtt_ns).max(1_000_000);
         ctx.set_timer(retry_ns, Timer::OracleRetry { req });
     }
 
     fn on_oracle_ts(&mut self, ctx: &mut Ctx<'_, K2Node>, req: u64, high_ns: u64, oracle: u32) {
+        self.oracle.answered();
         match self.source.on_reply(req, high_ns, oracle) {
             Some(ts) => {
                 // Strawman: one timestamp, for the first transaction that asked before `req`.
@@ -414,7 +425,7 @@ impl Coordinator {
         }
         ctx.count("k2.ts_request_retries", 1);
         self.source.abandon(req);
-        self.oracle_cursor += 1;
+        self.oracle.skip();
         self.request_ts(ctx);
     }
 
@@ -698,7 +709,7 @@ impl Coordinator {
 
     /// Answers the client once everything the answer needs has happened.
     fn maybe_answer(&mut self, ctx: &mut Ctx<'_, K2Node>, seq: u64) {
-        let t = &self.txns[&seq];
+        let t = self.txns.get_mut(&seq).expect("live");
         let path = match t.phase {
             Phase::ReadDone => CommitPath::ReadOnly,
             Phase::Committing {
@@ -726,6 +737,9 @@ impl Coordinator {
             }
             _ => return,
         };
+        if t.marks.decided_ns == 0 {
+            t.marks.decided_ns = ctx.now_ns();
+        }
         if !t.cwt_done {
             return;
         }

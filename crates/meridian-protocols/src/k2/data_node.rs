@@ -106,13 +106,13 @@ impl DataNode {
         procedures: Arc<Procedures>,
         recovered: &[Record],
     ) -> DataNode {
-        let oracles = crate::kit::ttc::oracles_nearest_first(&cluster, id);
+        let oracle = crate::kit::ttc::OracleCursor::new(&cluster, id);
         let mut node = DataNode {
             id,
             shard,
             rep_reads: ReadQueue::new(&opts),
             opts,
-            epochs: EpochClock::new(oracles),
+            epochs: EpochClock::new(oracle),
             by_epoch: BTreeMap::new(),
             indexed_from: 0,
             pullers: BTreeMap::new(),
@@ -145,7 +145,9 @@ impl DataNode {
     fn replay(&mut self, record: &Record) {
         match record {
             Record::Checkpoint(snapshot) => self.load(snapshot),
-            Record::Intents(intents) => self.add_intents(intents, 0),
+            Record::Intents(intents) => {
+                self.add_intents(intents, 0);
+            }
             Record::Finalized {
                 txn,
                 committed,
@@ -698,7 +700,11 @@ impl DataNode {
             result: result.clone(),
             epoch: self.write_proposal(&keys),
         };
-        self.add_intents(&record, ctx.now_ns());
+        let shared = self.add_intents(&record, ctx.now_ns());
+        if shared > 0 {
+            // Fig. 19's multi-version writes act only here (module doc, "Fig. 19").
+            ctx.count("k2.intents_beside_another", shared);
+        }
         if exec.recorder == self.id {
             let env = env(&self.cluster, &self.opts);
             self.recorder.open(ctx, &env, exec.txn);
@@ -707,7 +713,9 @@ impl DataNode {
         Ok(result)
     }
 
-    fn add_intents(&mut self, record: &IntentRecord, now_ns: u64) {
+    /// Adds `record`'s intents; returns how many joined another transaction's intent in
+    /// their key's write stream.
+    fn add_intents(&mut self, record: &IntentRecord, now_ns: u64) -> u64 {
         let live = self.live.entry(record.txn).or_insert_with(|| LiveTxn {
             recorder: record.recorder,
             epoch: record.epoch,
@@ -717,14 +725,18 @@ impl DataNode {
         });
         live.epoch = live.epoch.min(record.epoch);
         live.results.insert(record.step, record.result.clone());
+        let mut shared = 0;
         for (key, value) in &record.writes {
             live.writes.insert(key.clone(), value.clone());
             let intent = Intent {
                 value: value.clone(),
                 recorder: record.recorder,
             };
-            self.store.key_mut(key).intents.insert(record.txn, intent);
+            let stream = &mut self.store.key_mut(key).intents;
+            shared += u64::from(stream.keys().any(|t| *t != record.txn));
+            stream.insert(record.txn, intent);
         }
+        shared
     }
 
     /// Persists a read floor ahead of `ts` before a read at `ts` is answered.

@@ -16,8 +16,8 @@
 use super::options::Options;
 use super::wire::{Msg, Timer};
 use super::K2Node;
+use crate::kit::ttc::OracleCursor;
 use meridian_core::node::Ctx;
-use meridian_core::NodeId;
 
 /// A primary's epoch cuts.
 #[derive(Debug)]
@@ -25,9 +25,8 @@ pub struct EpochClock {
     /// Every epoch up to this one is cut here.
     cut: u64,
     ready: bool,
-    /// Oracles, nearest first, and the one asked next.
-    oracles: Vec<NodeId>,
-    cursor: usize,
+    /// The oracle asked (the nearest, unless it went silent).
+    oracle: OracleCursor,
     /// The request awaiting its reply.
     outstanding: Option<u64>,
     next_req: u64,
@@ -36,12 +35,11 @@ pub struct EpochClock {
 }
 
 impl EpochClock {
-    pub fn new(oracles: Vec<NodeId>) -> EpochClock {
+    pub fn new(oracle: OracleCursor) -> EpochClock {
         EpochClock {
             cut: 0,
             ready: false,
-            oracles,
-            cursor: 0,
+            oracle,
             outstanding: None,
             next_req: 1,
             gen: 0,
@@ -59,7 +57,7 @@ impl EpochClock {
     }
 
     pub fn start(&mut self, ctx: &mut Ctx<'_, K2Node>, opts: &Options) {
-        if opts.epochs_on() && !self.oracles.is_empty() {
+        if opts.epochs_on() && !self.oracle.is_empty() {
             self.ask(ctx, opts);
         }
     }
@@ -71,7 +69,7 @@ impl EpochClock {
         }
         if self.outstanding.is_some() {
             ctx.count("k2.epoch_oracle_retries", 1);
-            self.cursor += 1;
+            self.oracle.skip();
         }
         self.ask(ctx, opts);
     }
@@ -80,7 +78,9 @@ impl EpochClock {
         let req = self.next_req;
         self.next_req += 1;
         self.outstanding = Some(req);
-        let oracle = self.oracles[self.cursor % self.oracles.len()];
+        let Some(oracle) = self.oracle.current() else {
+            return;
+        };
         ctx.send(oracle, Msg::GetTs { req });
         self.gen += 1;
         ctx.set_timer(opts.retry_ns, Timer::EpochCut { gen: self.gen });
@@ -99,6 +99,7 @@ impl EpochClock {
             return false;
         }
         self.outstanding = None;
+        self.oracle.answered();
         // The oracle raises a reply to one past its last, so allow 1 ns over 2ε.
         let true_low_ns = high_ns.saturating_sub(2 * opts.epsilon_ns + 1);
         let passed = true_low_ns / opts.epoch_ns;

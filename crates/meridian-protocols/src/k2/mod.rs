@@ -83,6 +83,28 @@
 //!   read below the oldest kept one aborts.
 //! * **Stale intents** (a failed coordinator, a lost finalization) are pushed by their
 //!   primary once older than `txn_timeout`, without waiting for a reader.
+//! * **Which oracle**: the nearest; after a request goes unanswered (`4 × RTT`, ≥ 1 ms),
+//!   the next nearest; after a farther oracle answered, the nearest again
+//!   (`kit::ttc::OracleCursor`). A cursor that only moved forward left coordinators asking
+//!   another region's oracle for good after two late replies (exponential jitter makes a
+//!   1 ms round trip about one request in 300 on `k2-five-regions`), which is where Table
+//!   2's 2.2 ms mean get-ts came from.
+//! * **TTL** defaults to 100 µs (§7.2) or four of the topology's intra-region round trips
+//!   if more: 800 µs on `k2-five-regions`, whose oracle round trip is 0.2 ms plus jitter
+//!   (the paper's: 18 µs, §4.3). The larger TTL is a workaround for that round trip: §4.3
+//!   asks for a TTL above the latency of getting a timestamp, and with 100 µs every batch
+//!   has expired when its reply arrives, so it serves only the transactions that waited
+//!   for it (correct, but K2-TB then serves nothing locally). It costs a longer commit
+//!   wait: `2(TTL+ε)(1+D)` = 1.8 ms instead of 0.4 ms.
+//! * **Fig. 19's multi-version writes change nothing on this TPC-C**, and the counter
+//!   `k2.intents_beside_another` (intents that joined another transaction's in their key's
+//!   write stream, the only case `mv_writes` decides) shows why: it stays 0. Every write
+//!   two TPC-C transactions can make to one key is a read-modify-write (`D_NEXT_O_ID`,
+//!   `W_YTD`, `D_YTD`, the customer and stock rows; inserted rows have keys of their own),
+//!   and a read at `ts` already waits for every older intent on its key (PUSHWS) and, by
+//!   raising the read tracker, makes every older writer abort. So with `mv_writes=false`
+//!   the run is the same event for event (`tests/k2_tpcc.rs` compares the trace hashes);
+//!   only blind writes reach the switch (`k2::tests`, two `Put`s of one key).
 //!
 //! ## K2-VCR: choices the paper left open
 //! * **Epoch `k` ends at true time `k · epoch_ms`** (default 100 ms, §7.1). Primaries cut;

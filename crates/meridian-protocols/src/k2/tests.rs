@@ -191,6 +191,7 @@ fn write_streams_hold_several_intents_per_key_and_without_them_writers_wait_or_a
     let younger = d.submit(1, put(&d, 2));
     d.run_for(20 * MS);
     assert_eq!(d.key_state(0, &d.key_on(0, "k")).intents.len(), 2);
+    assert_eq!(d.counters.get("k2.intents_beside_another"), Some(&1));
     d.release_held();
     assert!(d.run_until_answered(&[older, younger], 100 * MS));
     committed(&d, older);
@@ -210,6 +211,7 @@ fn write_streams_hold_several_intents_per_key_and_without_them_writers_wait_or_a
     );
     d.release_held();
     assert!(d.run_until_answered(&[older, younger], 100 * MS));
+    assert_eq!(d.counters.get("k2.intents_beside_another"), None);
     committed(&d, older);
     committed(&d, younger);
 
@@ -247,7 +249,7 @@ fn the_client_hears_a_commit_only_after_the_commit_wait() {
 
 #[test]
 fn a_committed_writer_counts_its_phases_for_the_latency_breakdown() {
-    // ε = 20 ms: the commit wait (≈ 40 ms from the timestamp) dominates the commit phase.
+    // ε = 20 ms: the commit wait (≈ 40 ms from the timestamp) outlasts the commit.
     let mut d = driver("epsilon_us=20000,ttl_us=100");
     let start = d.now;
     let reader = d.submit(0, txn(vec![read(&d, 0, "k")]));
@@ -260,10 +262,15 @@ fn a_committed_writer_counts_its_phases_for_the_latency_breakdown() {
     let phase = |name| d.counters.get(name).copied().unwrap_or(0);
     let total = phase("k2.breakdown_get_ts_us")
         + phase("k2.breakdown_execute_us")
-        + phase("k2.breakdown_commit_us");
+        + phase("k2.breakdown_commit_us")
+        + phase("k2.breakdown_commit_wait_us");
     assert!(
-        phase("k2.breakdown_commit_us") >= 35_000,
-        "the commit wait is in the commit phase"
+        phase("k2.breakdown_commit_wait_us") >= 30_000,
+        "the commit wait after the decision"
+    );
+    assert!(
+        (1..30_000).contains(&phase("k2.breakdown_commit_us")),
+        "a round trip to the recorder, without the wait"
     );
     assert!(
         phase("k2.breakdown_execute_us") > 0,
@@ -424,6 +431,46 @@ fn a_coordinator_whose_oracle_crashed_asks_the_next_nearest() {
         .counters
         .get("k2.ts_request_retries")
         .is_some_and(|n| *n >= 1));
+}
+
+#[test]
+fn after_one_lost_oracle_request_the_next_batch_comes_from_the_nearest_oracle_again() {
+    // Table 2's 2.2 ms mean get-ts: a coordinator whose request went unanswered asked the
+    // next oracle for good (on `k2-five-regions` the third nearest is in another region).
+    // The driver delivers every message in 1 ms, so count where the requests went.
+    let mut d = driver("");
+    let coordinator = d.coordinator_node(0);
+    let near = *d
+        .cluster
+        .services(ORACLE_SERVICE)
+        .iter()
+        .find(|o| d.cluster.region_of(**o) == d.cluster.region_of(coordinator))
+        .expect("an oracle in the coordinator's region");
+    // Requests to (the near oracle, the others): the first to the near one is lost.
+    let asked = std::rc::Rc::new(std::cell::Cell::new((0, 0)));
+    let count = asked.clone();
+    d.drop = Some(Box::new(move |from, to, m| {
+        if from != coordinator || !matches!(m, Msg::GetTs { .. }) {
+            return false;
+        }
+        let (n, f) = count.get();
+        count.set((n + u32::from(to == near), f + u32::from(to != near)));
+        to == near && n == 0
+    }));
+    let first = d.submit(0, txn(vec![append(&d, 0, "k", 1)]));
+    assert!(d.run_until_answered(&[first], 500 * MS));
+    committed(&d, first);
+    assert_eq!(d.counters.get("k2.ts_request_retries"), Some(&1));
+    assert_eq!(
+        asked.get(),
+        (1, 1),
+        "lost at the near oracle, answered by the next"
+    );
+    d.run_for(50 * MS); // the batch has expired
+    let second = d.submit(0, txn(vec![append(&d, 0, "k", 2)]));
+    assert!(d.run_until_answered(&[second], 500 * MS));
+    committed(&d, second);
+    assert_eq!(asked.get(), (2, 1), "the second batch from the near oracle");
 }
 
 #[test]

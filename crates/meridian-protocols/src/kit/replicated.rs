@@ -43,7 +43,7 @@ pub const RAFT_LOG_PEAK_BYTES: &str = "raft_log_peak_bytes";
 /// A member compacted its Raft log behind a snapshot.
 pub const RAFT_COMPACTIONS: &str = "raft_compactions";
 /// Bytes of the snapshots members wrote when compacting (summed): with
-/// [`Member::compact`]'s amortization, at most twice [`RAFT_APPLIED_BYTES`] (plus the
+/// [`Member`]'s amortized compaction, at most twice [`RAFT_APPLIED_BYTES`] (plus the
 /// entries not yet applied when a member compacted).
 pub const RAFT_SNAPSHOT_BYTES: &str = "raft_snapshot_bytes";
 /// Bytes of the committed commands members applied (summed).

@@ -21,6 +21,7 @@ use crate::delay_counters;
 use crate::kit::replica_reads::{
     nearest_copy, run_read_only, DelayCounters, HeldReads, Offered, Puller, RepLog, Visibility,
 };
+use crate::kit::ttc::OracleCursor;
 use crate::two_pl::{Cx, Msg, Timer};
 use meridian_core::txn::{
     AbortReason, ClientResponse, CommitPath, Key, KvAccess, Outcome, Piece, PieceResult,
@@ -325,8 +326,8 @@ pub struct SafePrimary {
     /// revived after a restart: their bound is lost, so they hold `t_safe` until decided).
     prepared: BTreeMap<TxnId, u64>,
     log: RepLog<SafeVersion>,
-    oracles: Vec<NodeId>,
-    cursor: usize,
+    /// The oracle asked (the nearest, unless it went silent).
+    oracle: OracleCursor,
     /// The local time of the unanswered oracle request, if one is out.
     asked_ns: Option<u64>,
 }
@@ -345,8 +346,7 @@ impl SafePrimary {
             earliest_ns: 0,
             prepared: BTreeMap::new(),
             log: RepLog::new(replicas, MAX_LOG),
-            oracles: crate::kit::ttc::oracles_nearest_first(cluster, me),
-            cursor: 0,
+            oracle: OracleCursor::new(cluster, me),
             asked_ns: None,
             opts,
         }
@@ -377,9 +377,9 @@ impl SafePrimary {
             if now_ns.saturating_sub(at) < self.opts.retry_ns && now_ns >= at {
                 return;
             }
-            self.cursor += 1;
+            self.oracle.skip();
         }
-        let Some(&oracle) = self.oracles.get(self.cursor % self.oracles.len().max(1)) else {
+        let Some(oracle) = self.oracle.current() else {
             return;
         };
         self.asked_ns = Some(now_ns);
@@ -431,6 +431,7 @@ impl SafePrimary {
         match msg {
             SafeMsg::Earliest { earliest_ns } => {
                 self.asked_ns = None;
+                self.oracle.answered();
                 self.earliest_ns = self.earliest_ns.max(earliest_ns);
                 let safe = self.safe();
                 self.copy.advance(ctx, safe);

@@ -109,6 +109,29 @@ fn an_unanswering_oracle_is_skipped_for_the_next_nearest() {
 }
 
 #[test]
+fn after_one_lost_oracle_request_the_next_commit_timestamp_comes_from_the_nearest_again() {
+    // A cursor that only moved forward kept asking the oracle 100 ms away after one loss.
+    let mut d = driver("");
+    let near = d.cluster.services(ORACLE_SERVICE)[0];
+    let mut lost = false;
+    d.drop = Some(Box::new(move |_, to, m| {
+        let lose = !lost && to == near && matches!(m, Msg::GetTs { .. });
+        lost |= lose;
+        lose
+    }));
+    let first = d.submit(0, two_shard(&d, 1));
+    assert!(d.run_until_answered(&[first], 2_000 * MS));
+    assert_eq!(
+        commit_ts(&d, first).tiebreak,
+        1,
+        "the far oracle's timestamp"
+    );
+    let second = d.submit(0, two_shard(&d, 2));
+    assert!(d.run_until_answered(&[second], 2_000 * MS));
+    assert_eq!(commit_ts(&d, second).tiebreak, 0, "the near oracle's again");
+}
+
+#[test]
 fn a_coordinator_crash_during_the_wait_aborts_and_releases_the_locks() {
     let mut d = driver(WIDE_EPSILON);
     let r = d.submit(0, two_shard(&d, 1));
@@ -256,4 +279,32 @@ fn safets_options_are_checked() {
     assert!(stray.contains("replica_reads=safets"));
     assert!(cluster("replica_reads=closedts").is_err());
     assert!(cluster("replica_reads=safets,max_versions_per_key=0").is_err());
+}
+
+#[test]
+fn a_primary_asks_its_nearest_oracle_again_after_one_lost_request() {
+    // A cursor that only moved forward kept asking for `T_earliest` 100 ms away, which
+    // held every replica's `t_safe` a WAN round trip behind.
+    let mut d = driver(SAFETS);
+    let oracles = d.cluster.services(ORACLE_SERVICE);
+    let (near, far) = (oracles[0], oracles[1]);
+    let primary = d.server_node(0);
+    // Requests to (near, far): the first to the near oracle is lost.
+    let asked = std::rc::Rc::new(std::cell::Cell::new((0, 0)));
+    let count = asked.clone();
+    d.drop = Some(Box::new(move |from, to, m| {
+        if from != primary || !matches!(m, Msg::Safe(SafeMsg::GetEarliest)) {
+            return false;
+        }
+        let (n, f) = count.get();
+        count.set((n + u32::from(to == near), f + u32::from(to == far)));
+        to == near && n == 0
+    }));
+    d.run_for(2_000 * MS);
+    let (asked_near, asked_far) = asked.get();
+    assert!(asked_near > 10, "{asked_near} requests to the near oracle");
+    assert_eq!(
+        asked_far, 1,
+        "one request to the far oracle, then the near one"
+    );
 }

@@ -14,6 +14,7 @@ use super::vecmap::VecMap;
 use super::wire::{Cx, LocalOutcome, Msg, PieceRun, Record, Timer, ToCoord, ToServer};
 use crate::kit::quorum::Votes;
 use crate::kit::replicated::{self, Leaders};
+use crate::kit::ttc::OracleCursor;
 use crate::kit::two_pc::{Decisions, Inquiry, Logged, Resend};
 use crate::p2pl_ttc::safets::SafeReader;
 use meridian_core::txn::{
@@ -140,9 +141,9 @@ pub struct Coordinator {
     /// next step hears it. Bounded by `max_inflight` (oldest forgotten first; a step of a
     /// forgotten one hears `Failure`).
     ended: VecDeque<(TxnId, AbortReason)>,
-    /// `p2pl-ttc`: the TTC oracles, nearest first; `oracle_cursor` picks the one asked.
-    oracles: Vec<NodeId>,
-    oracle_cursor: usize,
+    /// `p2pl-ttc`: the oracle asked for commit timestamps (the nearest, unless it went
+    /// silent; empty without TTC).
+    oracle: OracleCursor,
     /// `p2pl-ttc` with `replica_reads=safets`: read-only transactions at the replicas.
     reader: Option<SafeReader>,
 }
@@ -182,9 +183,9 @@ impl Coordinator {
             other => panic!("log of coordinator {id} holds {other:?}"),
         });
         let (commits, incarnation) = Decisions::recover(checkpoint, logged);
-        let oracles = match opts.ttc {
-            Some(_) => crate::kit::ttc::oracles_nearest_first(&cluster, id),
-            None => Vec::new(),
+        let oracle = match opts.ttc {
+            Some(_) => OracleCursor::new(&cluster, id),
+            None => OracleCursor::default(),
         };
         let reader = opts
             .ttc
@@ -205,8 +206,7 @@ impl Coordinator {
             checkpoint_due: false,
             leaders: Leaders::new(&cluster),
             ended: VecDeque::new(),
-            oracles,
-            oracle_cursor: 0,
+            oracle,
             cluster,
         }
     }
@@ -258,6 +258,7 @@ impl Coordinator {
             oracle,
         } = msg
         {
+            self.oracle.answered();
             self.on_oracle_ts(ctx, txn, Timestamp::new(high_ns, oracle));
             return self.settle(ctx);
         }
@@ -758,10 +759,7 @@ impl Coordinator {
     /// Asks the oracle under the cursor for `id`'s commit timestamp. Every participant holds
     /// its locks already, so the timestamp is taken inside the lock point.
     fn ask_oracle(&mut self, ctx: &mut Cx<'_>, id: TxnId) {
-        let Some(&oracle) = self
-            .oracles
-            .get(self.oracle_cursor % self.oracles.len().max(1))
-        else {
+        let Some(oracle) = self.oracle.current() else {
             return self.abort(ctx, id, AbortReason::Failure);
         };
         ctx.count("p2pl.oracle_requests", 1);
@@ -904,7 +902,7 @@ impl Coordinator {
             TickStep::AskOracle => {
                 // A lost request or a crashed oracle: ask the next nearest.
                 self.txns.get_mut(&id).expect("live").retries += 1;
-                self.oracle_cursor += 1;
+                self.oracle.skip();
                 self.ask_oracle(ctx, id);
             }
             TickStep::Retransmit => self.retransmit(ctx, id),
