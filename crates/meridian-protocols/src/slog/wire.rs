@@ -34,6 +34,11 @@ pub enum Command {
     /// Global batch `g` of the global orderer: the lock-only pieces, for this region, of
     /// the multi-home transactions it ordered (possibly none). Applied in `g` order.
     Global { g: u64, entries: Vec<Entry> },
+    /// The sequencer's call to compact (`edge.rs`): every member keeps a snapshot of its
+    /// state right after this command, and compacts its log behind the snapshot it kept
+    /// at the previous one if that is at or below `safe` (every member holds the log up
+    /// to `safe`).
+    Compact { safe: u64 },
 }
 
 /// A command of the global orderer's log: a batch of multi-home transactions.
