@@ -192,8 +192,10 @@ fn a_removed_node_is_added_back_from_a_checkpoint_and_serves_again() {
 /// §3.1, §4.4: while an edge node is out of its region's view, its clients go to another
 /// replica of their home shard (a hand-off) instead of being refused (before: refused at
 /// once, and each closed-loop client resubmitted at once). The removed node is a replica of
-/// a shard no transaction touches; that it is added back is not asserted yet (it stayed
-/// out in this run: an open bug, see `Edge::executed_through`).
+/// a shard no transaction touches, and it is added back (Alg. 4) within the run: its
+/// checkpoint leaves once the region's clocks pass the removal's bound, which they did not
+/// while a stretched clock froze at its last reading (every clock of the region stopped
+/// below the first CRTs, which waited on each other's inputs; `dclock.rs`).
 #[test]
 fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
     use meridian_sim::faults::{Fault, FaultPlan};
@@ -234,4 +236,21 @@ fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
         .sum();
     assert_eq!(refused, 0, "refusals: {:?}", report.abort_reasons);
     assert!(report.committed > 1_000, "{} committed", report.committed);
+    // Restarted at 2 s; 4 s of load and 2 s of drain left to come back in.
+    for name in [
+        "dast.checkpoints_sent",
+        "dast.checkpoints_installed",
+        "dast.additions_started",
+        "dast.rejoined",
+    ] {
+        assert!(count(name) >= 1, "{name}: {:?}", report.counters);
+    }
+    // The CRTs that froze the clocks before: all but those still in flight finish.
+    let crts = &report.all_regions().classes[CRT];
+    assert!(
+        crts.finished() * 10 >= count("dast.crt") * 9,
+        "{} of {} CRTs finished",
+        crts.finished(),
+        count("dast.crt")
+    );
 }

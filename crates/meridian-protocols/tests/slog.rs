@@ -99,7 +99,8 @@ fn region_logs_are_compacted_behind_each_members_own_snapshot() {
         let edges = setup.cluster.shard_count() as u64 * 3;
         let counter = |name: &str| report.counters.get(name).copied().unwrap_or(0);
         let peak = counter("slog.log_peak_entries") as f64 / edges as f64;
-        (report, peak, counter("slog.compactions"))
+        let compactions = counter("slog.compactions");
+        (report, peak, compactions)
     };
     let (compacted, peak, compactions) = run_with("log_limit=16");
     let (_, peak_whole, none) = run_with("log_limit=1000000");
