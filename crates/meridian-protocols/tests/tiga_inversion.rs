@@ -229,7 +229,7 @@ fn fig5_inversion_is_caught() {
 mod preventive_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "429c4b7417990d56"), (6, "ccddf7029efe8746")],
+        golden: &[(5, "bef20561ba65abd9"), (6, "61eaeae81213047a")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };
@@ -240,7 +240,7 @@ mod detective_conformance {
     use meridian_sim::{Broken, Conformance};
     const SPEC: Conformance = Conformance {
         protocol_opts: "approach=detective",
-        golden: &[(5, "ccbbcbe238271524"), (6, "10bee7c6ab60f21f")],
+        golden: &[(5, "ebf72cbb02d13338"), (6, "d6216331336f7fc8")],
         broken: Broken::Scripted(super::fig5_inversion_is_caught),
         ..Conformance::new("gcp-tiga", "list-append")
     };

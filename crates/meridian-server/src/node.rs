@@ -55,6 +55,25 @@ pub const UNSYNCED_BYTES_MAX: u64 = 4 << 20;
 /// …or its oldest held message has waited this long.
 pub const HOLD_MAX: Duration = Duration::from_millis(2);
 
+/// When a group commit syncs before its batch ends (the defaults are the constants above;
+/// tests set their own, so that a batch's size does not depend on the machine's speed).
+#[derive(Clone, Copy, Debug)]
+pub struct GroupLimits {
+    pub held_messages_max: usize,
+    pub unsynced_bytes_max: u64,
+    pub hold_max: Duration,
+}
+
+impl Default for GroupLimits {
+    fn default() -> Self {
+        GroupLimits {
+            held_messages_max: HELD_MESSAGES_MAX,
+            unsynced_bytes_max: UNSYNCED_BYTES_MAX,
+            hold_max: HOLD_MAX,
+        }
+    }
+}
+
 /// A message or response waiting for its batch's records to be synced.
 enum HeldOut<M> {
     Send {
@@ -102,8 +121,9 @@ pub struct NodeLoop<N: Node> {
     /// end), and each count's counter there.
     protocol_counts: FxHashMap<&'static str, u64>,
     protocol_counters: FxHashMap<&'static str, Counter>,
-    /// Group commit: messages and responses waiting for the batch's sync, and since when
-    /// (None: nothing is held, sends go out at once).
+    /// Group commit: when a batch syncs early; messages and responses waiting for the
+    /// batch's sync, and since when (None: nothing is held, sends go out at once).
+    group_limits: GroupLimits,
     held: Vec<HeldOut<N::Msg>>,
     holding_since: Option<Instant>,
     /// Bytes of records written since the last sync.
@@ -145,12 +165,19 @@ impl<N: Node> NodeLoop<N> {
             next_request: 0,
             protocol_counts: FxHashMap::default(),
             protocol_counters: FxHashMap::default(),
+            group_limits: GroupLimits::default(),
             held: Vec::new(),
             holding_since: None,
             unsynced_bytes: 0,
             writes_published: 0,
             handlers_persisted: 0,
         }
+    }
+
+    /// The same loop with other group commit bounds.
+    pub fn with_group_limits(mut self, limits: GroupLimits) -> Self {
+        self.group_limits = limits;
+        self
     }
 
     /// The node's local clock: system time plus its configured offset.
@@ -163,11 +190,12 @@ impl<N: Node> NodeLoop<N> {
     }
 
     /// Runs the loop until `stop` or until every inbox sender is gone.
-    pub async fn run(
-        mut self,
-        mut inbox: mpsc::Receiver<Inbound<N::Msg>>,
-        stop: CancellationToken,
-    ) {
+    pub async fn run(mut self, inbox: mpsc::Receiver<Inbound<N::Msg>>, stop: CancellationToken) {
+        self.serve(inbox, stop).await;
+    }
+
+    /// The loop itself, on a loop the caller keeps (tests read its log afterwards).
+    async fn serve(&mut self, mut inbox: mpsc::Receiver<Inbound<N::Msg>>, stop: CancellationToken) {
         self.metrics.up.store(true, Ordering::Relaxed);
         self.handle(|n, ctx| n.on_start(ctx));
         loop {
@@ -406,9 +434,12 @@ impl<N: Node> NodeLoop<N> {
 
     /// Syncs early when the group holds too much or has waited too long.
     fn commit_if_full(&mut self) {
-        let full = self.held.len() >= HELD_MESSAGES_MAX
-            || self.unsynced_bytes >= UNSYNCED_BYTES_MAX
-            || self.holding_since.is_some_and(|t| t.elapsed() >= HOLD_MAX);
+        let limits = self.group_limits;
+        let full = self.held.len() >= limits.held_messages_max
+            || self.unsynced_bytes >= limits.unsynced_bytes_max
+            || self
+                .holding_since
+                .is_some_and(|t| t.elapsed() >= limits.hold_max);
         if full {
             self.commit_group();
         }
@@ -434,3 +465,6 @@ impl<N: Node> NodeLoop<N> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -43,6 +43,8 @@ pub struct Wal<R> {
     /// counted here, where they happen, so that a test can tell one per batch from one
     /// per handler.
     pub writes: u64,
+    /// `fsync`s of the log after such a write (one per group commit with `fsync`).
+    pub fsyncs: u64,
     _record: PhantomData<fn(R)>,
 }
 
@@ -74,6 +76,7 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
             records_written: 0,
             bytes_written: 0,
             writes: 0,
+            fsyncs: 0,
             _record: PhantomData,
         };
         Ok((wal, records, dropped))
@@ -132,6 +135,7 @@ impl<R: Serialize + DeserializeOwned> Wal<R> {
         self.pending.clear();
         if self.fsync {
             self.file.sync_data()?;
+            self.fsyncs += 1;
         }
         Ok(())
     }

@@ -111,9 +111,10 @@ pub struct Options {
     /// retransmission, commit-point), default 20 ms.
     pub tick_ns: u64,
     pub headroom: HeadroomMode,
-    /// The percentile of the OWD samples the adaptive headroom covers, default 90.
+    /// The percentile of the OWD samples the adaptive headroom covers, default 99 (with the
+    /// default 16-sample window, the largest sample).
     pub adaptive_percentile: f64,
-    /// Δ of the adaptive headroom, default 2 ms.
+    /// Δ of the adaptive headroom, default 6 ms.
     pub adaptive_delta_ns: u64,
     /// Added to every headroom (may be negative; the headroom stays ≥ 0), for Fig. 13's
     /// sweep; default 0.
@@ -255,8 +256,8 @@ impl Options {
             recovery_ns: ms("recovery_ms", 1000.0)?.max(NS_PER_MS),
             unsafe_skip_second_round: config.get("unsafe_skip_second_round", false)?,
             headroom,
-            adaptive_percentile: config.get("adaptive_percentile", 90.0)?,
-            adaptive_delta_ns: ms("adaptive_delta_ms", 2.0)?,
+            adaptive_percentile: config.get("adaptive_percentile", 99.0)?,
+            adaptive_delta_ns: ms("adaptive_delta_ms", 6.0)?,
             headroom_offset_ns: (offset_ms * NS_PER_MS as f64).round() as i64,
             path,
             path_margin_ns: ms("path_margin_ms", 10.0)?,

@@ -629,8 +629,8 @@ fn headroom_covers_the_farthest_super_quorum_member_plus_delta() {
     const MS: u64 = 1_000_000;
     // FI's farthest replica is BR, 90 ms away (topology estimate before any probe).
     assert_eq!(plan_for("headroom=paper", 2).headroom_ns, 100 * MS);
-    assert_eq!(plan_for("", 2).headroom_ns, 92 * MS);
-    assert_eq!(plan_for("headroom_offset_ms=-30", 2).headroom_ns, 62 * MS);
+    assert_eq!(plan_for("", 2).headroom_ns, 96 * MS);
+    assert_eq!(plan_for("headroom_offset_ms=-30", 2).headroom_ns, 66 * MS);
     assert_eq!(plan_for("headroom_offset_ms=-300", 2).headroom_ns, 0);
     assert_eq!(plan_for("headroom=zero", 2).headroom_ns, 0);
 }
@@ -642,7 +642,7 @@ fn auto_path_plans_the_slow_path_where_a_simple_quorum_is_near_section_6() {
     // plus slow reply (~61 ms after the timestamp) beats the super quorum's BR (~90 ms).
     let fi = plan_for("path=auto", 2);
     assert_eq!(fi.planned, Planned::Slow);
-    assert_eq!(fi.headroom_ns, 63 * MS);
+    assert_eq!(fi.headroom_ns, 67 * MS);
     // HK: the leaders (SC) are 100.5 ms away and the super quorum's BR 151 ms, so leader
     // reply plus slow reply beats the fast path, log sync included.
     assert_eq!(plan_for("path=auto", 6).planned, Planned::Slow);
