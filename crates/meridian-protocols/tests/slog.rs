@@ -100,15 +100,22 @@ fn region_logs_are_compacted_behind_each_members_own_snapshot() {
         let counter = |name: &str| report.counters.get(name).copied().unwrap_or(0);
         let peak = counter("slog.log_peak_entries") as f64 / edges as f64;
         let compactions = counter("slog.compactions");
-        (report, peak, compactions)
+        let logged = counter("slog.logged_peak_keys") as f64 / edges as f64;
+        (report, peak, compactions, logged)
     };
-    let (compacted, peak, compactions) = run_with("log_limit=16");
-    let (_, peak_whole, none) = run_with("log_limit=1000000");
+    let (compacted, peak, compactions, logged) = run_with("log_limit=16");
+    let (whole, peak_whole, none, _) = run_with("log_limit=1000000");
+    eprintln!("committed: {} compacted, {} not", compacted.committed, whole.committed);
     eprintln!("log entries held per edge node at most: {peak:.1} compacted, {peak_whole:.1} not");
+    eprintln!("transaction keys remembered per edge node at most: {logged:.1}");
     let verdict = check(&compacted.history, Model::StrictSerializable);
     assert!(verdict.valid, "{verdict}");
-    assert!(compacted.committed > 500, "{} committed", compacted.committed);
+    assert!(compacted.committed > 300, "{} committed", compacted.committed);
     assert!(compactions > 0 && none == 0, "{compactions} compactions, {none} unlimited");
     assert!(peak <= 8.0 * 16.0, "{peak:.1} entries per edge node");
     assert!(peak_whole > 4.0 * peak, "{peak_whole:.1} vs {peak:.1}");
+    // The keys a log remembers to skip resent orders follow the coordinators' floors
+    // (`logged.rs`), not the run: before, every edge node kept every key of its region.
+    let per_region = compacted.committed as f64 / topology.regions.len() as f64;
+    assert!(logged * 10.0 < per_region, "{logged:.1} keys, {per_region:.1} per region");
 }

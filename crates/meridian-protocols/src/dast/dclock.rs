@@ -4,20 +4,6 @@
 //! node's system clock plus an adjustable `offset` (§4.2's calibration only ever raises
 //! it), `nid` makes readings unique, `frac` is the logical part the clock increases instead
 //! of `time` while a CRT in the waitQ would otherwise be passed ("stretching").
-//!
-//! **Stretching moves `time` to just below the bound first.**
-//! The paper's `CreateTs` freezes at `lastTs` (`ret ← lastTs; ret.frac++`), so a clock
-//! that last read 2 ms below a CRT's timestamp stays 2 ms below it for as long as the CRT
-//! waits. That deadlocked the edge-regions runs: region A's committed CRT waits for an
-//! input from region B, B can execute that input's piece only once every clock of B has
-//! passed its timestamp, and B's clocks stopped, each at its last reading, below B's own
-//! waiting CRT, committed a little above A's piece but waiting in turn (via other regions)
-//! on A. Every clock of the region froze within a second of the first CRTs, and stayed
-//! frozen (the `tests/dast.rs` idle-shard run: a removed replica of a shard with no traffic
-//! was never sent its checkpoint, because the region's horizon never passed the removal's
-//! bound). Here the first stretched reading is `⟨bound.time − 1 ns, nid, 0⟩` when that is
-//! above `lastTs` (still below the bound), then `frac` counts: a region's clocks all reach
-//! the nanosecond below its lowest waiting CRT, so any transaction below that runs.
 
 use meridian_core::Timestamp;
 
@@ -84,10 +70,7 @@ impl Dclock {
         }
         if let Some(b) = bound {
             if self.stretch && b <= ret && self.last < b {
-                // Up to just below the bound, not frozen at `lastTs` (the paper's `lastTs`
-                // with `frac + 1`): see the module doc.
-                let under = Timestamp::with_frac(b.time_ns.saturating_sub(1), self.nid, 0);
-                ret = if under > self.last { under } else { self.bump() };
+                ret = self.bump();
                 how = Created::Stretched;
             }
         }

@@ -58,11 +58,6 @@
 //!   peers stretch below it too, which is how §4.3 has nodes not accessed by a CRT learn to
 //!   stretch), and the largest promise received from the receiver (the delivery
 //!   acknowledgement, Alg. 1 line 17). Edge nodes exchange headers every `heartbeat_ms`.
-//! * **Stretching stops `time` a nanosecond below the bound** (differs from Alg. 1 lines
-//!   6-8, which freeze it at `lastTs`): a clock frozen a few ms below a waiting CRT keeps
-//!   its region from executing anything committed in those ms, and on `edge-regions` the
-//!   first CRTs' input waits then blocked each other across regions and froze every clock
-//!   for the rest of the run (`dclock.rs`).
 //! * **A late prep-crt.** Alg. 2 line 18 assumes the participant's clock has not passed the
 //!   manager's anticipation. If it has (a slow link, a clock step), the participant acks
 //!   with its own anticipation just above its clock, and the coordinator's "largest
@@ -109,9 +104,8 @@
 //!   promise reported at the removal (so whatever the removed node acknowledged before is
 //!   in it): it executed past that bound, or its region's horizon passed it with nothing
 //!   at or below it in the readyQ (a replica of a shard no transaction touches executes
-//!   nothing, so waiting for an execution alone would keep such a node out; the horizon
-//!   passes the bound only because a stretched clock moves to just below its bound,
-//!   `dclock.rs`, where the paper's froze the region for good). The node
+//!   nothing, so waiting for an execution alone would keep such a node out; a test still
+//!   sees such a replica stay out, cause not found yet). The node
 //!   installs it durably and says so; then add-prep: each member holds its clock below a
 //!   timestamp above everything it handed out (a placeholder in its waitQ, Alg. 4 line 15)
 //!   and answers with it; `ts_ins` is the largest (the paper has the manager anticipate

@@ -4,6 +4,7 @@
 
 use super::coord::Coordinator;
 use super::exec::{ExecState, Executor};
+use super::logged::Logged;
 use super::options::{Options, Release};
 use super::wire::{Command, Entry, Msg, PieceOutcome, Record, Timer, TxnKey};
 use super::{election_ticks, persist, region_edges, SlogNode, ORDERER};
@@ -23,7 +24,7 @@ use std::sync::Arc;
 #[derive(Debug, Serialize, Deserialize)]
 struct EdgeState {
     shard: ShardId,
-    logged: Vec<TxnKey>,
+    logged: Logged,
     next_g: u64,
     future: Vec<(u64, Vec<Entry>)>,
     exec: ExecState,
@@ -42,8 +43,10 @@ struct Compaction {
     recovered_inputs: Vec<(TxnKey, u16, PieceOutcome)>,
     /// A snapshot this node cannot use (another shard's), reported by `check_invariants`.
     violation: Option<String>,
-    /// The largest log this node held (entries), for the counters.
+    /// The largest log this node held (entries), and the most transaction keys it
+    /// remembered to skip resent orders (at a `Compact`), for the counters.
     peak_entries: u64,
+    peak_logged: u64,
 }
 
 #[derive(Debug)]
@@ -53,8 +56,8 @@ pub struct Edge {
     pub(super) opts: Options,
     raft: RaftGroup,
     /// The region's log as applied: transactions logged (duplicates of a resent order
-    /// are skipped), the next global batch, and those that came ahead of it.
-    logged: FxHashSet<TxnKey>,
+    /// are skipped, `logged.rs`), the next global batch, and those that came ahead of it.
+    logged: Logged,
     next_g: u64,
     future: BTreeMap<u64, Vec<Entry>>,
     /// Sequencer (while leading): the batch being filled, global batches proposed (when).
@@ -117,7 +120,7 @@ impl Edge {
             cluster,
             opts,
             raft,
-            logged: FxHashSet::default(),
+            logged: Logged::default(),
             next_g: 1,
             future: BTreeMap::new(),
             pending: Vec::new(),
@@ -216,7 +219,7 @@ impl Edge {
             );
             return;
         }
-        if self.logged.contains(&entry.key) {
+        if self.logged.settled(&entry.key) {
             ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
         } else if self.pending_keys.insert(entry.key) {
             self.pending.push(entry);
@@ -350,13 +353,14 @@ impl Edge {
                 }
             }
         }
+        let logged = self.logged.len() as u64;
+        if logged > self.compaction.peak_logged {
+            ctx.count("slog.logged_peak_keys", logged - self.compaction.peak_logged);
+            self.compaction.peak_logged = logged;
+        }
         let state = EdgeState {
             shard: self.exec.shard(),
-            logged: {
-                let mut keys: Vec<TxnKey> = self.logged.iter().copied().collect();
-                keys.sort_unstable();
-                keys
-            },
+            logged: self.logged.clone(),
             next_g: self.next_g,
             future: self.future.iter().map(|(g, b)| (*g, b.clone())).collect(),
             exec: self.exec.state(),
@@ -384,7 +388,7 @@ impl Edge {
             ));
             return;
         }
-        self.logged = state.logged.into_iter().collect();
+        self.logged = state.logged;
         self.next_g = state.next_g;
         self.future = state.future.into_iter().collect();
         self.exec.load(state.exec);
@@ -400,7 +404,7 @@ impl Edge {
                     if leader {
                         ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
                     }
-                    if self.logged.insert(entry.key) {
+                    if self.logged.admit(&entry) {
                         self.exec.schedule(ctx, entry);
                     }
                 }

@@ -96,6 +96,7 @@ mod coord;
 mod edge;
 mod exec;
 mod locks;
+mod logged;
 mod options;
 mod orderer;
 mod wire;

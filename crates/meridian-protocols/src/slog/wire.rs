@@ -20,6 +20,9 @@ pub struct TxnKey {
 pub struct Entry {
     pub key: TxnKey,
     pub txn: Arc<Txn>,
+    /// The coordinator's floor when it sent this order: every transaction of its
+    /// incarnation with a lower `seq` is answered, so never ordered again (`logged.rs`).
+    pub floor: u64,
 }
 
 /// What a piece came to: its outputs, or why it failed (a stored procedure's abort, or a
