@@ -308,7 +308,10 @@ impl Edge {
         }
         let entries = self.raft.log_size().entries;
         if entries > self.compaction.peak_entries {
-            ctx.count("slog.log_peak_entries", entries - self.compaction.peak_entries);
+            ctx.count(
+                "slog.log_peak_entries",
+                entries - self.compaction.peak_entries,
+            );
             self.compaction.peak_entries = entries;
         }
     }
@@ -349,13 +352,18 @@ impl Edge {
                         self.exec.persist_inputs(ctx);
                         ctx.count("slog.compactions", 1);
                     }
-                    Err(e) => self.compaction.violation = Some(format!("slog edge {}: {e}", self.id)),
+                    Err(e) => {
+                        self.compaction.violation = Some(format!("slog edge {}: {e}", self.id))
+                    }
                 }
             }
         }
         let logged = self.logged.len() as u64;
         if logged > self.compaction.peak_logged {
-            ctx.count("slog.logged_peak_keys", logged - self.compaction.peak_logged);
+            ctx.count(
+                "slog.logged_peak_keys",
+                logged - self.compaction.peak_logged,
+            );
             self.compaction.peak_logged = logged;
         }
         let state = EdgeState {

@@ -188,11 +188,7 @@ impl Executor {
             .iter()
             .map(|(seq, r)| (*seq, r.clone()))
             .collect();
-        let mut inputs: Vec<_> = self
-            .inputs
-            .iter()
-            .map(|(k, o)| (*k, o.clone()))
-            .collect();
+        let mut inputs: Vec<_> = self.inputs.iter().map(|(k, o)| (*k, o.clone())).collect();
         inputs.sort_by_key(|(k, _)| *k);
         let skip = self.finished_order.len().saturating_sub(SNAPSHOT_FINISHED);
         let finished = self
@@ -201,11 +197,7 @@ impl Executor {
             .skip(skip)
             .filter_map(|k| self.finished.get(k).map(|o| (*k, o.clone())))
             .collect();
-        let mut early: Vec<_> = self
-            .early
-            .iter()
-            .map(|(k, s)| (*k, s.clone()))
-            .collect();
+        let mut early: Vec<_> = self.early.iter().map(|(k, s)| (*k, s.clone())).collect();
         early.sort_by_key(|(k, _)| *k);
         ExecState {
             store,

@@ -58,7 +58,6 @@ impl Logged {
     pub fn len(&self) -> usize {
         self.by_incarnation.values().map(|i| i.seqs.len()).sum()
     }
-
 }
 
 #[cfg(test)]

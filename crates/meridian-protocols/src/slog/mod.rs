@@ -52,7 +52,11 @@
 //!   from the acknowledgements it heard (nothing if it never led), and a region answers a
 //!   batch it already has with its frontier.
 //! * **Duplicates.** A coordinator resends an order until the sequencer or orderer says it
-//!   is logged; the logs skip a transaction already in them, so each runs once.
+//!   is logged; the logs skip a transaction already in them, so each runs once. Every
+//!   order carries its coordinator's *floor* (its oldest transaction not known to be
+//!   logged): a log forgets the keys below it and skips an order below it, a duplicate or
+//!   one its coordinator gave up on (`logged.rs`), so what a log remembers follows what is
+//!   in flight, not the run (before, every edge node kept every key its region logged).
 //! * **Conditional aborts** (a stored procedure's user abort): as in `dast`, a failed
 //!   piece discards its shard's writes and its failure reaches the pieces that consume its
 //!   outputs; a shard with independent pieces applies them. A workload must make writing
@@ -64,22 +68,25 @@
 //!   with it (the client hears nothing; the transactions may still run).
 //! * **Compaction.** Every edge node holds its whole region's log (a Raft group of the
 //!   region's edge nodes), which without compaction grew with the run in memory and on
-//!   disk at every node (the growth the `dast-fig2` SLOG point ran out of memory on). The members of
-//!   one log replicate *different* shards, so a snapshot serves only the node that took
-//!   it: one is never sent to another member (Raft's `MsgSnapshot`). So the sequencer,
+//!   disk at every node (the growth the `dast-fig2` SLOG point ran out of memory on).
+//!   The members of one log replicate *different* shards, so a snapshot serves only the
+//!   node that took it (and its shard's other replicas): none is ever sent to another
+//!   member (Raft's `MsgSnapshot`). So the sequencer,
 //!   once the log holds more than `log_limit` entries, proposes `Compact { safe }` with
 //!   `safe` the index every member has persisted and the group committed
 //!   (`RaftGroup::durable_everywhere`); each member applying it compacts behind the
 //!   snapshot of its own state it took at the previous `Compact` if that is at or below
 //!   `safe`, then takes one at this command. A member that is down or behind holds
 //!   `safe` back and so stops compaction (the log grows while it is out) rather than
-//!   needing another node's state. A snapshot holds the log's bookkeeping and the
-//!   executor: store, running transactions (the lock table is rebuilt from them in log
-//!   order), inputs, and the latest 4096 finished outcomes.
-//! * **Bounds.** The regions' logs are compacted (above); what still grows with the run:
-//!   the keys a region's log remembers to skip duplicate orders (24 bytes each at every
-//!   edge node of the region), and the global orderer's log and batches (three nodes,
-//!   multi-home transactions only).
+//!   needing another node's state (a member sent one anyway, say after losing its
+//!   records, loads it only if it is of its own shard, and reports an invariant violation
+//!   otherwise). A snapshot holds the log's bookkeeping and the executor: store, running
+//!   transactions (the lock table is rebuilt from them in log order), inputs, and the
+//!   latest 4096 finished outcomes.
+//! * **Bounds.** The regions' logs are compacted (above) and their duplicate keys follow
+//!   the coordinators' floors; what still grows with the run: the global orderer's log and
+//!   batches (three nodes, multi-home transactions only), and one small entry per
+//!   coordinator incarnation in each log's duplicate keys (a restart is a new one).
 //! * **Interactive transactions** are refused (`Unsupported`): SLOG runs one-shot
 //!   transactions whose read and write sets are known.
 //!
