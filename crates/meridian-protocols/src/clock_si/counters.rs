@@ -26,8 +26,9 @@ pub const UPDATES_DELAYED_BY_CLOCK: &str = "updates_delayed_by_clock";
 pub const CERTIFICATION_ABORTS: &str = "certification_aborts";
 /// Replicated mode: what the kit's Raft members count (`partition_takeovers`,
 /// `raft_members`, `raft_log_peak_entries`, `raft_log_peak_bytes`, `raft_compactions`,
-/// `raft_snapshots_sent`, `raft_snapshots_restored`; see [`crate::kit::replicated`]).
+/// `raft_snapshot_bytes`, `raft_applied_bytes`, `raft_snapshots_sent`, `raft_snapshots_restored`; see [`crate::kit::replicated`]).
 pub use crate::kit::replicated::{
-    PARTITION_TAKEOVERS, RAFT_COMPACTIONS, RAFT_LOG_PEAK_BYTES, RAFT_LOG_PEAK_ENTRIES,
-    RAFT_MEMBERS, RAFT_SNAPSHOTS_RESTORED, RAFT_SNAPSHOTS_SENT,
+    PARTITION_TAKEOVERS, RAFT_APPLIED_BYTES, RAFT_COMPACTIONS, RAFT_LOG_PEAK_BYTES,
+    RAFT_LOG_PEAK_ENTRIES, RAFT_MEMBERS, RAFT_SNAPSHOTS_RESTORED, RAFT_SNAPSHOTS_SENT,
+    RAFT_SNAPSHOT_BYTES,
 };

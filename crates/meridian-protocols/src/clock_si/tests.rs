@@ -610,6 +610,18 @@ fn commit_many(d: &mut Driver, n: usize) -> Timestamp {
     last.expect("n > 0")
 }
 
+/// Commits `n` single-key transactions on shard 0, each on a key of its own.
+fn commit_distinct(d: &mut Driver, n: usize) {
+    let mut last = None;
+    for i in 0..n {
+        let key = d.key_on(0, &format!("k{i}"));
+        let t = d.begin(0, last);
+        d.put(0, t, &key, "v");
+        last = Some(committed_ts(&d.commit(0, t)).0);
+    }
+    d.run_for(50 * MS);
+}
+
 #[test]
 fn raft_logs_stay_under_the_limit_and_grow_without_it() {
     const LIMIT: u64 = 16;
@@ -621,18 +633,48 @@ fn raft_logs_stay_under_the_limit_and_grow_without_it() {
             .max()
             .unwrap()
     };
-    let mut d = replicated(&format!("raft_log_limit={LIMIT}"));
+    // The server checkpoints often, so its state (one key, a few records) stays smaller
+    // than the limit's worth of log and the limit alone decides when to compact.
+    let mut d = replicated(&format!("raft_log_limit={LIMIT},checkpoint_every=4"));
     d.run_for(500 * MS);
     commit_many(&mut d, 200);
     // Between two drains a member appends a handful of entries (a proposal, a clock lease).
     assert!(peak(&d) <= LIMIT + 8, "peak {} entries", peak(&d));
     let compactions = d.counters[counters::RAFT_COMPACTIONS];
     assert!(compactions >= 200 / LIMIT, "{compactions} compactions");
-    let mut d = replicated("raft_log_limit=0");
+    let mut d = replicated("raft_log_limit=0,checkpoint_every=4");
     d.run_for(500 * MS);
     commit_many(&mut d, 200);
     assert!(peak(&d) >= 200, "peak {} entries without a limit", peak(&d));
     assert_eq!(d.counters.get(counters::RAFT_COMPACTIONS), None);
+}
+
+/// A store that grows (every transaction writes a new key, no server checkpoint yet) makes
+/// each snapshot larger than the last: compaction waits until the log holds as many bytes
+/// as the last snapshot, so snapshots never write more than twice what the log committed.
+/// Compacting at every limit's worth of entries instead would re-encode the whole store
+/// each time, quadratic in the run (this test fails then: about 6× the bound).
+#[test]
+fn raft_snapshots_of_a_growing_store_are_amortized_over_the_log() {
+    const LIMIT: u64 = 16;
+    let mut d = replicated(&format!("raft_log_limit={LIMIT}"));
+    d.run_for(500 * MS);
+    commit_distinct(&mut d, 300);
+    let snapshot_bytes = d.counters[counters::RAFT_SNAPSHOT_BYTES];
+    let applied_bytes = d.counters[counters::RAFT_APPLIED_BYTES];
+    assert!(d.counters[counters::RAFT_COMPACTIONS] >= 3);
+    assert!(
+        snapshot_bytes <= 2 * applied_bytes,
+        "snapshots wrote {snapshot_bytes} bytes for {applied_bytes} applied"
+    );
+    // The log is bounded by the state it compacts into, not by the limit alone.
+    let leader = member(&d, d.server_node(0));
+    let state_bytes = leader.committed_log().len() as u64;
+    let (_, peak) = leader.raft_log();
+    assert!(
+        peak.bytes <= 2 * state_bytes,
+        "{peak:?} for {state_bytes} bytes of state"
+    );
 }
 
 #[test]

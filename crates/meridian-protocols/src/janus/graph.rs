@@ -3,6 +3,18 @@
 //! from, which of its shard's transactions it executed, and the order in which committed
 //! transactions become executable (strongly connected components in topological order,
 //! members by id). Pure state, no effects: `replica.rs` persists, sends and executes.
+//!
+//! Execution is found incrementally (the paper leaves it open; a full walk over every
+//! committed transaction after each message batch grew with the graph and dominated the
+//! CPU at load). A pass starts only from *candidates*: transactions committed since the
+//! last pass and ones woken because what blocked them changed. A blocked component is
+//! *parked*: each member with a blocker of its own waits on it (the first dependency that
+//! is not committed here, or a parked transaction it leads to), and the members are woken
+//! together. A walk that meets a parked transaction treats it as blocked without entering
+//! it. Waking cascades to everything parked behind the woken (a component that the
+//! short-cut split must be walked whole again), so "parked" always implies "blocked":
+//! a pass finds exactly what a full walk would (`tests.rs` checks this against the full
+//! walk on random event sequences).
 
 use super::wire::{Ballot, Body, Dep, Deps, ExecutedSlots, Known, Tag};
 use meridian_core::txn::Key;
@@ -114,6 +126,19 @@ pub struct Graph {
     peer_executed: FxHashMap<NodeId, FxHashMap<(NodeId, u64), SlotSet>>,
     /// Set when something changed that may let a committed transaction execute.
     pub dirty: bool,
+    /// Committed transactions the next pass starts from (see the module doc).
+    candidates: BTreeSet<TxnId>,
+    /// Parked transactions to wake when the keyed one changes (commits, executes, becomes
+    /// known or known executed elsewhere, or is woken itself).
+    waiters: FxHashMap<TxnId, Vec<TxnId>>,
+    /// A parked transaction and the root of the blocked component it was parked with.
+    parked: FxHashMap<TxnId, TxnId>,
+    /// The members of each parked component, by root (woken together).
+    groups: FxHashMap<TxnId, Vec<TxnId>>,
+    /// Dependencies of committed transactions not known here (inquired until resolved).
+    unknown: FxHashMap<TxnId, Tag>,
+    /// The last pass's order: the caller executes all of it before the next pass.
+    handed_out: Vec<TxnId>,
 }
 
 /// What one pass of [`Graph::executable`] found.
@@ -137,6 +162,12 @@ impl Graph {
             forget_queue: VecDeque::new(),
             peer_executed: FxHashMap::default(),
             dirty: false,
+            candidates: BTreeSet::new(),
+            waiters: FxHashMap::default(),
+            parked: FxHashMap::default(),
+            groups: FxHashMap::default(),
+            unknown: FxHashMap::default(),
+            handed_out: Vec::new(),
         }
     }
 
@@ -241,7 +272,10 @@ impl Graph {
             touched_ns: now_ns,
         };
         self.vertices.insert(id, vertex);
+        self.unknown.remove(&id);
         if status == Status::Committed {
+            self.candidates.insert(id);
+            self.wake(id);
             self.dirty = true;
         }
     }
@@ -254,6 +288,8 @@ impl Graph {
                 v.status = Status::Committed;
                 v.deps = deps;
                 v.touched_ns = now_ns;
+                self.candidates.insert(body.tag.id);
+                self.wake(body.tag.id);
             }
             None => {
                 if self.is_local(&body.tag) {
@@ -284,6 +320,8 @@ impl Graph {
                     self.foreign_done.remove(&old);
                 }
             }
+            self.unknown.remove(&id);
+            self.wake(id);
             self.dirty = true;
         }
     }
@@ -303,6 +341,60 @@ impl Graph {
                 .insert(slot);
         }
         self.forget_queue.push_back((now_ns, id));
+        self.candidates.remove(&id);
+        self.wake(id);
+        self.dirty = true;
+    }
+
+    /// Wakes what waits on `id` (and `id` itself if parked), cascading to everything parked
+    /// behind the woken: they become candidates of the next pass.
+    fn wake(&mut self, id: TxnId) {
+        let mut work = vec![id];
+        while let Some(x) = work.pop() {
+            if let Some(root) = self.parked.remove(&x) {
+                for member in self.groups.remove(&root).unwrap_or_default() {
+                    self.parked.remove(&member);
+                    self.candidates.insert(member);
+                    work.push(member);
+                }
+            }
+            if let Some(waiting) = self.waiters.remove(&x) {
+                work.extend(waiting);
+            }
+        }
+    }
+
+    /// Every committed transaction becomes a candidate again (after a state transfer or a
+    /// restore, which change the graph wholesale).
+    fn reset_passes(&mut self) {
+        self.waiters.clear();
+        self.parked.clear();
+        self.groups.clear();
+        self.unknown.clear();
+        self.handed_out.clear();
+        self.candidates = self
+            .vertices
+            .iter()
+            .filter(|(_, v)| v.status == Status::Committed)
+            .map(|(&id, _)| id)
+            .collect();
+    }
+
+    /// Dependencies of committed transactions that are still not known here (what the
+    /// periodic tick inquires about again).
+    pub fn unknown_dependencies(&mut self) -> Vec<Tag> {
+        let resolved: Vec<TxnId> = self
+            .unknown
+            .iter()
+            .filter(|(id, tag)| self.vertices.contains_key(id) || self.is_done(tag))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in resolved {
+            self.unknown.remove(&id);
+        }
+        let mut tags: Vec<Tag> = self.unknown.values().cloned().collect();
+        tags.sort_by_key(|t| t.id);
+        tags
     }
 
     /// Forgets executed transactions older than `keep_ns` (garbage collection: the graph
@@ -381,51 +473,101 @@ impl Graph {
         self.peer_executed.insert(peer, slots);
     }
 
-    /// One pass over the committed transactions (iterative Tarjan): every strongly
+    /// One pass (iterative Tarjan from the candidates, see the module doc): every strongly
     /// connected component all of whose reachable components are executed or executable,
     /// in topological order (dependencies first), members by id. A dependency that is not
     /// committed here blocks its dependents; an unknown one is also reported as missing.
-    pub fn executable(&self) -> Pass {
+    /// The caller executes the whole order (`mark_executed`) before the next pass.
+    pub fn executable(&mut self) -> Pass {
+        for id in std::mem::take(&mut self.handed_out) {
+            assert!(
+                self.vertices
+                    .get(&id)
+                    .is_none_or(|v| v.status == Status::Executed),
+                "a pass's order was not executed before the next pass"
+            );
+        }
         let mut tarjan = Tarjan::default();
         let mut pass = Pass::default();
-        let mut roots: Vec<TxnId> = self
-            .vertices
-            .iter()
-            .filter(|(_, v)| v.status == Status::Committed)
-            .map(|(&id, _)| id)
-            .collect();
-        roots.sort_unstable();
-        for root in roots {
+        // Woken after this pass walked them (a stale wait list naming them): next pass.
+        let mut again = Vec::new();
+        while let Some(root) = self.candidates.pop_first() {
+            let committed = self
+                .vertices
+                .get(&root)
+                .is_some_and(|v| v.status == Status::Committed);
+            if !committed || self.parked.contains_key(&root) {
+                continue;
+            }
             if !tarjan.index.contains_key(&root) {
                 tarjan.run(self, root, &mut pass);
+            } else if !tarjan.released.contains(&root) {
+                again.push(root);
             }
         }
+        if !again.is_empty() {
+            self.candidates.extend(again);
+            self.dirty = true;
+        }
+        self.handed_out.clone_from(&pass.order);
         pass
     }
 
-    /// The edges of committed `id` that matter for ordering, and whether `id` must wait (a
+    /// The full walk over every committed transaction (what a pass must agree with).
+    #[cfg(test)]
+    pub fn executable_full(&self) -> Vec<TxnId> {
+        let mut copy = Graph::new(self.shard);
+        copy.vertices = self.vertices.clone();
+        copy.executed = self.executed.clone();
+        copy.foreign_done = self.foreign_done.clone();
+        copy.reset_passes();
+        copy.executable().order
+    }
+
+    /// The edges of committed `id` that matter for ordering, and its first blocker (a
     /// dependency not committed here), recording unknown dependencies in `missing`.
-    fn edges(&self, id: TxnId, missing: &mut Vec<Tag>) -> (Vec<TxnId>, bool) {
+    fn edges(&mut self, id: TxnId, missing: &mut Vec<Tag>) -> (Vec<TxnId>, Option<TxnId>) {
         let mut out = Vec::new();
-        let mut blocked = false;
+        let mut blocker = None;
         for dep in &self.vertices[&id].deps {
             match self.vertices.get(&dep.tag.id) {
                 Some(v) => match v.status {
                     Status::Executed => {}
                     Status::Committed => out.push(dep.tag.id),
-                    _ => blocked = true,
+                    _ => blocker = blocker.or(Some(dep.tag.id)),
                 },
                 // Executed here (placed, for another shard's transaction). One executed
                 // only at its reporter must still be chased: orderings between this
                 // shard's transactions may run through it.
                 None if self.is_done(&dep.tag) => {}
                 None => {
-                    blocked = true;
+                    blocker = blocker.or(Some(dep.tag.id));
                     missing.push(dep.tag.clone());
+                    self.unknown.insert(dep.tag.id, dep.tag.clone());
                 }
             }
         }
-        (out, blocked)
+        (out, blocker)
+    }
+
+    /// Parks a blocked component: members with a blocker wait on it; all wake together.
+    fn park(&mut self, root: TxnId, members: &[(TxnId, Option<TxnId>)]) {
+        for &(member, blocker) in members {
+            self.parked.insert(member, root);
+            if let Some(blocker) = blocker {
+                self.waiters.entry(blocker).or_default().push(member);
+            }
+        }
+        self.groups
+            .insert(root, members.iter().map(|&(m, _)| m).collect());
+    }
+
+    /// An executable component: what waits on its members is woken (a parked transaction
+    /// behind it may now be executable in this same pass).
+    fn release(&mut self, members: &[TxnId]) {
+        for &member in members {
+            self.wake(member);
+        }
     }
 
     pub fn snapshot(&self, store: Vec<(Key, meridian_core::txn::Value)>) -> GraphSnapshot {
@@ -520,6 +662,7 @@ impl Graph {
             }
             self.forget_queue.push_back((now_ns, id));
         }
+        self.reset_passes();
         self.dirty = true;
     }
 
@@ -553,21 +696,24 @@ impl Graph {
             .collect();
         executed.sort_unstable();
         self.forget_queue = executed.into_iter().map(|id| (now_ns, id)).collect();
+        self.reset_passes();
         self.dirty = true;
     }
 }
 
 /// Iterative Tarjan over committed vertices (an explicit call stack: a long dependency
-/// chain must not overflow the thread stack). Component blocked-ness propagates: a
-/// component with an edge into a blocked one is blocked.
+/// chain must not overflow the thread stack). Blocked-ness propagates: a component with an
+/// edge into a blocked (parked) one is blocked.
 #[derive(Default)]
 struct Tarjan {
     index: FxHashMap<TxnId, u32>,
     low: FxHashMap<TxnId, u32>,
     on_stack: FxHashSet<TxnId>,
     stack: Vec<TxnId>,
-    /// Transactions of finished components that are blocked.
-    blocked: FxHashSet<TxnId>,
+    /// Members of the components still on the stack that have a blocker of their own.
+    member_blocker: FxHashMap<TxnId, TxnId>,
+    /// Transactions found executable in this pass.
+    released: FxHashSet<TxnId>,
     next: u32,
 }
 
@@ -575,66 +721,66 @@ struct Frame {
     id: TxnId,
     edges: Vec<TxnId>,
     at: usize,
-    blocked: bool,
+    /// The first thing found to block this transaction.
+    blocker: Option<TxnId>,
 }
 
 impl Tarjan {
-    fn open(&mut self, graph: &Graph, id: TxnId, pass: &mut Pass) -> Frame {
+    fn open(&mut self, graph: &mut Graph, id: TxnId, pass: &mut Pass) -> Frame {
         self.index.insert(id, self.next);
         self.low.insert(id, self.next);
         self.next += 1;
         self.stack.push(id);
         self.on_stack.insert(id);
-        let (edges, blocked) = graph.edges(id, &mut pass.missing);
+        let (edges, blocker) = graph.edges(id, &mut pass.missing);
         Frame {
             id,
             edges,
             at: 0,
-            blocked,
+            blocker,
         }
     }
 
-    fn run(&mut self, graph: &Graph, root: TxnId, pass: &mut Pass) {
+    fn run(&mut self, graph: &mut Graph, root: TxnId, pass: &mut Pass) {
         let mut calls = vec![self.open(graph, root, pass)];
-        // Whether some member of the component being built on the stack is blocked.
-        let mut member_blocked: FxHashSet<TxnId> = FxHashSet::default();
         while let Some(frame) = calls.last_mut() {
             if frame.at < frame.edges.len() {
                 let w = frame.edges[frame.at];
                 frame.at += 1;
                 let v = frame.id;
-                if !self.index.contains_key(&w) {
+                if graph.parked.contains_key(&w) {
+                    // Blocked: parked earlier, or closed blocked in this pass.
+                    frame.blocker = frame.blocker.or(Some(w));
+                } else if !self.index.contains_key(&w) {
                     let child = self.open(graph, w, pass);
                     calls.push(child);
                 } else if self.on_stack.contains(&w) {
                     let low = self.low[&v].min(self.index[&w]);
                     self.low.insert(v, low);
-                } else if self.blocked.contains(&w) {
-                    frame.blocked = true;
                 }
                 continue;
             }
             let frame = calls.pop().expect("a frame");
-            if frame.blocked {
-                member_blocked.insert(frame.id);
+            if let Some(blocker) = frame.blocker {
+                self.member_blocker.insert(frame.id, blocker);
             }
             if let Some(parent) = calls.last_mut() {
                 let low = self.low[&parent.id].min(self.low[&frame.id]);
                 self.low.insert(parent.id, low);
             }
             if self.low[&frame.id] == self.index[&frame.id] {
-                self.close(frame.id, &mut member_blocked, pass);
+                self.close(graph, frame.id, pass);
                 if let Some(parent) = calls.last_mut() {
-                    if self.blocked.contains(&frame.id) {
-                        parent.blocked = true;
+                    if graph.parked.contains_key(&frame.id) {
+                        parent.blocker = parent.blocker.or(Some(frame.id));
                     }
                 }
             }
         }
     }
 
-    /// Pops the component rooted at `root`; executable unless a member is blocked.
-    fn close(&mut self, root: TxnId, member_blocked: &mut FxHashSet<TxnId>, pass: &mut Pass) {
+    /// Pops the component rooted at `root`: parked if a member is blocked, else executable.
+    fn close(&mut self, graph: &mut Graph, root: TxnId, pass: &mut Pass) {
         let mut members = Vec::new();
         loop {
             let w = self.stack.pop().expect("tarjan stack");
@@ -644,12 +790,17 @@ impl Tarjan {
                 break;
             }
         }
-        if members.iter().any(|m| member_blocked.remove(m)) {
-            member_blocked.retain(|m| !members.contains(m));
-            self.blocked.extend(members);
+        let blockers: Vec<(TxnId, Option<TxnId>)> = members
+            .iter()
+            .map(|m| (*m, self.member_blocker.remove(m)))
+            .collect();
+        if blockers.iter().any(|(_, b)| b.is_some()) {
+            graph.park(root, &blockers);
         } else {
             members.sort_unstable();
-            pass.order.extend(members);
+            pass.order.extend_from_slice(&members);
+            self.released.extend(members.iter().copied());
+            graph.release(&members);
         }
     }
 }

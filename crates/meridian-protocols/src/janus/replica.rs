@@ -600,10 +600,10 @@ impl Replica {
         let executed = Arc::new(self.graph.executed_slots());
         ctx.multicast(self.peers.clone(), &Msg::ExecutedSlots { executed });
         // Inquiries still unanswered are repeated to every replica.
-        let pass = self.graph.executable();
+        let missing = self.graph.unknown_dependencies();
         self.inquired
-            .retain(|id, _| pass.missing.iter().any(|t| t.id == *id));
-        for tag in pass.missing {
+            .retain(|id, _| missing.iter().any(|t| t.id == *id));
+        for tag in missing {
             self.inquire(ctx, tag, true);
         }
         self.recover_stuck(ctx, now);

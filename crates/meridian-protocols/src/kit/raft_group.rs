@@ -142,6 +142,14 @@ struct LogStore {
     snapshot: Snapshot,
     /// `entries[0].index == snapshot index + 1`.
     entries: Vec<Entry>,
+    /// The entries' command bytes, kept as they change (the host reads the log's size
+    /// after every drain; summing it each time was quadratic in the log's length).
+    entry_bytes: u64,
+}
+
+/// The command bytes of `entries`.
+fn data_bytes<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> u64 {
+    entries.into_iter().map(|e| e.data.len() as u64).sum()
 }
 
 impl LogStore {
@@ -171,7 +179,10 @@ impl LogStore {
                 self.last()
             ));
         }
-        self.entries.truncate((start - first) as usize);
+        let kept = (start - first) as usize;
+        self.entry_bytes -= data_bytes(self.entries.get(kept..).unwrap_or_default());
+        self.entries.truncate(kept);
+        self.entry_bytes += data_bytes(entries.iter().copied());
         self.entries.extend(entries.into_iter().cloned());
         Ok(())
     }
@@ -182,7 +193,9 @@ impl LogStore {
             .term(index)
             .map_err(|e| format!("raft compact {index}: {e}"))?;
         let dropped = index.saturating_sub(self.snapshot_index()) as usize;
-        self.entries.drain(..dropped.min(self.entries.len()));
+        let dropped = dropped.min(self.entries.len());
+        self.entry_bytes -= data_bytes(&self.entries[..dropped]);
+        self.entries.drain(..dropped);
         let meta = self.snapshot.mut_metadata();
         meta.index = index;
         meta.term = term;
@@ -198,13 +211,14 @@ impl LogStore {
         self.hard_state.term = self.hard_state.term.max(meta.term);
         self.hard_state.commit = self.hard_state.commit.max(meta.index);
         self.entries.clear();
+        self.entry_bytes = 0;
         self.snapshot = snapshot;
     }
 
     fn size(&self) -> LogSize {
         LogSize {
             entries: self.entries.len() as u64,
-            bytes: self.entries.iter().map(|e| e.data.len() as u64).sum(),
+            bytes: self.entry_bytes,
         }
     }
 
@@ -663,6 +677,7 @@ fn restore(storage: &mut LogStore, records: &[RaftRecord]) -> Result<(), String>
                 snapshot.data = data.clone().into();
                 storage.snapshot = snapshot;
                 storage.entries.clear();
+                storage.entry_bytes = 0;
                 let entries: Vec<Entry> = entries.iter().map(from_record).collect();
                 storage
                     .append(&entries)
@@ -697,6 +712,15 @@ mod tests {
     }
 
     impl Harness {
+        /// Every live member's kept byte count matches its entries (after appends,
+        /// truncations, compactions, snapshot installs and restores).
+        fn assert_kept_bytes(&self) {
+            for g in self.groups.iter().flatten() {
+                let store = g.node.store();
+                assert_eq!(g.log_size().bytes, data_bytes(&store.entries), "kept bytes");
+            }
+        }
+
         fn new(n: u32) -> Harness {
             let members: Vec<NodeId> = (0..n).map(NodeId).collect();
             let groups = members
@@ -810,6 +834,8 @@ mod tests {
             for g in h.groups.iter().flatten() {
                 // One tick adds at most the proposal and a leader's empty entry.
                 assert!(g.log_size().entries <= LIMIT + 2, "{:?}", g.log_size());
+                let store = g.node.store();
+                assert_eq!(g.log_size().bytes, data_bytes(&store.entries), "kept bytes");
             }
             for records in &h.records {
                 let entries: usize = records
@@ -871,6 +897,7 @@ mod tests {
         h.run(5);
         expected.push(b"after".to_vec());
         assert_eq!(h.applied[lagging], expected);
+        h.assert_kept_bytes();
     }
 
     #[test]
@@ -889,6 +916,7 @@ mod tests {
         h.restart(f, TIMING);
         h.drain(f);
         assert_eq!(h.applied[f], before, "snapshot plus the entries after it");
+        h.assert_kept_bytes();
     }
 
     #[test]
