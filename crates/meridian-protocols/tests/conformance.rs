@@ -256,7 +256,7 @@ mod p2pl_ttc {
 mod slog {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "2d76f86bd2046db5")],
+        golden: &[(5, "9a8cd02552022208")],
         broken: Broken::Swarm {
             protocol_opts: "release=pieces",
             workload: "list-append",

@@ -189,13 +189,9 @@ fn a_removed_node_is_added_back_from_a_checkpoint_and_serves_again() {
     assert!(report.committed > 1_000, "{} committed", report.committed);
 }
 
-/// §3.1, §4.4: while an edge node is out of its region's view, its clients go to another
-/// replica of their home shard (a hand-off) instead of being refused (before: refused at
-/// once, and each closed-loop client resubmitted at once). The removed node is a replica of
-/// a shard no transaction touches; that it is added back is not asserted yet (it stayed
-/// out in this run: an open bug, see `Edge::executed_through`).
-#[test]
-fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
+/// The run of the two tests below: `shard0/replica1`, a replica of a shard no
+/// transaction touches, crashes at 1 s and restarts at 2 s; 6 s of load, 2 s of drain.
+fn run_idle_shard_removal() -> SimReport {
     use meridian_sim::faults::{Fault, FaultPlan};
     let topology = Topology::load("edge-regions").expect("topology");
     let setup = setup::<Dast>(
@@ -222,7 +218,15 @@ fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
         ],
         storage: false,
     };
-    let report = run::<Dast>(&setup, &mut workload, &options, &mut |_| {});
+    run::<Dast>(&setup, &mut workload, &options, &mut |_| {})
+}
+
+/// §3.1, §4.4: while an edge node is out of its region's view, its clients go to another
+/// replica of their home shard (a hand-off) instead of being refused (before: refused at
+/// once, and each closed-loop client resubmitted at once).
+#[test]
+fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
+    let report = run_idle_shard_removal();
     let count = |name: &str| report.counters.get(name).copied().unwrap_or(0);
     assert!(count("dast.removed_self") >= 1, "{:?}", report.counters);
     assert!(count("dast.handoffs") > 0, "{:?}", report.counters);
@@ -234,4 +238,35 @@ fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
         .sum();
     assert_eq!(refused, 0, "refusals: {:?}", report.abort_reasons);
     assert!(report.committed > 1_000, "{} committed", report.committed);
+}
+
+/// Alg. 4: the removed replica of the idle shard is added back within the run (restarted
+/// at 2 s; 4 s of load and 2 s of drain left). OPEN BUG, so ignored: it stays out. Branch
+/// dast23 made a stretched clock stop a nanosecond below its bound instead of at `lastTs`
+/// (the region's clocks then pass the removal's bound and the checkpoint leaves); that made
+/// this pass but broke §4.3's point, the IRT tail
+/// (`without_the_stretchable_clock_irts_wait_behind_crts_waiting_for_inputs`: IRT p99
+/// 363.1 ms with stretching, against < 30 ms) and the hand-off above (no hand-offs), so it
+/// was reverted (branch dast24).
+#[test]
+#[ignore = "open bug: the idle shard's removed replica is never added back (see the doc)"]
+fn a_removed_replica_of_an_idle_shard_is_added_back() {
+    let report = run_idle_shard_removal();
+    let count = |name: &str| report.counters.get(name).copied().unwrap_or(0);
+    for name in [
+        "dast.checkpoints_sent",
+        "dast.checkpoints_installed",
+        "dast.additions_started",
+        "dast.rejoined",
+    ] {
+        assert!(count(name) >= 1, "{name}: {:?}", report.counters);
+    }
+    // The CRTs that froze the clocks: all but those still in flight finish.
+    let crts = &report.all_regions().classes[CRT];
+    assert!(
+        crts.finished() * 10 >= count("dast.crt") * 9,
+        "{} of {} CRTs finished",
+        crts.finished(),
+        count("dast.crt")
+    );
 }

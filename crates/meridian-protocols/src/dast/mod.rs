@@ -69,6 +69,24 @@
 //!   the manager's anticipation, below which its commit timestamp cannot fall, until the
 //!   commit arrives (the paper puts only committed CRTs there; this is the same order,
 //!   spelled out).
+//! * **Frozen clocks: an OPEN BUG of Alg. 1 lines 6-8 as written.** `CreateTs` freezes
+//!   `time` at `lastTs` once the system clock passes the waitQ head and then counts only
+//!   `frac`; PCT executes a transaction once every node of the region announced a clock
+//!   above it. A committed CRT `Y` whose timestamp lies between a region's frozen clocks
+//!   and the CRT they stretch below (the region froze under `Y`'s own anticipation, then
+//!   `Y` committed higher, at another region's) can then never run there: no frozen clock
+//!   passes it. If another region waits for `Y`'s output while holding the CRT the first
+//!   region waits on, they wait on each other for the rest of the run. Seen on
+//!   `edge-regions` (`tests/dast.rs`, the idle-shard run, seed 5): region 7's clocks stayed
+//!   at 0.1578-0.1642 s below a CRT at 0.1773 s waiting for an input while its readyQ
+//!   head, a committed CRT at 0.1661 s with its inputs in, never ran; region 8 waited on
+//!   it (its CRT at 0.1698 s); region 1 froze at 0.1788 s below one at 0.1808 s; every
+//!   region's clocks froze for the run, so the removed replica's checkpoint (which waits
+//!   for its region to pass the removal's bound) never left. A candidate fix (branch
+//!   dast25, commit e50adbb: every heartbeat a node moves its clock past the highest clock
+//!   a peer announced and past its readyQ head once committed with inputs in, below the
+//!   stretch bound) made the idle-shard and IRT-tail tests pass, but the 20-seed random
+//!   swarm then found a duplicated append (seed 6), not diagnosed, so it is not in.
 //! * **Durability and crashes.** Participants persist every entry and every execution's
 //!   writes; a coordinator persists its decision before sending it and resends it until
 //!   every participant has it, then remembers it (`SETTLED_MEMORY` ids) for late queries;
@@ -104,8 +122,7 @@
 //!   promise reported at the removal (so whatever the removed node acknowledged before is
 //!   in it): it executed past that bound, or its region's horizon passed it with nothing
 //!   at or below it in the readyQ (a replica of a shard no transaction touches executes
-//!   nothing, so waiting for an execution alone would keep such a node out; a test still
-//!   sees such a replica stay out, cause not found yet). The node
+//!   nothing, so waiting for an execution alone would keep such a node out). The node
 //!   installs it durably and says so; then add-prep: each member holds its clock below a
 //!   timestamp above everything it handed out (a placeholder in its waitQ, Alg. 4 line 15)
 //!   and answers with it; `ts_ins` is the largest (the paper has the manager anticipate

@@ -106,6 +106,9 @@ pub struct RaftOutput {
     pub snapshot: Option<Vec<u8>>,
     /// Commands committed since the last drain, in log order.
     pub committed: Vec<Vec<u8>>,
+    /// The log index of each of `committed` (for hosts that compact at a command of
+    /// their own, [`RaftGroup::compact_to`]).
+    pub indices: Vec<u64>,
     /// Snapshots this leader sent to lagging followers (among `messages`).
     pub snapshots_sent: u64,
 }
@@ -512,6 +515,42 @@ impl RaftGroup {
         Ok(store.record())
     }
 
+    /// Leader only: the largest index that every member has persisted and the group has
+    /// committed. No member ever needs an entry at or below it from another again, so a
+    /// compaction there never makes the leader send a snapshot (what a host whose members
+    /// hold different state machines, each its own shard, must avoid). `None` on a
+    /// follower.
+    pub fn durable_everywhere(&self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        let raft = &self.node.raft;
+        let matched = raft.prs().iter().map(|(_, p)| p.matched).min()?;
+        Some(matched.min(raft.raft_log.committed))
+    }
+
+    /// The index the log was last compacted at (0: never).
+    pub fn snapshot_index(&self) -> u64 {
+        self.node.store().snapshot_index()
+    }
+
+    /// Drops every entry up to `index` (applied, and above the last compaction) behind
+    /// `data`, the host's state machine right after applying the entry at `index` (which
+    /// the host kept since); returns the record to persist as a checkpoint. The host
+    /// chooses `index` at or below [`RaftGroup::durable_everywhere`].
+    pub fn compact_to(&mut self, index: u64, data: Vec<u8>) -> Result<RaftRecord, String> {
+        let applied = self.applied;
+        let store = self.node.mut_store();
+        if index > applied || index <= store.snapshot_index() {
+            return Err(format!(
+                "raft compact to {index}: applied {applied}, compacted {}",
+                store.snapshot_index()
+            ));
+        }
+        store.compact(index, data)?;
+        Ok(store.record())
+    }
+
     /// Everything the group wants done since the last call (Raft's `Ready` cycle).
     pub fn drain(&mut self) -> RaftOutput {
         let mut out = RaftOutput {
@@ -582,6 +621,7 @@ impl RaftGroup {
     fn install(&mut self, out: &mut RaftOutput, snapshot: Snapshot) {
         self.applied = snapshot.get_metadata().index;
         out.committed.clear();
+        out.indices.clear();
         out.snapshot = Some(snapshot.data.to_vec());
         let store = self.node.mut_store();
         store.install(snapshot);
@@ -595,6 +635,7 @@ impl RaftGroup {
             // changes are never proposed.
             if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
                 out.committed.push(e.data.to_vec());
+                out.indices.push(e.index);
             }
         }
     }

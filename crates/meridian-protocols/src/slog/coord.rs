@@ -100,6 +100,7 @@ impl Coordinator {
             entry: Entry {
                 key,
                 txn: Arc::new(txn),
+                floor: key.seq,
             },
             home,
             logged: false,
@@ -119,8 +120,10 @@ impl Coordinator {
         opts: &Options,
         flight: &Inflight,
     ) {
+        let mut entry = flight.entry.clone();
+        entry.floor = self.floor().min(entry.key.seq);
         let msg = Msg::Order {
-            entry: flight.entry.clone(),
+            entry,
             forwarded: false,
         };
         let pick = |members: Vec<NodeId>, hint: Option<NodeId>| match hint {
@@ -141,6 +144,18 @@ impl Coordinator {
                 .collect(),
         };
         ctx.multicast(targets, &msg);
+    }
+
+    /// The lowest counter this incarnation may still order (`logged.rs`): that of its
+    /// oldest transaction not known to be logged (one known logged is never ordered
+    /// again), or the next counter if there is none.
+    fn floor(&self) -> u64 {
+        self.inflight
+            .values()
+            .filter(|f| !f.logged)
+            .map(|f| f.entry.key.seq)
+            .min()
+            .unwrap_or(self.seq + 1)
     }
 
     /// A sequencer or the orderer logged `key`: stop resending (the broken variant, whose

@@ -3,16 +3,51 @@
 //! for its shard, and the coordinator of its machine's clients.
 
 use super::coord::Coordinator;
-use super::exec::Executor;
+use super::exec::{ExecState, Executor};
+use super::logged::Logged;
 use super::options::{Options, Release};
-use super::wire::{Command, Entry, Msg, Record, Timer, TxnKey};
+use super::wire::{Command, Entry, Msg, PieceOutcome, Record, Timer, TxnKey};
 use super::{election_ticks, persist, region_edges, SlogNode, ORDERER};
 use crate::raft_group::{RaftGroup, RaftTiming};
 use meridian_core::node::Ctx;
-use meridian_core::{Cluster, NodeId, NodeRole, Procedures, RegionId, RequestId};
+use meridian_core::{Cluster, NodeId, NodeRole, Procedures, RegionId, RequestId, ShardId};
 use rustc_hash::FxHashSet;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// A member's snapshot: its own state machine right after one `Compact` command — the
+/// log's bookkeeping and its shard's executor. Members of one region's log are replicas
+/// of different shards, so a snapshot serves only the member that took it (and replicas
+/// of its shard); compaction stays at or below what every member holds, so no member is
+/// ever sent another's (`RaftGroup::durable_everywhere`).
+#[derive(Debug, Serialize, Deserialize)]
+struct EdgeState {
+    shard: ShardId,
+    logged: Logged,
+    next_g: u64,
+    future: Vec<(u64, Vec<Entry>)>,
+    exec: ExecState,
+}
+
+/// The compaction state of an edge node (the module doc of `mod.rs`, "Compaction").
+#[derive(Debug, Default)]
+struct Compaction {
+    /// The snapshot taken at the last `Compact` applied: its index and bytes.
+    pending: Option<(u64, Vec<u8>)>,
+    /// The index of the last `Compact` applied.
+    last_index: u64,
+    /// Leader: when it last proposed one.
+    proposed_ns: Option<u64>,
+    /// Inputs from the records, applied after the snapshot (if any) at the first drain.
+    recovered_inputs: Vec<(TxnKey, u16, PieceOutcome)>,
+    /// A snapshot this node cannot use (another shard's), reported by `check_invariants`.
+    violation: Option<String>,
+    /// The largest log this node held (entries), and the most transaction keys it
+    /// remembered to skip resent orders (at a `Compact`), for the counters.
+    peak_entries: u64,
+    peak_logged: u64,
+}
 
 #[derive(Debug)]
 pub struct Edge {
@@ -21,8 +56,8 @@ pub struct Edge {
     pub(super) opts: Options,
     raft: RaftGroup,
     /// The region's log as applied: transactions logged (duplicates of a resent order
-    /// are skipped), the next global batch, and those that came ahead of it.
-    logged: FxHashSet<TxnKey>,
+    /// are skipped, `logged.rs`), the next global batch, and those that came ahead of it.
+    logged: Logged,
     next_g: u64,
     future: BTreeMap<u64, Vec<Entry>>,
     /// Sequencer (while leading): the batch being filled, global batches proposed (when).
@@ -32,6 +67,7 @@ pub struct Edge {
     orderer_hint: Option<NodeId>,
     pub(super) exec: Executor,
     pub(super) coord: Coordinator,
+    compaction: Compaction,
 }
 
 impl Edge {
@@ -55,7 +91,7 @@ impl Edge {
             .shard_of_node(id)
             .expect("an edge node is a replica of a shard");
         let release_on_pieces = opts.release == Release::Pieces;
-        let mut exec = Executor::new(
+        let exec = Executor::new(
             shard,
             cluster.clone(),
             procedures,
@@ -63,6 +99,7 @@ impl Edge {
             release_on_pieces,
         );
         let mut raft_records = Vec::new();
+        let mut compaction = Compaction::default();
         for record in recovered {
             match record {
                 Record::Raft(r) => raft_records.push(r.clone()),
@@ -70,7 +107,9 @@ impl Edge {
                     key,
                     piece,
                     outcome,
-                } => exec.restore_input(*key, *piece, outcome.clone()),
+                } => compaction
+                    .recovered_inputs
+                    .push((*key, *piece, outcome.clone())),
             }
         }
         let raft = RaftGroup::new(id, members, timing, &raft_records)
@@ -81,7 +120,7 @@ impl Edge {
             cluster,
             opts,
             raft,
-            logged: FxHashSet::default(),
+            logged: Logged::default(),
             next_g: 1,
             future: BTreeMap::new(),
             pending: Vec::new(),
@@ -89,6 +128,7 @@ impl Edge {
             proposed_g: BTreeMap::new(),
             orderer_hint: None,
             exec,
+            compaction,
         }
     }
 
@@ -145,6 +185,7 @@ impl Edge {
             }
             Timer::Batch => {
                 self.close_batch();
+                self.propose_compaction(ctx.now_ns());
                 ctx.set_timer(self.opts.batch_ns, Timer::Batch);
             }
         }
@@ -178,7 +219,7 @@ impl Edge {
             );
             return;
         }
-        if self.logged.contains(&entry.key) {
+        if self.logged.settled(&entry.key) {
             ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
         } else if self.pending_keys.insert(entry.key) {
             self.pending.push(entry);
@@ -249,17 +290,121 @@ impl Edge {
         for (to, m) in out.messages {
             ctx.send(to, Msg::Raft(m));
         }
-        for bytes in out.committed {
+        let restored = out.snapshot.is_some() || !self.compaction.recovered_inputs.is_empty();
+        if let Some(data) = out.snapshot {
+            self.load_snapshot(&data);
+        }
+        for (key, piece, outcome) in std::mem::take(&mut self.compaction.recovered_inputs) {
+            self.exec.restore_input(key, piece, outcome);
+        }
+        if restored {
+            self.exec.resume(ctx);
+        }
+        for (bytes, index) in out.committed.into_iter().zip(out.indices) {
             // Only edge nodes of this region propose; an undecodable entry is skipped.
             if let Ok(command) = serde_json::from_slice::<Command>(&bytes) {
-                self.apply(ctx, command);
+                self.apply(ctx, command, index);
             }
         }
+        let entries = self.raft.log_size().entries;
+        if entries > self.compaction.peak_entries {
+            ctx.count(
+                "slog.log_peak_entries",
+                entries - self.compaction.peak_entries,
+            );
+            self.compaction.peak_entries = entries;
+        }
+    }
+
+    /// The sequencer asks for a compaction once the log is over `log_limit`, and only when
+    /// every member holds the log past the last `Compact` (whose snapshot the new one lets
+    /// members compact behind): a member that is down or behind stops compaction instead
+    /// of being sent a snapshot of another shard.
+    fn propose_compaction(&mut self, now_ns: u64) {
+        if self.raft.log_size().entries <= self.opts.log_limit {
+            return;
+        }
+        let recent = self
+            .compaction
+            .proposed_ns
+            .is_some_and(|at| now_ns.saturating_sub(at) < self.opts.retry_ns);
+        let Some(safe) = self.raft.durable_everywhere() else {
+            return;
+        };
+        if recent || safe < self.compaction.last_index || safe <= self.raft.snapshot_index() {
+            return;
+        }
+        if self.raft.propose(encode(&Command::Compact { safe })) {
+            self.compaction.proposed_ns = Some(now_ns);
+        }
+    }
+
+    /// `Compact` at `index`: compacts behind the snapshot kept at the previous one if every
+    /// member holds the log past it, then keeps one of the state now.
+    fn compact(&mut self, ctx: &mut Ctx<'_, SlogNode>, safe: u64, index: u64) {
+        self.compaction.last_index = index;
+        self.compaction.proposed_ns = None;
+        if let Some((at, data)) = self.compaction.pending.take() {
+            if at <= safe && at > self.raft.snapshot_index() {
+                match self.raft.compact_to(at, data) {
+                    Ok(record) => {
+                        persist(ctx, record);
+                        self.exec.persist_inputs(ctx);
+                        ctx.count("slog.compactions", 1);
+                    }
+                    Err(e) => {
+                        self.compaction.violation = Some(format!("slog edge {}: {e}", self.id))
+                    }
+                }
+            }
+        }
+        let logged = self.logged.len() as u64;
+        if logged > self.compaction.peak_logged {
+            ctx.count(
+                "slog.logged_peak_keys",
+                logged - self.compaction.peak_logged,
+            );
+            self.compaction.peak_logged = logged;
+        }
+        let state = EdgeState {
+            shard: self.exec.shard(),
+            logged: self.logged.clone(),
+            next_g: self.next_g,
+            future: self.future.iter().map(|(g, b)| (*g, b.clone())).collect(),
+            exec: self.exec.state(),
+        };
+        let bytes = postcard::to_stdvec(&state).expect("an edge state always encodes");
+        self.compaction.pending = Some((index, bytes));
+    }
+
+    /// A snapshot from this node's records at restart (its own), or, never by design,
+    /// from the leader: one of another shard is refused and reported.
+    fn load_snapshot(&mut self, data: &[u8]) {
+        let state: EdgeState = match postcard::from_bytes(data) {
+            Ok(s) => s,
+            Err(e) => {
+                self.compaction.violation = Some(format!("slog edge {}: snapshot: {e}", self.id));
+                return;
+            }
+        };
+        if state.shard != self.exec.shard() {
+            self.compaction.violation = Some(format!(
+                "slog edge {}: a snapshot of shard {} (it replicates {})",
+                self.id,
+                state.shard,
+                self.exec.shard()
+            ));
+            return;
+        }
+        self.logged = state.logged;
+        self.next_g = state.next_g;
+        self.future = state.future.into_iter().collect();
+        self.exec.load(state.exec);
     }
 
     /// The region's log, applied in order at every member: this is what makes replicas
     /// of a shard execute the same transactions in the same order.
-    fn apply(&mut self, ctx: &mut Ctx<'_, SlogNode>, command: Command) {
+    fn apply(&mut self, ctx: &mut Ctx<'_, SlogNode>, command: Command, index: u64) {
         let leader = self.raft.is_leader();
         match command {
             Command::Batch(entries) => {
@@ -267,7 +412,7 @@ impl Edge {
                     if leader {
                         ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
                     }
-                    if self.logged.insert(entry.key) {
+                    if self.logged.admit(&entry) {
                         self.exec.schedule(ctx, entry);
                     }
                 }
@@ -287,6 +432,7 @@ impl Edge {
                     self.ack_global(ctx);
                 }
             }
+            Command::Compact { safe } => self.compact(ctx, safe, index),
         }
     }
 
@@ -321,6 +467,9 @@ impl Edge {
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(v) = &self.compaction.violation {
+            return Err(v.clone());
+        }
         if self.future.keys().any(|&g| g < self.next_g) {
             return Err(format!(
                 "slog edge {}: a global batch below next {} is buffered",

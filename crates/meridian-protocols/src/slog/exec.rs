@@ -10,11 +10,16 @@ use meridian_core::node::Ctx;
 use meridian_core::txn::{execute_piece, Key, KvAccess, PieceResult, Procedures, Value};
 use meridian_core::{Cluster, NodeId, ShardId};
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+/// How many of the latest finished transactions' outcomes a snapshot keeps (a restarted
+/// node answers peers' queries about older ones no more; the shard's other replicas do).
+const SNAPSHOT_FINISHED: usize = 4096;
+
 /// A transaction with pieces on this shard, from its place in the log to its last piece.
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Running {
     entry: Entry,
     /// Its locks on this shard, sorted (`true` = exclusive).
@@ -58,6 +63,19 @@ pub struct Executor {
     release_on_pieces: bool,
     /// Shards that finished a transaction not yet scheduled here.
     early: FxHashMap<TxnKey, BTreeSet<ShardId>>,
+}
+
+/// An executor's state in a snapshot of its node (`edge.rs`): what it holds after applying
+/// the region's log up to one command. The lock table is not in it: it is the running
+/// transactions' requests in log order, rebuilt from them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ExecState {
+    store: Vec<(Key, Value)>,
+    next_seq: u64,
+    running: Vec<(u64, Running)>,
+    inputs: Vec<((TxnKey, u16), PieceOutcome)>,
+    finished: Vec<(TxnKey, Vec<(u16, PieceOutcome)>)>,
+    early: Vec<(TxnKey, BTreeSet<ShardId>)>,
 }
 
 /// A piece's view of the store: reads see the transaction's own earlier writes.
@@ -150,6 +168,96 @@ impl Executor {
         );
         if granted {
             self.pump(ctx, vec![seq]);
+        }
+    }
+
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// This executor's state, for a snapshot (the store, inputs and early news sorted).
+    pub fn state(&self) -> ExecState {
+        let mut store: Vec<(Key, Value)> = self
+            .store
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        store.sort();
+        let running = self
+            .running
+            .iter()
+            .map(|(seq, r)| (*seq, r.clone()))
+            .collect();
+        let mut inputs: Vec<_> = self.inputs.iter().map(|(k, o)| (*k, o.clone())).collect();
+        inputs.sort_by_key(|(k, _)| *k);
+        let skip = self.finished_order.len().saturating_sub(SNAPSHOT_FINISHED);
+        let finished = self
+            .finished_order
+            .iter()
+            .skip(skip)
+            .filter_map(|k| self.finished.get(k).map(|o| (*k, o.clone())))
+            .collect();
+        let mut early: Vec<_> = self.early.iter().map(|(k, s)| (*k, s.clone())).collect();
+        early.sort_by_key(|(k, _)| *k);
+        ExecState {
+            store,
+            next_seq: self.next_seq,
+            running,
+            inputs,
+            finished,
+            early,
+        }
+    }
+
+    /// Becomes `s` (a snapshot of this node's own executor): the lock table is rebuilt
+    /// from the running transactions' requests, in log order.
+    pub fn load(&mut self, s: ExecState) {
+        self.store = s.store.into_iter().collect();
+        self.next_seq = s.next_seq;
+        self.locks = LockTable::default();
+        self.running = BTreeMap::new();
+        self.seq_of = FxHashMap::default();
+        for (seq, mut r) in s.running {
+            self.locks.acquire(seq, &r.keys);
+            r.granted = self.locks.granted(seq, &r.keys);
+            self.seq_of.insert(r.entry.key, seq);
+            self.running.insert(seq, r);
+        }
+        self.inputs = s.inputs.into_iter().collect();
+        self.finished = FxHashMap::default();
+        self.finished_order = VecDeque::new();
+        for (key, outcomes) in s.finished {
+            self.finished.insert(key, outcomes);
+            self.finished_order.push_back(key);
+        }
+        self.early = s.early.into_iter().collect();
+    }
+
+    /// After a snapshot is loaded and the inputs received since are back: runs whatever
+    /// can run.
+    pub fn resume(&mut self, ctx: &mut Ctx<'_, SlogNode>) {
+        let granted: Vec<u64> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.granted)
+            .map(|(seq, _)| *seq)
+            .rev()
+            .collect();
+        self.pump(ctx, granted);
+    }
+
+    /// Persists every input held again: a compaction's checkpoint replaces the records of
+    /// those received since the snapshot it holds was taken.
+    pub fn persist_inputs(&self, ctx: &mut Ctx<'_, SlogNode>) {
+        let mut inputs: Vec<_> = self.inputs.iter().collect();
+        inputs.sort_by_key(|(k, _)| **k);
+        for (&(key, piece), outcome) in inputs {
+            let outcome = outcome.clone();
+            ctx.persist(super::wire::Record::Input {
+                key,
+                piece,
+                outcome,
+            });
         }
     }
 

@@ -52,25 +52,47 @@
 //!   from the acknowledgements it heard (nothing if it never led), and a region answers a
 //!   batch it already has with its frontier.
 //! * **Duplicates.** A coordinator resends an order until the sequencer or orderer says it
-//!   is logged; the logs skip a transaction already in them, so each runs once.
+//!   is logged; the logs skip a transaction already in them, so each runs once. Every
+//!   order carries its coordinator's *floor* (its oldest transaction not known to be
+//!   logged): a log forgets the keys below it and skips an order below it, a duplicate or
+//!   one its coordinator gave up on (`logged.rs`), so what a log remembers follows what is
+//!   in flight, not the run (before, every edge node kept every key its region logged).
 //! * **Conditional aborts** (a stored procedure's user abort): as in `dast`, a failed
 //!   piece discards its shard's writes and its failure reaches the pieces that consume its
 //!   outputs; a shard with independent pieces applies them. A workload must make writing
 //!   pieces depend on the piece that may abort (TPC-C's new-order does).
 //! * **Crashes.** Edge nodes and orderers recover from their Raft logs; a restarted edge
-//!   node replays its region's log from the beginning (no snapshots: the log is not
-//!   compacted, so the durable log grows with the run) with the remote inputs it persisted
-//!   when they arrived, and asks a shard's replicas for an input it waited on for
-//!   `retry_ms`. A coordinator's in-flight transactions die with it (the client hears
-//!   nothing; the transactions may still run).
-//! * **Bounds.** The logs remember every transaction key they logged (to skip duplicates)
-//!   and the orderer every batch (to resend them): both grow with the run.
+//!   node loads its own latest snapshot (below) and replays its region's log after it,
+//!   with the remote inputs it persisted when they arrived, and asks a shard's replicas
+//!   for an input it waited on for `retry_ms`. A coordinator's in-flight transactions die
+//!   with it (the client hears nothing; the transactions may still run).
+//! * **Compaction.** Every edge node holds its whole region's log (a Raft group of the
+//!   region's edge nodes), which without compaction grew with the run in memory and on
+//!   disk at every node (the growth the `dast-fig2` SLOG point ran out of memory on).
+//!   The members of one log replicate *different* shards, so a snapshot serves only the
+//!   node that took it (and its shard's other replicas): none is ever sent to another
+//!   member (Raft's `MsgSnapshot`). So the sequencer,
+//!   once the log holds more than `log_limit` entries, proposes `Compact { safe }` with
+//!   `safe` the index every member has persisted and the group committed
+//!   (`RaftGroup::durable_everywhere`); each member applying it compacts behind the
+//!   snapshot of its own state it took at the previous `Compact` if that is at or below
+//!   `safe`, then takes one at this command. A member that is down or behind holds
+//!   `safe` back and so stops compaction (the log grows while it is out) rather than
+//!   needing another node's state (a member sent one anyway, say after losing its
+//!   records, loads it only if it is of its own shard, and reports an invariant violation
+//!   otherwise). A snapshot holds the log's bookkeeping and the executor: store, running
+//!   transactions (the lock table is rebuilt from them in log order), inputs, and the
+//!   latest 4096 finished outcomes.
+//! * **Bounds.** The regions' logs are compacted (above) and their duplicate keys follow
+//!   the coordinators' floors; what still grows with the run: the global orderer's log and
+//!   batches (three nodes, multi-home transactions only), and one small entry per
+//!   coordinator incarnation in each log's duplicate keys (a restart is a new one).
 //! * **Interactive transactions** are refused (`Unsupported`): SLOG runs one-shot
 //!   transactions whose read and write sets are known.
 //!
 //! ## Options
 //! See [`Options`]: `batch_ms`, `tick_ms`, `retry_ms`, `result_timeout_ms`, `window`,
-//! `max_inflight`, `outputs_kept`, `release`, and the **test-only**
+//! `max_inflight`, `outputs_kept`, `log_limit`, `release`, and the **test-only**
 //! `unsafe_skip_global_order=true`: multi-home transactions skip the global orderer and go
 //! to each of their regions' sequencers, which may then log two of them in opposite
 //! orders. With `release=pieces` the checker catches it (`tests/slog.rs`); with
@@ -81,6 +103,7 @@ mod coord;
 mod edge;
 mod exec;
 mod locks;
+mod logged;
 mod options;
 mod orderer;
 mod wire;
@@ -199,7 +222,7 @@ fn election_ticks(position: usize) -> usize {
     }
 }
 
-/// Persists a Raft record (a snapshot as a checkpoint; unused while logs are not compacted).
+/// Persists a Raft record (a snapshot as a checkpoint: edge nodes compact, `edge.rs`).
 fn persist(ctx: &mut Ctx<'_, SlogNode>, record: RaftRecord) {
     if record.is_checkpoint() {
         ctx.checkpoint(Record::Raft(record));

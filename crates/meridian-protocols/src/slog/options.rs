@@ -4,7 +4,7 @@ use crate::kit::options::{count, ms_to_ns, positive_ms};
 use meridian_core::{Cluster, ProtocolConfig};
 
 /// Every option this protocol understands; anything else is refused by name.
-pub const OPTIONS: [&str; 9] = [
+pub const OPTIONS: [&str; 10] = [
     "batch_ms",
     "release",
     "tick_ms",
@@ -13,6 +13,7 @@ pub const OPTIONS: [&str; 9] = [
     "window",
     "max_inflight",
     "outputs_kept",
+    "log_limit",
     "unsafe_skip_global_order",
 ];
 
@@ -45,6 +46,10 @@ pub struct Options {
     /// Piece outputs an edge node keeps to answer peers that missed them (`outputs_kept`;
     /// 65536).
     pub outputs_kept: usize,
+    /// A region's sequencer asks its members to compact their copy of the region's log
+    /// once it holds more than this many entries (`log_limit`; 64, about 0.3 s of batches
+    /// at `batch_ms=5`), as far as every member has it (see `edge.rs`).
+    pub log_limit: u64,
     /// TEST-ONLY, deliberately broken (`unsafe_skip_global_order`): a multi-home
     /// transaction skips the global orderer and goes straight to each of its regions'
     /// sequencers, so two regions may log two multi-home transactions in opposite orders.
@@ -80,6 +85,7 @@ impl Options {
         let window = count(raw, "window", 64)? as u64;
         let max_inflight = count(raw, "max_inflight", 4096)?;
         let outputs_kept = count(raw, "outputs_kept", 65536)?;
+        let log_limit = count(raw, "log_limit", 64)? as u64;
         Ok(Options {
             batch_ns: ms_to_ns(batch_ms),
             tick_ns: ms_to_ns(tick_ms),
@@ -89,6 +95,7 @@ impl Options {
             window,
             max_inflight,
             outputs_kept,
+            log_limit,
             unsafe_skip_global_order: raw.get("unsafe_skip_global_order", false)?,
         })
     }

@@ -5,6 +5,7 @@
 //! resends a region's batches from the last it acknowledged until it acknowledges them.
 
 use super::edge::encode;
+use super::logged::Logged;
 use super::options::Options;
 use super::wire::{Entry, GlobalCommand, Msg, Record, Timer, TxnKey};
 use super::{election_ticks, persist, region_edges, shard_region, SlogNode, ORDERER};
@@ -33,7 +34,7 @@ pub struct Orderer {
     opts: Options,
     raft: RaftGroup,
     /// The ordered log as applied: transactions ordered, and batch `g` at index `g - 1`.
-    ordered: FxHashSet<TxnKey>,
+    ordered: Logged,
     batches: Vec<Arc<Vec<Entry>>>,
     /// Leader: the batch being filled.
     pending: Vec<Entry>,
@@ -73,7 +74,7 @@ impl Orderer {
             cluster,
             opts,
             raft,
-            ordered: FxHashSet::default(),
+            ordered: Logged::default(),
             batches: Vec::new(),
             pending: Vec::new(),
             pending_keys: FxHashSet::default(),
@@ -135,7 +136,7 @@ impl Orderer {
             }
             return;
         }
-        if self.ordered.contains(&entry.key) {
+        if self.ordered.settled(&entry.key) {
             ctx.send(entry.key.coordinator, Msg::Logged { key: entry.key });
         } else if self.pending_keys.insert(entry.key) {
             self.pending.push(entry);
@@ -212,7 +213,7 @@ impl Orderer {
             };
             let fresh: Vec<Entry> = entries
                 .into_iter()
-                .filter(|e| self.ordered.insert(e.key))
+                .filter(|e| self.ordered.admit(e))
                 .collect();
             if leader {
                 for e in &fresh {

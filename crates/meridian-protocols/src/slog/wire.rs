@@ -20,6 +20,9 @@ pub struct TxnKey {
 pub struct Entry {
     pub key: TxnKey,
     pub txn: Arc<Txn>,
+    /// The coordinator's floor when it sent this order: every transaction of its
+    /// incarnation with a lower `seq` is answered, so never ordered again (`logged.rs`).
+    pub floor: u64,
 }
 
 /// What a piece came to: its outputs, or why it failed (a stored procedure's abort, or a
@@ -34,6 +37,11 @@ pub enum Command {
     /// Global batch `g` of the global orderer: the lock-only pieces, for this region, of
     /// the multi-home transactions it ordered (possibly none). Applied in `g` order.
     Global { g: u64, entries: Vec<Entry> },
+    /// The sequencer's call to compact (`edge.rs`): every member keeps a snapshot of its
+    /// state right after this command, and compacts its log behind the snapshot it kept
+    /// at the previous one if that is at or below `safe` (every member holds the log up
+    /// to `safe`).
+    Compact { safe: u64 },
 }
 
 /// A command of the global orderer's log: a batch of multi-home transactions.
