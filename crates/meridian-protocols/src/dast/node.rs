@@ -233,13 +233,7 @@ impl Edge {
     }
 
     pub(super) fn sorted_store(&self) -> Vec<(Key, Value)> {
-        let mut store: Vec<(Key, Value)> = self
-            .store
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        store.sort();
-        store
+        crate::kit::log::sorted_entries(&self.store)
     }
 
     fn remember_executed_irt(&mut self, info: &TxnInfo, key: Timestamp) {

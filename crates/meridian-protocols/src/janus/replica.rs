@@ -182,13 +182,8 @@ impl Replica {
 
     /// Everything this replica knows, store included.
     fn snapshot(&self) -> GraphSnapshot {
-        let mut store: Vec<_> = self
-            .store
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        store.sort_by(|a, b| a.0.cmp(&b.0));
-        self.graph.snapshot(store)
+        self.graph
+            .snapshot(crate::kit::log::sorted_entries(&self.store))
     }
 
     /// A snapshot record, which subsumes every earlier one.

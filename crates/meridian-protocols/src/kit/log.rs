@@ -35,6 +35,21 @@ pub fn checkpoint_due(since: usize, every: usize, state_entries: usize) -> bool 
     since >= every.max(state_entries)
 }
 
+/// A map's entries for a checkpoint or snapshot, in key order: the same state then encodes
+/// the same way whatever order the hash map iterates in.
+pub fn sorted_entries<'a, K, V>(map: impl IntoIterator<Item = (&'a K, &'a V)>) -> Vec<(K, V)>
+where
+    K: Ord + Clone + 'a,
+    V: Clone + 'a,
+{
+    let mut entries: Vec<(K, V)> = map
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -177,12 +177,7 @@ impl Executor {
 
     /// This executor's state, for a snapshot (the store, inputs and early news sorted).
     pub fn state(&self) -> ExecState {
-        let mut store: Vec<(Key, Value)> = self
-            .store
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        store.sort();
+        let store = crate::kit::log::sorted_entries(&self.store);
         let running = self
             .running
             .iter()
