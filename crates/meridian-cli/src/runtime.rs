@@ -667,8 +667,10 @@ fn ports_free(
     Ok(())
 }
 
-/// Waits (at most 20 s) until nodes `waiting` answer `/status`; fails at once when one of
-/// `started` exits.
+/// Waits (at most 20 s) until nodes `waiting` answer `/status` with state `up`; fails at
+/// once when one of `started` exits. A server answers `/status` before its node is built
+/// (so that `recovering` shows while it replays its log): answering alone would let `up`
+/// report success for a server about to fail on its data directory.
 fn wait_until_answering(
     cluster: &Cluster,
     addresses: &Addresses,
@@ -678,7 +680,7 @@ fn wait_until_answering(
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut waiting = waiting.to_vec();
     loop {
-        waiting.retain(|&i| http_get(addresses.metrics[i], "/status").is_none());
+        waiting.retain(|&i| !node_is_up(addresses.metrics[i]));
         if waiting.is_empty() {
             return Ok(());
         }
@@ -696,6 +698,13 @@ fn wait_until_answering(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether the node behind `metrics` answers `/status` with its loop running.
+fn node_is_up(metrics: std::net::SocketAddr) -> bool {
+    http_get(metrics, "/status")
+        .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+        .is_some_and(|status| status["state"] == "up")
 }
 
 /// Stops processes this command started (SIGTERM, SIGKILL after 5 s) and removes their
