@@ -13,8 +13,14 @@
 //! together. A walk that meets a parked transaction treats it as blocked without entering
 //! it. Waking cascades to everything parked behind the woken (a component that the
 //! short-cut split must be walked whole again), so "parked" always implies "blocked":
-//! a pass finds exactly what a full walk would (`tests.rs` checks this against the full
-//! walk on random event sequences).
+//! a pass finds exactly what the definition does (`tests.rs` checks this against a
+//! reachability search on random event sequences).
+//!
+//! A transaction with a blocker of its own is parked alone, its edges not walked: nothing
+//! it reaches can make it executable, and no executable component contains it. At a hot
+//! key under overload (Tiga Fig. 9, Zipf 0.99) every transaction depends on every live
+//! one, and re-walking those dense components at each wake-up made the passes quadratic
+//! in the key's backlog. The search for the blocker resumes where the last one stopped.
 
 use super::wire::{Ballot, Body, Dep, Deps, ExecutedSlots, Known, Tag};
 use meridian_core::txn::Key;
@@ -137,8 +143,20 @@ pub struct Graph {
     groups: FxHashMap<TxnId, Vec<TxnId>>,
     /// Dependencies of committed transactions not known here (inquired until resolved).
     unknown: FxHashMap<TxnId, Tag>,
+    /// How far each committed transaction's dependencies are known settled (see [`Scan`]).
+    scans: FxHashMap<TxnId, Scan>,
     /// The last pass's order: the caller executes all of it before the next pass.
     handed_out: Vec<TxnId>,
+}
+
+/// A committed transaction's dependencies already found settled here: `deps[..settled]`
+/// are committed or executed (neither ever reverts, short of a restore, which resets
+/// this), so the search for a blocker resumes where the last one stopped. `inquired`: its
+/// unknown dependencies were recorded once (they stay recorded until learned).
+#[derive(Clone, Copy, Debug, Default)]
+struct Scan {
+    settled: usize,
+    inquired: bool,
 }
 
 /// What one pass of [`Graph::executable`] found.
@@ -167,6 +185,7 @@ impl Graph {
             parked: FxHashMap::default(),
             groups: FxHashMap::default(),
             unknown: FxHashMap::default(),
+            scans: FxHashMap::default(),
             handed_out: Vec::new(),
         }
     }
@@ -202,11 +221,12 @@ impl Graph {
     /// Pre-accept (§4.1): the conflicting transactions seen so far on this shard's keys
     /// (see [`KeyEntry`]), then records `body` among the keys' live accesses.
     pub fn conflicts(&mut self, body: &Body) -> Deps {
+        // Collected, then sorted once: a hot key's live list holds thousands at overload,
+        // and inserting each into a sorted list was quadratic in it.
         let mut deps: Deps = Vec::new();
         let mut push = |tag: &Tag| {
             if tag.id != body.tag.id {
-                let dep = Dep { tag: tag.clone() };
-                super::wire::union_into(&mut deps, std::slice::from_ref(&dep));
+                deps.push(Dep { tag: tag.clone() });
             }
         };
         for piece in body.pieces.iter().filter(|p| p.shard == self.shard) {
@@ -225,6 +245,8 @@ impl Graph {
                 }
             });
         }
+        deps.sort_unstable_by_key(|d| d.tag.id);
+        deps.dedup_by_key(|d| d.tag.id);
         self.note_keys(body);
         deps
     }
@@ -342,6 +364,7 @@ impl Graph {
         }
         self.forget_queue.push_back((now_ns, id));
         self.candidates.remove(&id);
+        self.scans.remove(&id);
         self.wake(id);
         self.dirty = true;
     }
@@ -371,6 +394,7 @@ impl Graph {
         self.parked.clear();
         self.groups.clear();
         self.unknown.clear();
+        self.scans.clear();
         self.handed_out.clear();
         self.candidates = self
             .vertices
@@ -513,40 +537,92 @@ impl Graph {
         pass
     }
 
-    /// The full walk over every committed transaction (what a pass must agree with).
+    /// What a pass must agree with, by definition and without passes: the committed
+    /// transactions from which no dependency path (through committed ones) reaches one
+    /// that is not committed here. Unordered.
     #[cfg(test)]
     pub fn executable_full(&self) -> Vec<TxnId> {
-        let mut copy = Graph::new(self.shard);
-        copy.vertices = self.vertices.clone();
-        copy.executed = self.executed.clone();
-        copy.foreign_done = self.foreign_done.clone();
-        copy.reset_passes();
-        copy.executable().order
+        let blocked_from = |start: TxnId| {
+            let mut seen: FxHashSet<TxnId> = [start].into_iter().collect();
+            let mut todo = vec![start];
+            while let Some(u) = todo.pop() {
+                for dep in &self.vertices[&u].deps {
+                    match self.vertices.get(&dep.tag.id).map(|v| v.status) {
+                        Some(Status::Executed) => {}
+                        Some(Status::Committed) => {
+                            if seen.insert(dep.tag.id) {
+                                todo.push(dep.tag.id);
+                            }
+                        }
+                        Some(_) => return true,
+                        None if self.is_done(&dep.tag) => {}
+                        None => return true,
+                    }
+                }
+            }
+            false
+        };
+        self.vertices
+            .iter()
+            .filter(|(&id, v)| v.status == Status::Committed && !blocked_from(id))
+            .map(|(&id, _)| id)
+            .collect()
     }
 
-    /// The edges of committed `id` that matter for ordering, and its first blocker (a
-    /// dependency not committed here), recording unknown dependencies in `missing`.
+    /// The edges of committed `id` that matter for ordering, or its blocker: a dependency
+    /// not committed here. A transaction with a blocker of its own cannot execute whatever
+    /// else it reaches, so its edges are not walked (at a hot key every transaction
+    /// depends on every live one: walking them again at each wake-up was quadratic). Unknown
+    /// dependencies are recorded in `missing` the first time.
     fn edges(&mut self, id: TxnId, missing: &mut Vec<Tag>) -> (Vec<TxnId>, Option<TxnId>) {
-        let mut out = Vec::new();
-        let mut blocker = None;
-        for dep in &self.vertices[&id].deps {
-            match self.vertices.get(&dep.tag.id) {
-                Some(v) => match v.status {
-                    Status::Executed => {}
-                    Status::Committed => out.push(dep.tag.id),
-                    _ => blocker = blocker.or(Some(dep.tag.id)),
-                },
-                // Executed here (placed, for another shard's transaction). One executed
-                // only at its reporter must still be chased: orderings between this
-                // shard's transactions may run through it.
-                None if self.is_done(&dep.tag) => {}
-                None => {
-                    blocker = blocker.or(Some(dep.tag.id));
+        let mut scan = self.scans.get(&id).copied().unwrap_or_default();
+        let deps = &self.vertices[&id].deps;
+        if !scan.inquired {
+            scan.inquired = true;
+            for dep in deps {
+                if !self.vertices.contains_key(&dep.tag.id) && !self.is_done(&dep.tag) {
                     missing.push(dep.tag.clone());
                     self.unknown.insert(dep.tag.id, dep.tag.clone());
                 }
             }
         }
+        let blocker = deps[scan.settled..].iter().find_map(|dep| {
+            let settled = match self.vertices.get(&dep.tag.id) {
+                Some(v) => v.status >= Status::Committed,
+                // Executed here (placed, for another shard's transaction). One executed
+                // only at its reporter must still be chased: orderings between this
+                // shard's transactions may run through it.
+                None => self.is_done(&dep.tag),
+            };
+            if settled {
+                scan.settled += 1;
+                None
+            } else {
+                Some(dep.tag.id)
+            }
+        });
+        let out = match blocker {
+            Some(blocker) => {
+                // Unknown now though known at the first scan: another shard's transaction
+                // executed here and forgotten since. Its shard tells it done.
+                let dep = deps.iter().find(|d| d.tag.id == blocker).expect("a dep");
+                if !self.vertices.contains_key(&blocker) && !self.unknown.contains_key(&blocker) {
+                    missing.push(dep.tag.clone());
+                    self.unknown.insert(blocker, dep.tag.clone());
+                }
+                Vec::new()
+            }
+            None => deps
+                .iter()
+                .filter(|d| {
+                    self.vertices
+                        .get(&d.tag.id)
+                        .is_some_and(|v| v.status == Status::Committed)
+                })
+                .map(|d| d.tag.id)
+                .collect(),
+        };
+        self.scans.insert(id, scan);
         (out, blocker)
     }
 
@@ -748,8 +824,13 @@ impl Tarjan {
                 let w = frame.edges[frame.at];
                 frame.at += 1;
                 let v = frame.id;
-                if graph.parked.contains_key(&w) {
-                    // Blocked: parked earlier, or closed blocked in this pass.
+                let closed_blocked = self.index.contains_key(&w)
+                    && !self.on_stack.contains(&w)
+                    && !self.released.contains(&w);
+                if graph.parked.contains_key(&w) || closed_blocked {
+                    // Blocked: parked earlier, or closed blocked in this pass (and perhaps
+                    // woken since by a stale wait list: it is walked again next pass, and
+                    // what waits on it is woken with it).
                     frame.blocker = frame.blocker.or(Some(w));
                 } else if !self.index.contains_key(&w) {
                     let child = self.open(graph, w, pass);

@@ -383,8 +383,8 @@ fn foreign_tag(n: u64) -> Tag {
 /// any order, pre-accepted then committed with other dependencies, dependencies unknown
 /// until learned or reported executed elsewhere. After every event both find the same
 /// transactions executable, and the pass's order puts dependencies first (or in the same
-/// component). Fails if a wake-up is missed (a stuck transaction) or a parked component
-/// hides a cycle.
+/// component). Fails if a wake-up is missed (a stuck transaction), a parked component
+/// hides a cycle, or a transaction parked on a blocker of its own is released early.
 #[test]
 fn incremental_passes_find_what_a_full_walk_finds() {
     use rand::{Rng, SeedableRng};
@@ -413,7 +413,9 @@ fn incremental_passes_find_what_a_full_walk_finds() {
             let known = g.vertices.get(&tag_of(t).id).map(|v| v.status);
             match (known, rng.gen_range(0..4)) {
                 (None, 0) if foreign(t) => g.note_foreign_done(tag_of(t).id, 1_000),
-                (None, 0 | 1) => {
+                // Another shard's transaction is learned committed (an inquiry's answer),
+                // never pre-accepted here.
+                (None, 0 | 1) if !foreign(t) => {
                     let ds = random_deps(&mut rng, t);
                     g.insert(body_of(t), Status::PreAccepted, ds, 0);
                 }
@@ -442,5 +444,32 @@ fn incremental_passes_find_what_a_full_walk_finds() {
                 g.mark_executed(id, 0);
             }
         }
+    }
+}
+
+/// The linear merge of dependency lists against a set union, on random lists (sorted, as
+/// `Graph::conflicts` answers, and unsorted with repeats, as a faulty peer might send):
+/// the result is the union, sorted by id, without repeats.
+#[test]
+fn union_into_is_the_sorted_set_union() {
+    use super::wire::union_into;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..500 {
+        let mut into: Deps = Vec::new();
+        let mut expected = std::collections::BTreeSet::new();
+        for _ in 0..rng.gen_range(1..5) {
+            let mut ns: Vec<u64> = (0..rng.gen_range(0..12))
+                .map(|_| rng.gen_range(0..20))
+                .collect();
+            if rng.gen_bool(0.7) {
+                ns.sort_unstable();
+                ns.dedup();
+            }
+            expected.extend(ns.iter().copied());
+            union_into(&mut into, &deps(&ns));
+        }
+        let got: Vec<u64> = into.iter().map(|d| d.tag.id.seq).collect();
+        assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
     }
 }
