@@ -1056,8 +1056,15 @@ fn a_connection_flood_is_held_at_the_limit_while_the_cluster_serves() {
         "open: {}",
         counter("meridian_connections_open")
     );
-    let refused = counter("meridian_connections_refused_total");
-    assert!(refused >= 136, "refused {refused}");
+    // The connections beyond the limit are closed as the listener accepts them: the
+    // count reaches 136 once the accept backlog has drained, not at once.
+    assert!(
+        eventually(Duration::from_secs(5), || counter(
+            "meridian_connections_refused_total"
+        ) >= 136),
+        "refused {}",
+        counter("meridian_connections_refused_total")
+    );
     let committed = counter("meridian_committed_total");
     assert!(
         eventually(Duration::from_secs(5), || counter(
