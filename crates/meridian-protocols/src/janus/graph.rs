@@ -586,7 +586,7 @@ impl Graph {
                 }
             }
         }
-        let blocker = deps[scan.settled..].iter().find_map(|dep| {
+        let blocker = deps[scan.settled..].iter().find(|dep| {
             let settled = match self.vertices.get(&dep.tag.id) {
                 Some(v) => v.status >= Status::Committed,
                 // Executed here (placed, for another shard's transaction). One executed
@@ -594,21 +594,17 @@ impl Graph {
                 // shard's transactions may run through it.
                 None => self.is_done(&dep.tag),
             };
-            if settled {
-                scan.settled += 1;
-                None
-            } else {
-                Some(dep.tag.id)
-            }
+            scan.settled += usize::from(settled);
+            !settled
         });
         let out = match blocker {
-            Some(blocker) => {
+            Some(dep) => {
                 // Unknown now though known at the first scan: another shard's transaction
                 // executed here and forgotten since. Its shard tells it done.
-                let dep = deps.iter().find(|d| d.tag.id == blocker).expect("a dep");
-                if !self.vertices.contains_key(&blocker) && !self.unknown.contains_key(&blocker) {
+                let id = dep.tag.id;
+                if !self.vertices.contains_key(&id) && !self.unknown.contains_key(&id) {
                     missing.push(dep.tag.clone());
-                    self.unknown.insert(blocker, dep.tag.clone());
+                    self.unknown.insert(id, dep.tag.clone());
                 }
                 Vec::new()
             }
@@ -622,6 +618,7 @@ impl Graph {
                 .map(|d| d.tag.id)
                 .collect(),
         };
+        let blocker = blocker.map(|dep| dep.tag.id);
         self.scans.insert(id, scan);
         (out, blocker)
     }

@@ -74,43 +74,13 @@ pub type ExecutedSlots = Vec<((NodeId, u64), SlotSet)>;
 /// A dependency list, sorted by id, one entry per id.
 pub type Deps = Vec<Dep>;
 
-/// Merges the sorted list `more` into the sorted list `into` (one linear merge: at a hot
-/// key the lists hold thousands).
+/// Merges `more` into the sorted list `into`. At a hot key the lists hold thousands: the
+/// stable sort finds the two sorted runs and merges them in linear time (a peer's list that
+/// is not sorted is still merged right, only slower).
 pub fn union_into(into: &mut Deps, more: &[Dep]) {
-    if !more.windows(2).all(|w| w[0].tag.id < w[1].tag.id) {
-        // Not from `Graph::conflicts` (a peer's frame is not trusted to be sorted).
-        let mut sorted = more.to_vec();
-        sorted.sort_unstable_by_key(|d| d.tag.id);
-        sorted.dedup_by_key(|d| d.tag.id);
-        return union_into(into, &sorted);
-    }
-    if more
-        .iter()
-        .all(|dep| into.binary_search_by(|d| d.tag.id.cmp(&dep.tag.id)).is_ok())
-    {
-        return;
-    }
-    let mut merged = Vec::with_capacity(into.len() + more.len());
-    let mut mine = std::mem::take(into).into_iter().peekable();
-    let mut theirs = more.iter().peekable();
-    loop {
-        let take_mine = match (mine.peek(), theirs.peek()) {
-            (None, None) => break,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some(a), Some(b)) => a.tag.id <= b.tag.id,
-        };
-        if take_mine {
-            let dep = mine.next().expect("peeked");
-            if theirs.peek().is_some_and(|b| b.tag.id == dep.tag.id) {
-                theirs.next();
-            }
-            merged.push(dep);
-        } else {
-            merged.push(theirs.next().expect("peeked").clone());
-        }
-    }
-    *into = merged;
+    into.extend_from_slice(more);
+    into.sort_by_key(|d| d.tag.id);
+    into.dedup_by_key(|d| d.tag.id);
 }
 
 /// Whether two dependency lists name the same transactions (the fast-path test, §4.2).
