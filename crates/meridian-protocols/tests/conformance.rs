@@ -218,7 +218,7 @@ mod tapir_serializable {
 mod janus {
     use super::*;
     const SPEC: Conformance = Conformance {
-        golden: &[(5, "0fedf3a64ea5afb5"), (6, "c37cb6fb74777b04")],
+        golden: &[(5, "cc27e2262951ab1c"), (6, "258bfb74b45ec0e4")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_no_dep_union=true",
             workload: "list-append",

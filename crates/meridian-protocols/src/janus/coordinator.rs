@@ -3,7 +3,7 @@
 //! majority's answers, then commit; the client's answer once every shard's results arrived.
 
 use super::options::Options;
-use super::wire::{same_ids, union_into, Ballot, Body, Cx, Deps, Msg, Record, Tag, Timer};
+use super::wire::{same_ids, union, Ballot, Body, Cx, Deps, Msg, Record, Tag, Timer};
 use crate::kit::quorum::{majority, super_quorum};
 use meridian_core::txn::{
     AbortReason, ClientRequest, CommitPath, Op, Outcome, PieceBody, PieceResult, Txn,
@@ -174,7 +174,7 @@ impl Coordinator {
                 answers: Vec::new(),
                 fast_waiting: false,
                 fast_expired: false,
-                deps: Vec::new(),
+                deps: Deps::default(),
                 decided: false,
                 acks: Vec::new(),
                 path: CommitPath::Fast,
@@ -286,10 +286,7 @@ impl Coordinator {
             majority_each &= answers.len() >= majority(n);
         }
         if fast_ok {
-            let mut deps = Vec::new();
-            t.answers
-                .iter()
-                .for_each(|(_, _, d)| union_into(&mut deps, d));
+            let deps = union(t.answers.iter().map(|(_, _, d)| &d[..]));
             t.path = CommitPath::Fast;
             ctx.count("janus.fast", 1);
             return self.commit(ctx, id, deps);
@@ -304,18 +301,18 @@ impl Coordinator {
             }
             return;
         }
-        let mut deps = Vec::new();
         let mut seen: Vec<ShardId> = Vec::new();
-        for (_, shard, d) in &t.answers {
-            if self.opts.unsafe_no_dep_union {
+        let unsafe_no_dep_union = self.opts.unsafe_no_dep_union;
+        let deps = union(t.answers.iter().filter_map(|(_, shard, d)| {
+            if unsafe_no_dep_union {
                 // Broken on purpose: one answer per shard, not the union.
                 if seen.contains(shard) {
-                    continue;
+                    return None;
                 }
                 seen.push(*shard);
             }
-            union_into(&mut deps, d);
-        }
+            Some(&d[..])
+        }));
         t.phase = Phase::Accept;
         t.path = CommitPath::Slow;
         t.deps = deps.clone();

@@ -223,7 +223,7 @@ impl Graph {
     pub fn conflicts(&mut self, body: &Body) -> Deps {
         // Collected, then sorted once: a hot key's live list holds thousands at overload,
         // and inserting each into a sorted list was quadratic in it.
-        let mut deps: Deps = Vec::new();
+        let mut deps: Vec<Dep> = Vec::new();
         let mut push = |tag: &Tag| {
             if tag.id != body.tag.id {
                 deps.push(Dep { tag: tag.clone() });
@@ -248,7 +248,7 @@ impl Graph {
         deps.sort_unstable_by_key(|d| d.tag.id);
         deps.dedup_by_key(|d| d.tag.id);
         self.note_keys(body);
-        deps
+        deps.into()
     }
 
     /// Records `body` among its keys' live accesses (also for an accept or commit of a
@@ -546,7 +546,7 @@ impl Graph {
             let mut seen: FxHashSet<TxnId> = [start].into_iter().collect();
             let mut todo = vec![start];
             while let Some(u) = todo.pop() {
-                for dep in &self.vertices[&u].deps {
+                for dep in self.vertices[&u].deps.iter() {
                     match self.vertices.get(&dep.tag.id).map(|v| v.status) {
                         Some(Status::Executed) => {}
                         Some(Status::Committed) => {
@@ -569,17 +569,18 @@ impl Graph {
             .collect()
     }
 
-    /// The edges of committed `id` that matter for ordering, or its blocker: a dependency
-    /// not committed here. A transaction with a blocker of its own cannot execute whatever
-    /// else it reaches, so its edges are not walked (at a hot key every transaction
-    /// depends on every live one: walking them again at each wake-up was quadratic). Unknown
-    /// dependencies are recorded in `missing` the first time.
-    fn edges(&mut self, id: TxnId, missing: &mut Vec<Tag>) -> (Vec<TxnId>, Option<TxnId>) {
+    /// The dependencies of committed `id` to walk (the committed ones among them are its
+    /// edges; the walk skips the rest), or its blocker: a dependency not committed here. A
+    /// transaction with a blocker of its own cannot execute whatever else it reaches, so
+    /// its edges are not walked (at a hot key every transaction depends on every live one:
+    /// walking them again at each wake-up was quadratic). Unknown dependencies are
+    /// recorded in `missing` the first time.
+    fn edges(&mut self, id: TxnId, missing: &mut Vec<Tag>) -> (Deps, Option<TxnId>) {
         let mut scan = self.scans.get(&id).copied().unwrap_or_default();
-        let deps = &self.vertices[&id].deps;
+        let deps = self.vertices[&id].deps.clone();
         if !scan.inquired {
             scan.inquired = true;
-            for dep in deps {
+            for dep in deps.iter() {
                 if !self.vertices.contains_key(&dep.tag.id) && !self.is_done(&dep.tag) {
                     missing.push(dep.tag.clone());
                     self.unknown.insert(dep.tag.id, dep.tag.clone());
@@ -597,30 +598,28 @@ impl Graph {
             scan.settled += usize::from(settled);
             !settled
         });
-        let out = match blocker {
-            Some(dep) => {
-                // Unknown now though known at the first scan: another shard's transaction
-                // executed here and forgotten since. Its shard tells it done.
-                let id = dep.tag.id;
-                if !self.vertices.contains_key(&id) && !self.unknown.contains_key(&id) {
-                    missing.push(dep.tag.clone());
-                    self.unknown.insert(id, dep.tag.clone());
-                }
-                Vec::new()
+        let blocker = blocker.map(|dep| {
+            // Unknown now though known at the first scan: another shard's transaction
+            // executed here and forgotten since. Its shard tells it done.
+            let id = dep.tag.id;
+            if !self.vertices.contains_key(&id) && !self.unknown.contains_key(&id) {
+                missing.push(dep.tag.clone());
+                self.unknown.insert(id, dep.tag.clone());
             }
-            None => deps
-                .iter()
-                .filter(|d| {
-                    self.vertices
-                        .get(&d.tag.id)
-                        .is_some_and(|v| v.status == Status::Committed)
-                })
-                .map(|d| d.tag.id)
-                .collect(),
-        };
-        let blocker = blocker.map(|dep| dep.tag.id);
+            id
+        });
         self.scans.insert(id, scan);
-        (out, blocker)
+        match blocker {
+            Some(_) => (Deps::default(), blocker),
+            None => (deps, None),
+        }
+    }
+
+    /// Whether `id` is committed and not executed here (an edge a walk follows).
+    fn is_committed(&self, id: TxnId) -> bool {
+        self.vertices
+            .get(&id)
+            .is_some_and(|v| v.status == Status::Committed)
     }
 
     /// Parks a blocked component: members with a blocker wait on it; all wake together.
@@ -792,7 +791,9 @@ struct Tarjan {
 
 struct Frame {
     id: TxnId,
-    edges: Vec<TxnId>,
+    /// Its dependencies; the committed ones are its edges (statuses do not change during
+    /// a pass, so they are told apart as the walk reaches them).
+    edges: Deps,
     at: usize,
     /// The first thing found to block this transaction.
     blocker: Option<TxnId>,
@@ -817,9 +818,17 @@ impl Tarjan {
     fn run(&mut self, graph: &mut Graph, root: TxnId, pass: &mut Pass) {
         let mut calls = vec![self.open(graph, root, pass)];
         while let Some(frame) = calls.last_mut() {
-            if frame.at < frame.edges.len() {
-                let w = frame.edges[frame.at];
+            // A transaction found blocked stops walking: it cannot execute this pass, and
+            // an edge it skips could only merge it into a component that reaches it, which
+            // is blocked too. Executable components walk every edge, so what a pass
+            // releases, and in which order, is unchanged (a dense hot-key component is no
+            // longer walked whole at each wake-up).
+            if frame.at < frame.edges.len() && frame.blocker.is_none() {
+                let w = frame.edges[frame.at].tag.id;
                 frame.at += 1;
+                if !graph.is_committed(w) {
+                    continue;
+                }
                 let v = frame.id;
                 let closed_blocked = self.index.contains_key(&w)
                     && !self.on_stack.contains(&w)
@@ -845,6 +854,9 @@ impl Tarjan {
             if let Some(parent) = calls.last_mut() {
                 let low = self.low[&parent.id].min(self.low[&frame.id]);
                 self.low.insert(parent.id, low);
+                // The parent reaches what blocks the child: blocked too (it waits on the
+                // same thing; woken with its component either way).
+                parent.blocker = parent.blocker.or(frame.blocker);
             }
             if self.low[&frame.id] == self.index[&frame.id] {
                 self.close(graph, frame.id, pass);

@@ -5,7 +5,7 @@
 
 use super::graph::{Graph, GraphSnapshot, Status};
 use super::options::Options;
-use super::wire::{union_into, Ballot, Body, Cx, Deps, Known, Msg, Record, Tag, Timer};
+use super::wire::{union, Ballot, Body, Cx, Dep, Deps, Known, Msg, Record, Tag, Timer};
 use meridian_core::txn::{
     execute_piece, AbortReason, Key, KvAccess, PieceResult, Procedures, Value,
 };
@@ -272,7 +272,7 @@ impl Replica {
             Some(_) => Msg::PreAcceptReply {
                 id,
                 ok: false,
-                deps: Vec::new(),
+                deps: Deps::default(),
             },
             None => {
                 let deps = self.graph.conflicts(&body);
@@ -825,7 +825,7 @@ pub(crate) fn choose(replies: &[(NodeId, Known)]) -> Choice {
         return Choice::Done(executed_at);
     }
     let mut accepted: Option<(Ballot, &Deps)> = None;
-    let mut union: Deps = Vec::new();
+    let mut pre_accepted: Vec<&[Dep]> = Vec::new();
     for (_, known) in replies {
         match known {
             Known::Executed => {}
@@ -835,11 +835,11 @@ pub(crate) fn choose(replies: &[(NodeId, Known)]) -> Choice {
                     accepted = Some((*b, deps));
                 }
             }
-            Known::PreAccepted(deps) => union_into(&mut union, deps),
+            Known::PreAccepted(deps) => pre_accepted.push(deps),
         }
     }
     match accepted {
         Some((_, deps)) => Choice::Accept(deps.clone()),
-        None => Choice::Accept(union),
+        None => Choice::Accept(union(pre_accepted)),
     }
 }

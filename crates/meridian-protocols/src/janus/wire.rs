@@ -6,7 +6,6 @@ use meridian_core::node::Context;
 use meridian_core::txn::{AbortReason, Piece, PieceResult};
 use meridian_core::{Cluster, NodeId, ShardId, TxnId};
 use serde::{Deserialize, Serialize};
-use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// The context every handler of this protocol receives.
@@ -31,10 +30,13 @@ impl Ballot {
 /// (a coordinator assigns one only when it sends the pre-accept), so a replica remembers
 /// which of its shard's transactions it executed as a watermark per coordinator
 /// incarnation (see `graph.rs` `SlotSet`) and can forget executed transactions' bodies.
+///
+/// A tag is copied into every dependency list that names its transaction — at a hot key
+/// thousands of lists each — so its slots are shared, not copied: 32 bytes per copy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Tag {
     pub id: TxnId,
-    pub slots: SmallVec<[(ShardId, u64); 4]>,
+    pub slots: Arc<[(ShardId, u64)]>,
 }
 
 impl Tag {
@@ -71,16 +73,22 @@ pub struct Dep {
 /// sorted by incarnation.
 pub type ExecutedSlots = Vec<((NodeId, u64), SlotSet)>;
 
-/// A dependency list, sorted by id, one entry per id.
-pub type Deps = Vec<Dep>;
+/// A dependency list, sorted by id, one entry per id. Immutable and shared: at a hot key
+/// every transaction depends on every live one there (thousands under overload, Tiga
+/// Fig. 9), and one list is held by the vertex, its log record and every copy of the
+/// message that carries it — as copies, that grew the simulator past 22 GB.
+pub type Deps = Arc<[Dep]>;
 
-/// Merges `more` into the sorted list `into`. At a hot key the lists hold thousands: the
-/// stable sort finds the two sorted runs and merges them in linear time (a peer's list that
-/// is not sorted is still merged right, only slower).
-pub fn union_into(into: &mut Deps, more: &[Dep]) {
-    into.extend_from_slice(more);
-    into.sort_by_key(|d| d.tag.id);
-    into.dedup_by_key(|d| d.tag.id);
+/// The sorted set union of dependency lists (the stable sort finds each list's sorted run
+/// and merges them in linear time; a peer's list that is not sorted is still merged right).
+pub fn union<'a>(lists: impl IntoIterator<Item = &'a [Dep]>) -> Deps {
+    let mut all: Vec<Dep> = Vec::new();
+    for more in lists {
+        all.extend_from_slice(more);
+        all.sort_by_key(|d| d.tag.id);
+        all.dedup_by_key(|d| d.tag.id);
+    }
+    all.into()
 }
 
 /// Whether two dependency lists name the same transactions (the fast-path test, §4.2).
