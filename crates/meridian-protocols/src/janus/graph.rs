@@ -21,6 +21,11 @@
 //! key under overload (Tiga Fig. 9, Zipf 0.99) every transaction depends on every live
 //! one, and re-walking those dense components at each wake-up made the passes quadratic
 //! in the key's backlog. The search for the blocker resumes where the last one stopped.
+//! A transaction found blocked during the walk (it reaches a parked one) stops walking
+//! too, and its parent with it: the edges it skips could only merge it into a component
+//! that reaches it, which is blocked as well. Executable components still walk every
+//! edge, so what a pass releases does not depend on this (only the order of components
+//! that do not reach each other does, which is free).
 
 use super::wire::{Ballot, Body, Dep, Deps, ExecutedSlots, Known, Tag};
 use meridian_core::txn::Key;
@@ -821,8 +826,8 @@ impl Tarjan {
             // A transaction found blocked stops walking: it cannot execute this pass, and
             // an edge it skips could only merge it into a component that reaches it, which
             // is blocked too. Executable components walk every edge, so what a pass
-            // releases, and in which order, is unchanged (a dense hot-key component is no
-            // longer walked whole at each wake-up).
+            // releases is unchanged (a dense hot-key component is no longer walked whole
+            // at each wake-up).
             if frame.at < frame.edges.len() && frame.blocker.is_none() {
                 let w = frame.edges[frame.at].tag.id;
                 frame.at += 1;
