@@ -2,7 +2,7 @@
 //! wait for cross-region inputs (§4.3, R1), measured with it and without it.
 
 use meridian_check::HistOp;
-use meridian_core::time::NS_PER_S;
+use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::txn::{Op, Operand, Outcome, Piece, Txn, Value};
 use meridian_core::value::encode_int;
 use meridian_core::{Cluster, NodeRng, ProtocolConfig, RegionId, ShardId, Topology};
@@ -190,8 +190,9 @@ fn a_removed_node_is_added_back_from_a_checkpoint_and_serves_again() {
 }
 
 /// The run of the two tests below: `shard0/replica1`, a replica of a shard no
-/// transaction touches, crashes at 1 s and restarts at 2 s; 6 s of load, 2 s of drain.
-fn run_idle_shard_removal() -> SimReport {
+/// transaction touches, crashes at 1 s and restarts at 2 s; 6 s of load, 2 s of drain;
+/// clients give up on a request after `client_timeout_ns` (if given).
+fn run_idle_shard_removal(client_timeout_ns: Option<u64>) -> SimReport {
     use meridian_sim::faults::{Fault, FaultPlan};
     let topology = Topology::load("edge-regions").expect("topology");
     let setup = setup::<Dast>(
@@ -211,6 +212,9 @@ fn run_idle_shard_removal() -> SimReport {
         drain_ns: 2 * NS_PER_S,
         ..SimOptions::default()
     };
+    if let Some(timeout_ns) = client_timeout_ns {
+        options.client_timeout_ns = timeout_ns;
+    }
     options.faults = FaultPlan {
         faults: vec![
             (NS_PER_S, Fault::Crash(node)),
@@ -223,10 +227,12 @@ fn run_idle_shard_removal() -> SimReport {
 
 /// §3.1, §4.4: while an edge node is out of its region's view, its clients go to another
 /// replica of their home shard (a hand-off) instead of being refused (before: refused at
-/// once, and each closed-loop client resubmitted at once).
+/// once, and each closed-loop client resubmitted at once). The removed node is added back
+/// soon after its restart, so its clients (whose requests died with it at 1 s) give up
+/// after 0.3 s instead of the default 5 s and resubmit while it is out.
 #[test]
 fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
-    let report = run_idle_shard_removal();
+    let report = run_idle_shard_removal(Some(300 * NS_PER_MS));
     let count = |name: &str| report.counters.get(name).copied().unwrap_or(0);
     assert!(count("dast.removed_self") >= 1, "{:?}", report.counters);
     assert!(count("dast.handoffs") > 0, "{:?}", report.counters);
@@ -241,17 +247,13 @@ fn a_removed_nodes_clients_are_handed_off_to_another_replica() {
 }
 
 /// Alg. 4: the removed replica of the idle shard is added back within the run (restarted
-/// at 2 s; 4 s of load and 2 s of drain left). OPEN BUG, so ignored: it stays out. Branch
-/// dast23 made a stretched clock stop a nanosecond below its bound instead of at `lastTs`
-/// (the region's clocks then pass the removal's bound and the checkpoint leaves); that made
-/// this pass but broke §4.3's point, the IRT tail
-/// (`without_the_stretchable_clock_irts_wait_behind_crts_waiting_for_inputs`: IRT p99
-/// 363.1 ms with stretching, against < 30 ms) and the hand-off above (no hand-offs), so it
-/// was reverted (branch dast24).
+/// at 2 s; 4 s of load and 2 s of drain left). Before the frozen-clock fix (`mod.rs`,
+/// "Frozen clocks") it stayed out: committed CRTs waiting for inputs froze every region's
+/// clocks from about 0.17 s to the end, so the region never passed the removal's bound
+/// (seed 5: no checkpoint sent, 1,234 IRTs and 135 CRTs started in 6 s).
 #[test]
-#[ignore = "open bug: the idle shard's removed replica is never added back (see the doc)"]
 fn a_removed_replica_of_an_idle_shard_is_added_back() {
-    let report = run_idle_shard_removal();
+    let report = run_idle_shard_removal(None);
     let count = |name: &str| report.counters.get(name).copied().unwrap_or(0);
     for name in [
         "dast.checkpoints_sent",

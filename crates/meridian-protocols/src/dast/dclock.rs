@@ -79,6 +79,31 @@ impl Dclock {
         (ret, how)
     }
 
+    /// Moves `lastTs` past `ts` (to this node's smallest reading above it) unless that
+    /// would reach `bound`, the timestamp a stretching clock stays below; returns whether
+    /// it moved. §4.2's calibration for a clock whose `time` is held: a stretched clock
+    /// otherwise only counts `frac` at the `time` it froze at, so it can never pass a
+    /// transaction committed between that `time` and the CRT it stretches below — and
+    /// the region must pass it to execute it (see "Frozen clocks" in `mod.rs`).
+    pub fn pass(&mut self, ts: Timestamp, bound: Option<Timestamp>) -> bool {
+        if self.last > ts {
+            return false;
+        }
+        let next = match self.nid.cmp(&ts.tiebreak) {
+            std::cmp::Ordering::Greater => Timestamp::with_frac(ts.time_ns, self.nid, 0),
+            std::cmp::Ordering::Equal => match ts.frac.checked_add(1) {
+                Some(frac) => Timestamp::with_frac(ts.time_ns, self.nid, frac),
+                None => Timestamp::with_frac(ts.time_ns + 1, self.nid, 0),
+            },
+            std::cmp::Ordering::Less => Timestamp::with_frac(ts.time_ns + 1, self.nid, 0),
+        };
+        if self.stretch && bound.is_some_and(|b| next >= b) {
+            return false;
+        }
+        self.last = next;
+        true
+    }
+
     /// A timestamp above everything handed out so far and at least `at_least`, without
     /// handing it out: a participant's anticipation for a CRT (the clock then stays
     /// below it while the CRT waits).

@@ -69,24 +69,29 @@
 //!   the manager's anticipation, below which its commit timestamp cannot fall, until the
 //!   commit arrives (the paper puts only committed CRTs there; this is the same order,
 //!   spelled out).
-//! * **Frozen clocks: an OPEN BUG of Alg. 1 lines 6-8 as written.** `CreateTs` freezes
+//! * **Frozen clocks (differs from Alg. 1 lines 6-8).** The paper's `CreateTs` freezes
 //!   `time` at `lastTs` once the system clock passes the waitQ head and then counts only
 //!   `frac`; PCT executes a transaction once every node of the region announced a clock
 //!   above it. A committed CRT `Y` whose timestamp lies between a region's frozen clocks
 //!   and the CRT they stretch below (the region froze under `Y`'s own anticipation, then
 //!   `Y` committed higher, at another region's) can then never run there: no frozen clock
-//!   passes it. If another region waits for `Y`'s output while holding the CRT the first
-//!   region waits on, they wait on each other for the rest of the run. Seen on
-//!   `edge-regions` (`tests/dast.rs`, the idle-shard run, seed 5): region 7's clocks stayed
-//!   at 0.1578-0.1642 s below a CRT at 0.1773 s waiting for an input while its readyQ
-//!   head, a committed CRT at 0.1661 s with its inputs in, never ran; region 8 waited on
-//!   it (its CRT at 0.1698 s); region 1 froze at 0.1788 s below one at 0.1808 s; every
-//!   region's clocks froze for the run, so the removed replica's checkpoint (which waits
-//!   for its region to pass the removal's bound) never left. A candidate fix (branch
-//!   dast25, commit e50adbb: every heartbeat a node moves its clock past the highest clock
-//!   a peer announced and past its readyQ head once committed with inputs in, below the
-//!   stretch bound) made the idle-shard and IRT-tail tests pass, but the 20-seed random
-//!   swarm then found a duplicated append (seed 6), not diagnosed, so it is not in.
+//!   passes it. If another region waits for `Y`'s output there while holding the CRT the
+//!   first region waits on, the two wait on each other for the rest of the run — found on
+//!   `edge-regions` (`tests/dast.rs`, the idle-shard run, seed 5): from 0.16-0.18 s on,
+//!   region 7's clocks stayed at 0.1578-0.1642 s below a CRT at 0.1773 s waiting for an
+//!   input, while its readyQ head, a committed CRT at 0.1661 s with its inputs in, never
+//!   ran; region 8 waited for that CRT's output (its CRT at 0.1698 s), region 1 froze at
+//!   0.1788 s below one at 0.1808 s, and so on: every region's clocks froze for the run
+//!   and the removed replica's checkpoint, which waits for its region to pass the
+//!   removal's bound, never left. Here, every heartbeat, a node moves its clock past the
+//!   highest clock a peer announced (§4.2's calibration, which a frozen `time` otherwise
+//!   ignores) and past its readyQ head once that is committed with its inputs in, in both
+//!   cases only while it stays below the stretch bound (`Dclock::pass`). The head's
+//!   holder passes it, its peers pass the holder, and the region executes it. Moving the
+//!   frozen clock to just below its bound instead (branch dast23) also ended the cycle but
+//!   put the region's clocks on one `time`, where the node id orders an IRT above every
+//!   lower-id peer's frozen clock (IRT p99 363 ms in
+//!   `without_the_stretchable_clock_irts_wait_behind_crts_waiting_for_inputs`).
 //! * **Durability and crashes.** Participants persist every entry and every execution's
 //!   writes; a coordinator persists its decision before sending it and resends it until
 //!   every participant has it, then remembers it (`SETTLED_MEMORY` ids) for late queries;

@@ -457,12 +457,39 @@ impl Edge {
         if how == Created::Stretched {
             ctx.count("dast.stretched_ts", 1);
         }
-        if ts.time_ns >= self.ceiling_ns {
-            self.ceiling_ns = ts.time_ns + CEILING_AHEAD_NS;
+        self.keep_ceiling(ctx);
+        ts
+    }
+
+    /// Keeps the durable ceiling above the clock (a restarted clock starts at it).
+    fn keep_ceiling(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        let time_ns = self.clock.last().time_ns;
+        if time_ns >= self.ceiling_ns {
+            self.ceiling_ns = time_ns + CEILING_AHEAD_NS;
             let time_ns = self.ceiling_ns;
             self.persist(ctx, Record::Ceiling { time_ns });
         }
-        ts
+    }
+
+    /// Moves the clock past what the region must pass next, below the stretch bound: the
+    /// highest promise a peer announced (§4.2's calibration, which a stretched clock's
+    /// frozen `time` otherwise ignores) and this node's readyQ head once it is committed
+    /// with its inputs in (it runs as soon as every node of the region passed it). See
+    /// "Frozen clocks" in `mod.rs`.
+    fn catch_up(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+        let head = self.ready.first().map(|&(key, id)| (key, id));
+        let ready = head.filter(|&(_, id)| {
+            self.entries.get(&id).map(|e| e.rec.status) == Some(Status::Committed)
+                && self.inputs_ready(id)
+        });
+        let targets = [Some(self.peers.highest()), ready.map(|(key, _)| key)];
+        for ts in targets.into_iter().flatten() {
+            let bound = self.stretch_bound();
+            if self.clock.pass(ts, bound) {
+                ctx.count("dast.clock_passed", 1);
+                self.keep_ceiling(ctx);
+            }
+        }
     }
 
     /// What this node promises its peers: no transaction it will notify them of is at or
@@ -567,6 +594,7 @@ impl Edge {
             return;
         }
         self.create_ts(ctx);
+        self.catch_up(ctx);
         for i in 0..self.peers.ids().len() {
             let peer = self.peers.ids()[i];
             let header = self.header(peer);

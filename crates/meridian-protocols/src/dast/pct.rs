@@ -96,6 +96,11 @@ impl Peers {
         self.floor
     }
 
+    /// The largest clock a peer announced (zero if there are none).
+    pub fn highest(&self) -> Timestamp {
+        self.max_ts.iter().copied().max().unwrap_or(Timestamp::ZERO)
+    }
+
     /// The lowest pause point a peer announced that is above `last`.
     pub fn lowest_pause_above(&self, last: Timestamp) -> Option<Timestamp> {
         self.pauses

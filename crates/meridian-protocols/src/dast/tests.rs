@@ -71,6 +71,33 @@ fn the_dclock_is_monotone_calibrates_forward_and_survives_restarts() {
     );
 }
 
+/// A frozen clock passes a timestamp it must pass (a peer's clock, a ready transaction)
+/// as long as it stays below its bound; `create_ts` alone never moves its `time`.
+#[test]
+fn a_stretched_clock_passes_what_lies_below_its_bound() {
+    let mut clock = Dclock::new(5, true);
+    clock.create_ts(100, None);
+    let crt = Timestamp::with_frac(300, 3, 0);
+    let (frozen, how) = clock.create_ts(400, Some(crt));
+    assert_eq!(how, Created::Stretched);
+    let committed = Timestamp::with_frac(200, 9, 0);
+    let (again, _) = clock.create_ts(500, Some(crt));
+    assert!(
+        again < committed && frozen.time_ns == again.time_ns,
+        "frozen at 100"
+    );
+    assert!(clock.pass(committed, Some(crt)));
+    assert!(clock.last() > committed && clock.last() < crt);
+    assert_eq!(clock.last(), Timestamp::with_frac(201, 5, 0));
+    // A peer's reading with a lower node id at the same time is passed at that time.
+    assert!(clock.pass(Timestamp::with_frac(250, 2, 7), Some(crt)));
+    assert_eq!(clock.last(), Timestamp::with_frac(250, 5, 0));
+    // Never to or past the bound, never backwards.
+    assert!(!clock.pass(Timestamp::with_frac(299, 9, 0), Some(crt)));
+    assert!(!clock.pass(Timestamp::with_frac(10, 9, 0), Some(crt)));
+    assert!(clock.create_ts(600, Some(crt)).0 < crt);
+}
+
 #[test]
 fn below_is_the_largest_smaller_timestamp() {
     for ts in [
