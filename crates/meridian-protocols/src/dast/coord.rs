@@ -10,8 +10,8 @@ use crate::kit::quorum::{majority, Votes};
 use meridian_core::node::Ctx;
 use meridian_core::txn::{AbortReason, CommitPath, Outcome, PieceResult, Txn};
 use meridian_core::{NodeId, RegionId, RequestId, ShardId, Timestamp, TxnId};
-use rustc_hash::FxHashMap;
-use std::collections::BTreeSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// One transaction this node coordinates, until its client is answered.
@@ -58,19 +58,51 @@ pub struct Coord {
     refused: Vec<(NodeId, RequestId)>,
     /// Hand-offs so far (the next one goes to the next replica, spreading the clients).
     handoffs: usize,
+    /// Hand-offs received lately, by id, oldest first: a hand-off crosses machines, so
+    /// the network may deliver it twice, and each copy would otherwise be coordinated as
+    /// a transaction of its own (seed 6 of the random swarm: one list append applied
+    /// twice). The id, not (port, request): a restarted runtime port numbers its
+    /// requests from 1 again.
+    handed_in: FxHashSet<TxnId>,
+    handed_in_order: VecDeque<TxnId>,
+}
+
+/// How many received hand-offs a coordinator remembers to drop their duplicates (a
+/// duplicate trails its original by a network delay, far fewer hand-offs than this).
+const HANDOFF_MEMORY: usize = 1 << 12;
+
+impl Coord {
+    /// Records a received hand-off; false if it was received before (a duplicate).
+    fn first_handoff(&mut self, id: TxnId) -> bool {
+        if !self.handed_in.insert(id) {
+            return false;
+        }
+        self.handed_in_order.push_back(id);
+        while self.handed_in_order.len() > HANDOFF_MEMORY {
+            let old = self.handed_in_order.pop_front().expect("non-empty");
+            self.handed_in.remove(&old);
+        }
+        true
+    }
 }
 
 impl Edge {
-    /// A client's transaction, handed on by the machine's port (`handed`: by a removed
-    /// replica of this node's shard instead, see `hand_off`).
+    /// A client's transaction, handed on by the machine's port (`handed`: the hand-off's
+    /// id, when a removed replica of this node's shard handed it on instead, see
+    /// `hand_off`; a copy of a hand-off already received is dropped).
     pub fn on_submit(
         &mut self,
         ctx: &mut Ctx<'_, DastNode>,
         port: NodeId,
         request: RequestId,
         txn: Txn,
-        handed: bool,
+        handed: Option<TxnId>,
     ) {
+        if handed.is_some_and(|id| !self.coord.first_handoff(id)) {
+            ctx.count("dast.duplicate_handoffs", 1);
+            return;
+        }
+        let handed = handed.is_some();
         if self.membership.out {
             self.hand_off(ctx, port, request, txn, handed);
             return;
@@ -160,7 +192,14 @@ impl Edge {
             let to = targets[self.coord.handoffs % targets.len()];
             self.coord.handoffs += 1;
             ctx.count("dast.handoffs", 1);
-            ctx.send(to, Msg::Handoff { port, request, txn });
+            let id = TxnId::new(self.me, self.incarnation, self.coord.handoffs as u64);
+            let msg = Msg::Handoff {
+                id,
+                port,
+                request,
+                txn,
+            };
+            ctx.send(to, msg);
         } else if self.coord.refused.len() < self.opts.max_inflight {
             self.coord.refused.push((port, request));
         } else {
@@ -513,8 +552,13 @@ impl Edge {
             return;
         }
         match msg {
-            Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn, false),
-            Msg::Handoff { port, request, txn } => self.on_submit(ctx, port, request, txn, true),
+            Msg::Submit { request, txn } => self.on_submit(ctx, from, request, txn, None),
+            Msg::Handoff {
+                id,
+                port,
+                request,
+                txn,
+            } => self.on_submit(ctx, port, request, txn, Some(id)),
             Msg::Beat(h) => self.on_beat(ctx, from, h),
             Msg::Prepare { info, ts } => self.on_prepare(ctx, info, ts),
             Msg::PrepAck { id, proposal } => self.on_prep_ack(ctx, from, id, proposal),

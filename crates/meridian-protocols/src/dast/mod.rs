@@ -87,10 +87,19 @@
 //!   highest clock a peer announced (§4.2's calibration, which a frozen `time` otherwise
 //!   ignores) and past its readyQ head once that is committed with its inputs in, in both
 //!   cases only while it stays below the stretch bound (`Dclock::pass`). The head's
-//!   holder passes it, its peers pass the holder, and the region executes it. Moving the
-//!   frozen clock to just below its bound instead (branch dast23) also ended the cycle but
-//!   put the region's clocks on one `time`, where the node id orders an IRT above every
-//!   lower-id peer's frozen clock (IRT p99 363 ms in
+//!   holder passes it, its peers pass the holder, and the region executes it. Measured
+//!   with it (and the hand-off fix below): the idle-shard run's replica is added back,
+//!   and the four tests of `tests/dast.rs` (the IRT tail among them; the hand-off test
+//!   with a 0.3 s client timeout) and the dast conformance suite (20-seed swarm,
+//!   goldens) pass. The duplicated append the swarm found with it (seed 6) was not the
+//!   clock: a duplicated hand-off (see "A removed node's clients"), which the clock's
+//!   change of trace exposed. Not shown: that no region's clocks stay held for long
+//!   under faults — in seed 6 a region's IRTs got timestamps of 2.33 s at 3.79 s: its
+//!   clocks stayed below `ts_ins` (2.331 s) of `n20`'s re-addition (Alg. 4's hold)
+//!   until the add-commit at 3.98 s, `n20` having been partitioned until 3.73 s (not
+//!   diagnosed further). Moving the frozen clock to just below its bound instead (branch
+//!   dast23) also ended the cycle but put the region's clocks on one `time`, where the
+//!   node id orders an IRT above every lower-id peer's frozen clock (IRT p99 363 ms in
 //!   `without_the_stretchable_clock_irts_wait_behind_crts_waiting_for_inputs`).
 //! * **Durability and crashes.** Participants persist every entry and every execution's
 //!   writes; a coordinator persists its decision before sending it and resends it until
@@ -144,7 +153,14 @@
 //!   node's next tick (`retry_ms / 4`), never at once: a refused closed-loop client
 //!   resubmits at once, and refusing at once let each client spin (seed 3 of the random
 //!   swarm: 54,183 refusals that all landed in the history). Refusals waiting for the
-//!   tick are bounded by `max_inflight`, beyond which they are answered at once.
+//!   tick are bounded by `max_inflight`, beyond which they are answered at once. A
+//!   hand-off crosses machines, so the network may deliver it twice: it carries an id
+//!   (sender, incarnation, count) and the receiver drops a copy of one it received
+//!   lately (`HANDOFF_MEMORY` ids, not durable). Before, each copy was coordinated as a
+//!   transaction of its own: seed 6 of the random swarm (with the frozen-clock change
+//!   above) had removed `n20` hand request 3471 of port `n80` to `n18`, which received it
+//!   twice 77 µs apart at 3.787 s and ran it as two IRTs (seq 64 and 65, one `frac`
+//!   apart), so every replica of shard 6 appended 123 to `k6` twice.
 //! * **View agreement.** A member acknowledges a prep only if it extends the member's
 //!   installed view and has a larger id than any it acknowledged, and installs a commit
 //!   only for the prep it acknowledged last; a member one view behind gets the commit

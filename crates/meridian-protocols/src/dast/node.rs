@@ -521,9 +521,8 @@ impl Edge {
     /// peer will notify anything at or below it, the rule execution itself relies on)
     /// and nothing at or below it waits in the readyQ. The frontier alone is not enough:
     /// a replica of a shard no transaction touches never executes anything, so a
-    /// checkpoint that waited for its frontier would never leave. (Not enough either:
-    /// `a_removed_nodes_clients_are_handed_off_to_another_replica` in `tests/dast.rs` saw
-    /// such a replica stay out; the cause is not found yet.)
+    /// checkpoint that waited for its frontier would never leave. (Nor would it with the
+    /// region's clocks frozen below the bound: see "Frozen clocks" in `mod.rs`.)
     pub(super) fn executed_through(&mut self, bound: Timestamp) -> bool {
         if self.frontier.is_some_and(|f| f.0 >= bound) {
             return true;

@@ -67,8 +67,10 @@ pub enum Msg {
     },
     /// A removed edge node → another replica of its shard in the view: a client's
     /// transaction, to coordinate and answer to `port` (§3.1: a client goes to another
-    /// nearby replica of its home shard; one hop, see `coord.rs`).
+    /// nearby replica of its home shard; one hop, see `coord.rs`). `id` names this
+    /// hand-off (the sender, its incarnation, a count) so a duplicate is recognised.
     Handoff {
+        id: TxnId,
         port: NodeId,
         request: RequestId,
         txn: Txn,
