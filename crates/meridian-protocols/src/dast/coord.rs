@@ -7,11 +7,12 @@ use super::node::{participants, Edge};
 use super::wire::{Decision, Kind, Msg, NoticeState, Record, TxnInfo};
 use super::DastNode;
 use crate::kit::quorum::{majority, Votes};
+use crate::kit::recent::Recent;
 use meridian_core::node::Ctx;
 use meridian_core::txn::{AbortReason, CommitPath, Outcome, PieceResult, Txn};
 use meridian_core::{NodeId, RegionId, RequestId, ShardId, Timestamp, TxnId};
-use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::{BTreeSet, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// One transaction this node coordinates, until its client is answered.
@@ -63,26 +64,27 @@ pub struct Coord {
     /// a transaction of its own (seed 6 of the random swarm: one list append applied
     /// twice). The id, not (port, request): a restarted runtime port numbers its
     /// requests from 1 again.
-    handed_in: FxHashSet<TxnId>,
-    handed_in_order: VecDeque<TxnId>,
+    handed_in: HandedIn,
 }
 
 /// How many received hand-offs a coordinator remembers to drop their duplicates (a
 /// duplicate trails its original by a network delay, far fewer hand-offs than this).
 const HANDOFF_MEMORY: usize = 1 << 12;
 
+/// The received hand-offs' ids, the last `HANDOFF_MEMORY`.
+#[derive(Debug)]
+struct HandedIn(Recent<TxnId>);
+
+impl Default for HandedIn {
+    fn default() -> HandedIn {
+        HandedIn(Recent::new(HANDOFF_MEMORY))
+    }
+}
+
 impl Coord {
     /// Records a received hand-off; false if it was received before (a duplicate).
     fn first_handoff(&mut self, id: TxnId) -> bool {
-        if !self.handed_in.insert(id) {
-            return false;
-        }
-        self.handed_in_order.push_back(id);
-        while self.handed_in_order.len() > HANDOFF_MEMORY {
-            let old = self.handed_in_order.pop_front().expect("non-empty");
-            self.handed_in.remove(&old);
-        }
-        true
+        self.handed_in.0.insert(id)
     }
 }
 

@@ -477,7 +477,7 @@ impl Edge {
     /// with its inputs in (it runs as soon as every node of the region passed it). See
     /// "Frozen clocks" in `mod.rs`.
     fn catch_up(&mut self, ctx: &mut Ctx<'_, DastNode>) {
-        let head = self.ready.first().map(|&(key, id)| (key, id));
+        let head = self.ready.first().copied();
         let ready = head.filter(|&(_, id)| {
             self.entries.get(&id).map(|e| e.rec.status) == Some(Status::Committed)
                 && self.inputs_ready(id)

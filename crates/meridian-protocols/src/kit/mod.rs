@@ -18,6 +18,7 @@
 //! | [`promotion`] | a backup promoted by a small consensus of the coordinators (Aurogon §4.5): a coordinator grants each epoch of a shard to the first candidate (`Grants`), a majority of grants makes it primary (`Candidacy`) | `aurogon`, [`primary_backup`] |
 //! | [`primary_backup`] | a partition server run unchanged on its shard's primary: records replicated synchronously to every backup, sends held until every backup acknowledged what they depend on, a promoted backup rebuilding the server from its records | `2pl-pb`, `occ-pb` |
 //! | [`replica_reads`] | reads at asynchronous read replicas under a watermark: held reads (`HeldReads`), pulled replication's retry (`Puller`) and the primary's log of versions answering held pulls (`RepLog`), a read-only piece run at a copy (`run_read_only`), the visibility delay counted one way (`Visibility`, `delay_counters!`), the nearest copy of a shard (`nearest_copy`) | `k2` (K2-VCR), `p2pl-ttc` (`replica_reads=safets`), `mvto-hlc` (`replica_reads=closedts`) |
+//! | [`recent`] | a bounded memory of recently seen ids (`Recent`): a set forgetting its oldest past a capacity | `dast` (duplicate hand-offs) |
 //! | [`raft_group`] | a Raft group (the `raft` crate's `RawNode`/`Ready`) with log compaction behind the applied index and snapshots for lagging or restarted members | Tiga's view manager, replicated Clock-SI partitions (which compact) |
 //!
 //! Why a kit: K2, DAST and Aurogon need the same commit, consensus and clock mechanisms;
@@ -33,6 +34,7 @@ pub mod primary_backup;
 pub mod promotion;
 pub mod quorum;
 pub mod raft_group;
+pub mod recent;
 pub mod replica_reads;
 pub mod replicated;
 pub mod ttc;
