@@ -107,7 +107,7 @@ mod dast {
     use super::*;
     const SPEC: Conformance = Conformance {
         workload_opts: "crt_ratio=0.2,keys=40",
-        golden: &[(5, "1faafa3c04633142"), (6, "b60939a9ad36ab53")],
+        golden: &[(5, "0e5a9ca93cb6d2cf"), (6, "b60939a9ad36ab53")],
         broken: Broken::Swarm {
             protocol_opts: "unsafe_skip_anticipation=true",
             workload: "list-append",

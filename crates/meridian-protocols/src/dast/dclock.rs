@@ -106,10 +106,12 @@ impl Dclock {
 
     /// A timestamp above everything handed out so far and at least `at_least`, without
     /// handing it out: a participant's anticipation for a CRT (the clock then stays
-    /// below it while the CRT waits).
+    /// below it while the CRT waits). Its `time` is at least two nanoseconds past
+    /// `lastTs`'s: a restarted clock held below it resumes at its `time − 1`
+    /// ([`Dclock::restore`]), which must be above everything handed out before.
     pub fn above(&self, at_least: Timestamp) -> Timestamp {
-        let next_tick = Timestamp::with_frac(self.last.time_ns + 1, self.nid, 0);
-        at_least.max(next_tick)
+        let gap = Timestamp::with_frac(self.last.time_ns + 2, self.nid, 0);
+        at_least.max(gap)
     }
 
     /// §4.2's calibration: raise the offset so the clock's `time` passes `seen`.
@@ -120,18 +122,19 @@ impl Dclock {
         }
     }
 
-    /// After a restart: nothing at or below `time_ns` may be handed out again — except
-    /// that a stretching clock never handed out anything at or above `held` (the restored
-    /// waitQ's head), so it resumes just below that if it is lower.
-    pub fn restore(&mut self, time_ns: u64, held: Option<Timestamp>) {
-        let mut floor = Timestamp::with_frac(time_ns, self.nid, 0);
+    /// After a restart: nothing at or below `time_ns` (the durable ceiling) may be handed
+    /// out again — except that a stretching clock never handed out anything at or above
+    /// `held` (the restored waitQ's head), so it resumes just below that if it is lower:
+    /// at `held`'s `time − 1`, and at least at `floor`, the durable floor the node keeps
+    /// above the fractions it handed out within a nanosecond of the head (see
+    /// `Edge::keep_ceiling`). Without `floor` a clock stretched at `held.time − 1`
+    /// would hand out those fractions a second time.
+    pub fn restore(&mut self, time_ns: u64, held: Option<Timestamp>, floor: Timestamp) {
+        let mut resume = Timestamp::with_frac(time_ns, self.nid, 0);
         if let (true, Some(h)) = (self.stretch, held) {
-            floor = floor.min(Timestamp::with_frac(
-                h.time_ns.saturating_sub(1),
-                self.nid,
-                0,
-            ));
+            let below_held = Timestamp::with_frac(h.time_ns.saturating_sub(1), self.nid, 0);
+            resume = resume.min(below_held.max(floor));
         }
-        self.last = self.last.max(floor);
+        self.last = self.last.max(resume);
     }
 }

@@ -107,7 +107,16 @@
 //!   a participant asks the coordinator about a transaction undecided for `query_ms`, and
 //!   a coordinator that does not know it answers abort (presumed abort); the dclock
 //!   persists a ceiling so it never repeats a timestamp; a restarted node re-sends every
-//!   notification it might still owe. A node that restarts before the manager suspects it
+//!   notification it might still owe.
+//! * **A restarted clock below a CRT.** So that a restart does not end stretching, a
+//!   restarted clock resumes below the waitQ's head, at its `time − 1`, not at the
+//!   ceiling (`Dclock::restore`). A clock stretched in that nanosecond (its `time` frozen
+//!   one below the head's) had handed out fractions there, and resuming at `frac` 0 would
+//!   hand them out again, below what it announced (found by reading the code; no swarm
+//!   had hit it). So anticipations leave a nanosecond free (`Dclock::above` is two past
+//!   `lastTs`'s `time`), and while the clock is within a nanosecond of the head the node
+//!   persists a floor 2^16 fractions above it (`Record::ClockFloor`, counter
+//!   `dast.clock_floor_records`), where the restarted clock resumes. A node that restarts before the manager suspects it
 //!   simply resumes from its log.
 //! * **Views and removal (Alg. 3).** A region's view (id, member edge nodes) is held
 //!   durably by its members; `maxTs` tracks exactly the view's other members. The acting

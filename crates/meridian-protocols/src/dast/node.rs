@@ -38,6 +38,8 @@ const SETTLED_MEMORY: usize = 1 << 14;
 const EXECUTED_IRT_MEMORY: usize = 256;
 /// How far ahead of the clock the persisted ceiling is set.
 const CEILING_AHEAD_NS: u64 = 100 * NS_PER_MS;
+/// How many fractions ahead of the clock the persisted floor near a held CRT is set.
+const FLOOR_AHEAD_FRACS: u32 = 1 << 16;
 
 /// A readyQ key: timestamp, then id (timestamps of different transactions may tie: a
 /// participant's anticipation is not handed out by its clock).
@@ -78,6 +80,9 @@ pub struct Edge {
     procedures: Arc<Procedures>,
     pub(super) clock: Dclock,
     ceiling_ns: u64,
+    /// Durable: above every timestamp handed out within a nanosecond of the waitQ's head
+    /// (a restarted clock resumes just below that head, see [`Dclock::restore`]).
+    clock_floor: Timestamp,
     pub(super) incarnation: u32,
     pub(super) next_seq: u64,
     /// The other edge nodes of the region (PCT tracks exactly these, §3.2): `maxTs` and
@@ -151,6 +156,7 @@ impl Edge {
             opts,
             procedures,
             ceiling_ns: 0,
+            clock_floor: Timestamp::ZERO,
             incarnation: 0,
             next_seq: 0,
             peers,
@@ -277,7 +283,7 @@ impl Edge {
             },
         );
         let held = self.wait.first().map(|k| k.0);
-        self.clock.restore(self.ceiling_ns, held);
+        self.clock.restore(self.ceiling_ns, held, self.clock_floor);
         ctx.set_timer(self.opts.heartbeat_ns, Timer::Heartbeat);
         ctx.set_timer(self.opts.retry_ns / 4, Timer::Tick);
     }
@@ -289,6 +295,7 @@ impl Edge {
             Record::Snapshot(s) => self.load_snapshot(s),
             Record::Started { incarnation } => self.incarnation = *incarnation,
             Record::Ceiling { time_ns } => self.ceiling_ns = self.ceiling_ns.max(*time_ns),
+            Record::ClockFloor { ts } => self.clock_floor = self.clock_floor.max(*ts),
             Record::Entry(rec) => {
                 let entry = Entry::new(rec.clone(), 0);
                 self.entries.insert(rec.info.id, entry);
@@ -323,6 +330,7 @@ impl Edge {
     fn load_snapshot(&mut self, s: &Snapshot) {
         self.incarnation = s.incarnation;
         self.ceiling_ns = s.ceiling_ns;
+        self.clock_floor = s.clock_floor;
         self.frontier = s.frontier;
         self.store = s.store.iter().cloned().collect();
         self.entries = s
@@ -410,6 +418,7 @@ impl Edge {
         Snapshot {
             incarnation: self.incarnation,
             ceiling_ns: self.ceiling_ns,
+            clock_floor: self.clock_floor,
             frontier: self.frontier,
             store,
             entries,
@@ -461,14 +470,36 @@ impl Edge {
         ts
     }
 
-    /// Keeps the durable ceiling above the clock (a restarted clock starts at it).
+    /// Keeps the durable ceiling above the clock (a restarted clock starts at it), and,
+    /// while the clock is within a nanosecond of the waitQ's head, the durable floor above
+    /// it: a restarted stretching clock resumes at the head's `time − 1`, below the
+    /// fractions it may have handed out there (anticipations leave that nanosecond free
+    /// of everything handed out before them, [`Dclock::above`]).
     fn keep_ceiling(&mut self, ctx: &mut Ctx<'_, DastNode>) {
-        let time_ns = self.clock.last().time_ns;
-        if time_ns >= self.ceiling_ns {
-            self.ceiling_ns = time_ns + CEILING_AHEAD_NS;
+        let last = self.clock.last();
+        if last.time_ns >= self.ceiling_ns {
+            self.ceiling_ns = last.time_ns + CEILING_AHEAD_NS;
             let time_ns = self.ceiling_ns;
             self.persist(ctx, Record::Ceiling { time_ns });
         }
+        let Some(&(head, _)) = self.wait.first() else {
+            return;
+        };
+        if last.time_ns.saturating_add(1) < head.time_ns || last < self.clock_floor {
+            return;
+        }
+        // Below the head: a floor some fractions ahead, so that a record covers many
+        // stretched timestamps. At or past it (the clock no longer stretches below it): the
+        // ceiling, so that the clock's `time` running on writes no record per timestamp.
+        self.clock_floor = if last < head {
+            let frac = last.frac.saturating_add(FLOOR_AHEAD_FRACS);
+            Timestamp::with_frac(last.time_ns, last.tiebreak, frac)
+        } else {
+            Timestamp::with_frac(self.ceiling_ns, last.tiebreak, 0)
+        };
+        let ts = self.clock_floor;
+        ctx.count("dast.clock_floor_records", 1);
+        self.persist(ctx, Record::ClockFloor { ts });
     }
 
     /// Moves the clock past what the region must pass next, below the stretch bound: the
@@ -826,6 +857,8 @@ impl Edge {
                 // (a clock already past it, at a participant outside the quorum, has
                 // nothing left to hold).
                 self.wait.insert((ts, id));
+                // A head within a nanosecond of the clock: cover what it handed out.
+                self.keep_ceiling(ctx);
             }
             self.notify_relevant(&info, NoticeState::Committed(ts));
         }

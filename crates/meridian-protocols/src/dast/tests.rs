@@ -54,21 +54,56 @@ fn the_dclock_is_monotone_calibrates_forward_and_survives_restarts() {
     clock.calibrate(402, Timestamp::with_frac(10, 9, 0));
     assert!(clock.create_ts(403, None).0 > c);
     let mut fresh = Dclock::new(2, true);
-    fresh.restore(2_000, None);
+    fresh.restore(2_000, None, Timestamp::ZERO);
     assert!(fresh.create_ts(6, None).0 > Timestamp::with_frac(2_000, 2, 0));
     // Below a CRT it held, a stretching clock resumes below the CRT, not at the ceiling.
     let mut held = Dclock::new(2, true);
     let crt = Timestamp::with_frac(1_500, 9, 0);
-    held.restore(2_000, Some(crt));
+    held.restore(2_000, Some(crt), Timestamp::ZERO);
     let (ts, how) = held.create_ts(1_600, Some(crt));
     assert!(ts < crt && how == Created::Stretched);
-    // An anticipation is above the last timestamp and at least what was asked.
+    // An anticipation is above the last timestamp, two nanoseconds past its `time`
+    // (restore resumes at the held timestamp's `time - 1`), and at least what was asked.
     let last = fresh.last();
     assert!(fresh.above(Timestamp::ZERO) > last);
+    assert_eq!(fresh.above(Timestamp::ZERO).time_ns, last.time_ns + 2);
     assert_eq!(
         fresh.above(Timestamp::with_frac(9_999, 0, 0)),
         Timestamp::with_frac(9_999, 0, 0)
     );
+}
+
+/// A clock stretched in the nanosecond just below the CRT it holds (a commit one
+/// nanosecond above it) hands out fractions there. Restarted, it resumes below the CRT at
+/// the CRT's `time - 1`: that alone would hand the same fractions out again; the node's
+/// durable floor puts it above them, still below the CRT.
+#[test]
+fn a_restarted_stretching_clock_repeats_no_timestamp_below_its_crt() {
+    let mut clock = Dclock::new(2, true);
+    clock.create_ts(1_000, None);
+    let crt = Timestamp::with_frac(1_001, 9, 0);
+    let (a, how) = clock.create_ts(2_000, Some(crt));
+    assert_eq!(how, Created::Stretched);
+    let (b, _) = clock.create_ts(2_001, Some(crt));
+    assert!(a < b && b < crt && b.time_ns == 1_000);
+
+    let mut bare = Dclock::new(2, true);
+    bare.restore(200_000, Some(crt), Timestamp::ZERO);
+    let (again, _) = bare.create_ts(3_000, Some(crt));
+    assert!(
+        again <= b,
+        "without a floor the restarted clock goes back ({again:?})"
+    );
+
+    let floor = Timestamp::with_frac(b.time_ns, 2, b.frac + (1 << 16));
+    let mut restored = Dclock::new(2, true);
+    restored.restore(200_000, Some(crt), floor);
+    let (c, how) = restored.create_ts(3_000, Some(crt));
+    assert!(c > b && c < crt && how == Created::Stretched, "{c:?}");
+    // The ceiling still bounds it: a floor above the ceiling is not used.
+    let mut low_ceiling = Dclock::new(2, true);
+    low_ceiling.restore(500, Some(crt), floor);
+    assert_eq!(low_ceiling.last(), Timestamp::with_frac(500, 2, 0));
 }
 
 /// A frozen clock passes a timestamp it must pass (a peer's clock, a ready transaction)

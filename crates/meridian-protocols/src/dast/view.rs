@@ -332,7 +332,8 @@ impl Edge {
     fn commit_joined(&mut self, ctx: &mut Ctx<'_, DastNode>, c: &ViewCommit, _node: NodeId) {
         self.membership.out = false;
         self.peers = Peers::new(self.others(&c.view));
-        self.clock.restore(c.bound.time_ns.saturating_add(1), None);
+        self.clock
+            .restore(c.bound.time_ns.saturating_add(1), None, Timestamp::ZERO);
         self.create_ts(ctx);
         self.rejoined = true;
         ctx.count("dast.rejoined", 1);

@@ -270,6 +270,7 @@ pub struct Decision {
 pub struct Snapshot {
     pub incarnation: u32,
     pub ceiling_ns: u64,
+    pub clock_floor: Timestamp,
     pub frontier: Option<(Timestamp, TxnId)>,
     pub store: Vec<(Key, Value)>,
     pub entries: Vec<EntryRecord>,
@@ -312,6 +313,11 @@ pub enum Record {
     /// No timestamp at or above this was handed out (the dclock survives restarts).
     Ceiling {
         time_ns: u64,
+    },
+    /// No timestamp at or above this was handed out within a nanosecond of the waitQ's
+    /// head (a restarted clock resumes below that head, at least here).
+    ClockFloor {
+        ts: Timestamp,
     },
     /// An entry entered or changed (prepare, commit).
     Entry(EntryRecord),
