@@ -83,8 +83,13 @@ impl Default for HandedIn {
 
 impl Coord {
     /// Records a received hand-off; false if it was received before (a duplicate).
-    fn first_handoff(&mut self, id: TxnId) -> bool {
+    pub(super) fn first_handoff(&mut self, id: TxnId) -> bool {
         self.handed_in.0.insert(id)
+    }
+
+    /// The received hand-offs remembered, oldest first (for a snapshot).
+    pub(super) fn handed_in(&self) -> Vec<TxnId> {
+        self.handed_in.0.iter().copied().collect()
     }
 }
 
@@ -100,9 +105,13 @@ impl Edge {
         txn: Txn,
         handed: Option<TxnId>,
     ) {
-        if handed.is_some_and(|id| !self.coord.first_handoff(id)) {
-            ctx.count("dast.duplicate_handoffs", 1);
-            return;
+        if let Some(id) = handed {
+            if !self.coord.first_handoff(id) {
+                ctx.count("dast.duplicate_handoffs", 1);
+                return;
+            }
+            // Durable, so that a copy arriving after a restart is dropped as well.
+            self.persist(ctx, Record::HandedIn { id });
         }
         let handed = handed.is_some();
         if self.membership.out {

@@ -296,6 +296,9 @@ impl Edge {
             Record::Started { incarnation } => self.incarnation = *incarnation,
             Record::Ceiling { time_ns } => self.ceiling_ns = self.ceiling_ns.max(*time_ns),
             Record::ClockFloor { ts } => self.clock_floor = self.clock_floor.max(*ts),
+            Record::HandedIn { id } => {
+                self.coord.first_handoff(*id);
+            }
             Record::Entry(rec) => {
                 let entry = Entry::new(rec.clone(), 0);
                 self.entries.insert(rec.info.id, entry);
@@ -331,6 +334,9 @@ impl Edge {
         self.incarnation = s.incarnation;
         self.ceiling_ns = s.ceiling_ns;
         self.clock_floor = s.clock_floor;
+        for id in &s.handed_in {
+            self.coord.first_handoff(*id);
+        }
         self.frontier = s.frontier;
         self.store = s.store.iter().cloned().collect();
         self.entries = s
@@ -431,6 +437,7 @@ impl Edge {
                 .iter()
                 .map(|id| (*id, self.settled[id]))
                 .collect(),
+            handed_in: self.coord.handed_in(),
         }
     }
 

@@ -177,25 +177,16 @@ fn value_dependencies_must_be_acyclic_between_shards() {
 #[test]
 fn a_commit_is_acknowledged_only_after_its_entry_is_persisted() {
     use super::wire::{EntryRecord, Kind, Msg, Record, Status, TxnInfo};
-    use super::{Dast, DastNode};
-    use meridian_core::host::{Action, NodeHost};
-    use meridian_core::node::Setup;
-    use meridian_core::{Node, NodeRng, Protocol, ProtocolConfig, Topology, TxnId};
-    use rand::SeedableRng;
+    use meridian_core::host::Action;
+    use meridian_core::{Node, TxnId};
     use std::sync::Arc;
 
-    let topology = Topology::load("edge-regions").expect("bundled topology");
-    let setup = Setup::<Dast>::new(topology, &ProtocolConfig::default(), Default::default())
-        .expect("dast on edge-regions");
+    let setup = edge_regions_setup();
     let replicas = setup.cluster.replicas(ShardId(0)).to_vec();
     let (me, coord) = (replicas[0], replicas[1]);
-    let mut host: NodeHost<DastNode> = NodeHost::new(me, NodeRng::seed_from_u64(1), 1);
-    host.start(Dast::build(me, &setup, &[]), NodeRng::seed_from_u64(2));
     let now = 1_700_000_000_000_000_000;
+    let mut host = started_edge(&setup, me, &[], now);
     let mut actions = Vec::new();
-    host.handle(now, |n, ctx| n.on_start(ctx), &mut actions)
-        .expect("starts");
-    actions.clear();
     let key = setup.cluster.partitioner.key_on_shard(ShardId(0), "k");
     let info = TxnInfo {
         id: TxnId::new(coord, 0, 1),
@@ -239,4 +230,92 @@ fn a_commit_is_acknowledged_only_after_its_entry_is_persisted() {
         persisted < acked,
         "ack at action {acked}, record at {persisted}"
     );
+}
+
+fn edge_regions_setup() -> meridian_core::node::Setup<super::Dast> {
+    let topology = meridian_core::Topology::load("edge-regions").expect("bundled topology");
+    let config = meridian_core::ProtocolConfig::default();
+    meridian_core::node::Setup::new(topology, &config, Default::default())
+        .expect("dast on edge-regions")
+}
+
+/// Edge node `me` built from `records` (fresh when empty) and started at `now`.
+fn started_edge(
+    setup: &meridian_core::node::Setup<super::Dast>,
+    me: meridian_core::NodeId,
+    records: &[super::wire::Record],
+    now: u64,
+) -> meridian_core::host::NodeHost<super::DastNode> {
+    use meridian_core::{Node, NodeRng, Protocol};
+    use rand::SeedableRng;
+    let mut host = meridian_core::host::NodeHost::new(me, NodeRng::seed_from_u64(1), 1);
+    host.start(
+        super::Dast::build(me, setup, records),
+        NodeRng::seed_from_u64(2),
+    );
+    let mut actions = Vec::new();
+    host.handle(now, |n, ctx| n.on_start(ctx), &mut actions)
+        .expect("starts");
+    host
+}
+
+/// A hand-off crosses machines, so the network may deliver it twice; the receiver drops
+/// the copy even when it restarted in between (the received ids are durable: issue 20,
+/// where each copy ran as a transaction of its own).
+#[test]
+fn a_hand_off_copy_after_a_restart_is_dropped() {
+    use super::wire::{Msg, Record};
+    use meridian_core::host::Action;
+    use meridian_core::{Node, RequestId, TxnId};
+
+    let setup = edge_regions_setup();
+    let replicas = setup.cluster.replicas(ShardId(0)).to_vec();
+    let (me, removed) = (replicas[0], replicas[1]);
+    let key = setup.cluster.partitioner.key_on_shard(ShardId(0), "k");
+    let handoff = || Msg::Handoff {
+        id: TxnId::new(removed, 1, 1),
+        port: removed,
+        request: RequestId(7),
+        txn: Txn {
+            pieces: vec![Piece::ops(ShardId(0), vec![Op::Get(key.clone())])],
+        },
+    };
+    let counted = |actions: &[meridian_core::host::NodeAction<super::DastNode>], name: &str| {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Count { name: n, .. } if *n == name))
+    };
+    let now = 1_700_000_000_000_000_000;
+    let mut host = started_edge(&setup, me, &[], now);
+    let mut actions = Vec::new();
+    host.handle(
+        now + 1_000,
+        |n, ctx| n.on_message(ctx, removed, handoff()),
+        &mut actions,
+    )
+    .expect("handles the hand-off");
+    assert!(
+        counted(&actions, "dast.irt"),
+        "the first copy is coordinated"
+    );
+    let records: Vec<Record> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist { record, .. } => Some(record.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(records.iter().any(|r| matches!(r, Record::HandedIn { .. })));
+
+    let mut restarted = started_edge(&setup, me, &records, now + 2_000);
+    actions.clear();
+    restarted
+        .handle(
+            now + 3_000,
+            |n, ctx| n.on_message(ctx, removed, handoff()),
+            &mut actions,
+        )
+        .expect("handles the copy");
+    assert!(counted(&actions, "dast.duplicate_handoffs"), "{actions:?}");
+    assert!(!counted(&actions, "dast.irt"), "the copy ran again");
 }

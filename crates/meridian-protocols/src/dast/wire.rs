@@ -282,6 +282,8 @@ pub struct Snapshot {
     pub aborted: Vec<TxnId>,
     /// Recently settled commits this node coordinated (answers to late queries).
     pub settled: Vec<(TxnId, Timestamp)>,
+    /// Recently received hand-offs, oldest first (their copies are dropped).
+    pub handed_in: Vec<TxnId>,
 }
 
 /// An edge node's durable view state (§4.4).
@@ -329,6 +331,10 @@ pub enum Record {
     /// The view state changed (§4.4); boxed, as it is far larger than the other records.
     Membership(Box<Membership>),
 
+    /// A hand-off was received (its copies are dropped, after a restart too).
+    HandedIn {
+        id: TxnId,
+    },
     /// An entry was executed: its writes, in order.
     Executed {
         id: TxnId,

@@ -40,6 +40,12 @@ impl<T: Copy + Eq + Hash> Recent<T> {
     pub fn contains(&self, id: &T) -> bool {
         self.members.contains(id)
     }
+
+    /// The remembered ids, oldest first (inserting them in this order into an empty
+    /// memory of the same capacity rebuilds it).
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.order.iter()
+    }
 }
 
 #[cfg(test)]
