@@ -127,7 +127,7 @@ impl Dclock {
     /// `held` (the restored waitQ's head), so it resumes just below that if it is lower:
     /// at `held`'s `time − 1`, and at least at `floor`, the durable floor the node keeps
     /// above the fractions it handed out within a nanosecond of the head (see
-    /// `Edge::keep_ceiling`). Without `floor` a clock stretched at `held.time − 1`
+    /// `Edge::keep_clock_bounds`). Without `floor` a clock stretched at `held.time − 1`
     /// would hand out those fractions a second time.
     pub fn restore(&mut self, time_ns: u64, held: Option<Timestamp>, floor: Timestamp) {
         let mut resume = Timestamp::with_frac(time_ns, self.nid, 0);

@@ -473,7 +473,7 @@ impl Edge {
         if how == Created::Stretched {
             ctx.count("dast.stretched_ts", 1);
         }
-        self.keep_ceiling(ctx);
+        self.keep_clock_bounds(ctx);
         ts
     }
 
@@ -482,7 +482,7 @@ impl Edge {
     /// it: a restarted stretching clock resumes at the head's `time − 1`, below the
     /// fractions it may have handed out there (anticipations leave that nanosecond free
     /// of everything handed out before them, [`Dclock::above`]).
-    fn keep_ceiling(&mut self, ctx: &mut Ctx<'_, DastNode>) {
+    fn keep_clock_bounds(&mut self, ctx: &mut Ctx<'_, DastNode>) {
         let last = self.clock.last();
         if last.time_ns >= self.ceiling_ns {
             self.ceiling_ns = last.time_ns + CEILING_AHEAD_NS;
@@ -525,7 +525,7 @@ impl Edge {
             let bound = self.stretch_bound();
             if self.clock.pass(ts, bound) {
                 ctx.count("dast.clock_passed", 1);
-                self.keep_ceiling(ctx);
+                self.keep_clock_bounds(ctx);
             }
         }
     }
@@ -865,7 +865,7 @@ impl Edge {
                 // nothing left to hold).
                 self.wait.insert((ts, id));
                 // A head within a nanosecond of the clock: cover what it handed out.
-                self.keep_ceiling(ctx);
+                self.keep_clock_bounds(ctx);
             }
             self.notify_relevant(&info, NoticeState::Committed(ts));
         }

@@ -319,3 +319,64 @@ fn a_hand_off_copy_after_a_restart_is_dropped() {
     assert!(counted(&actions, "dast.duplicate_handoffs"), "{actions:?}");
     assert!(!counted(&actions, "dast.irt"), "the copy ran again");
 }
+
+/// A committed CRT held in the waitQ one nanosecond above the clock (its inputs still
+/// travelling) makes the node persist a clock floor above the clock and below the CRT:
+/// the floor a restarted clock resumes at (`Dclock::restore`), so that it repeats none of
+/// the fractions it may hand out in that nanosecond.
+#[test]
+fn a_crt_held_a_nanosecond_above_the_clock_persists_a_floor_below_it() {
+    use super::wire::{Kind, Msg, Record, TxnInfo};
+    use meridian_core::host::Action;
+    use meridian_core::{Node, TxnId};
+    use std::sync::Arc;
+
+    let setup = edge_regions_setup();
+    let replicas = setup.cluster.replicas(ShardId(0)).to_vec();
+    let (me, coord) = (replicas[0], replicas[1]);
+    let now = 1_700_000_000_000_000_000;
+    let mut host = started_edge(&setup, me, &[], now);
+    let here = setup.cluster.partitioner.key_on_shard(ShardId(0), "k");
+    let there = setup.cluster.partitioner.key_on_shard(ShardId(1), "k");
+    let info = TxnInfo {
+        id: TxnId::new(coord, 0, 1),
+        kind: Kind::Crt,
+        coord,
+        txn: Arc::new(Txn {
+            pieces: vec![
+                Piece::ops(ShardId(1), vec![Op::Get(there)]),
+                Piece::ops(
+                    ShardId(0),
+                    vec![Op::Put(
+                        here,
+                        Operand::Input {
+                            piece: 0,
+                            output: 0,
+                        },
+                    )],
+                ),
+            ],
+        }),
+    };
+    // A fresh clock's lastTs is at time 0: the CRT sits one nanosecond above it.
+    let crt = Timestamp::with_frac(1, coord.0 + 1, 0);
+    let mut actions = Vec::new();
+    host.handle(
+        now + 1_000,
+        |n, ctx| n.on_message(ctx, coord, Msg::Commit { info, ts: crt }),
+        &mut actions,
+    )
+    .expect("handles the commit");
+    let floor = actions.iter().find_map(|a| match a {
+        Action::Persist {
+            record: Record::ClockFloor { ts },
+            ..
+        } => Some(*ts),
+        _ => None,
+    });
+    let floor = floor.expect("a clock floor is persisted");
+    assert!(
+        floor > Timestamp::with_frac(0, me.0, 0) && floor < crt,
+        "{floor:?}"
+    );
+}
