@@ -114,6 +114,13 @@
 //!   transaction waits 500 µs in its thread's retry queue while the thread runs others)
 //!   is `--retry-aborted --retry-interval 500us` (experiment keys `retry_aborted = true`,
 //!   `retry_interval = "500us"`); without them an aborted transaction is not retried.
+//!   The artifact's YCSB draws a request's record as a Zipf rank within one server's
+//!   records and the server uniformly (`codes/util.cpp` `Zipfan_gen::gen`), so its hottest
+//!   records are one per server; `ycsb-t`'s `per_shard_zipf=true` does the same (the
+//!   Fig. 11 experiment sets it). With one Zipf over all records the single hottest one
+//!   (6.2 % of requests at θ = 0.99 over 2 M) serializes the run: each read-modify-write
+//!   on it waits for its predecessor's PENDING version to commit, and that chain, not
+//!   aborts, sets the throughput.
 //! * **Interactive transactions** are not implemented (answered `Unsupported`): §4.1's
 //!   coordinator could add key-dependent requests while running, but the one-shot model
 //!   already covers the paper's workloads.
