@@ -116,19 +116,21 @@
 //!   `retry_interval = "500us"`); without them an aborted transaction is not retried.
 //!   The artifact's YCSB draws a request's record as a Zipf rank within one server's
 //!   records and the server uniformly (`codes/util.cpp` `Zipfan_gen::gen`), so its hottest
-//!   records are one per server; `ycsb-t`'s `per_shard_zipf=true` does the same (the
-//!   Fig. 11 experiment sets it). With one Zipf over all records the single hottest one
-//!   (6.2 % of requests at θ = 0.99 over 2 M) serializes the run: each read-modify-write
-//!   on it waits for its predecessor's PENDING version to commit, and that chain, not
-//!   aborts, sets the throughput (Fig. 11's stages 2–4: 335,853 / 334,067 / 331,217
-//!   txns/s). Drawn per shard, the five hottest records' chains still bind: measured on the
-//!   Fig. 11 file (release build of `e94b592`), stages 2–4 commit 715,827 / 714,920 /
-//!   690,873 txns/s with 4.0 / 2.9 / 0.03 % of attempts aborted at 1 µs per event, and
-//!   870,663 / 862,853 / 842,400 with 4.5 / 3.0 / 0.01 % at 250 ns (1.8 blocked reads
-//!   per committed transaction; a 4× shorter service time gains 20 %). So 2LClock does remove the clock-error aborts (10,187 →
-//!   115 at 250 ns) and deferral the rest, but with every stage bound by the hot records'
-//!   chains neither raises the throughput: deferral's waits (about four deferred reads per
-//!   transaction) cost it 3 %. The paper's +87 % and +70 % are not reproduced. Our
+//!   records are one per server; `ycsb-t`'s `per_shard_zipf=true` does the same (the Fig.
+//!   11 experiment file does not set it yet: its page rows were rendered without it, and
+//!   the setting does not change the verdict below). With one Zipf over all records the
+//!   single hottest one (6.2 % of requests at θ = 0.99 over 2 M) serializes the run: each
+//!   read-modify-write on it waits for its predecessor's PENDING version to commit, and
+//!   that chain, not aborts, sets the throughput (Fig. 11's stages 2–4: 335,853 / 334,067 /
+//!   331,217 txns/s). Drawn per shard, the five hottest records' chains still bind:
+//!   measured on the Fig. 11 file with `per_shard_zipf = "true"` (release build of
+//!   `e94b592`), stages 2–4 commit 715,827 / 714,920 / 690,873 txns/s with 4.0 / 2.9 /
+//!   0.03 % of attempts aborted at 1 µs per event, and 870,663 / 862,853 / 842,400 with 4.5 /
+//!   3.0 / 0.01 % at 250 ns (about one read per transaction blocked on a PENDING version; a
+//!   4× shorter service time gains 20 %). So 2LClock does remove the clock-error aborts
+//!   (10,187 → 115 at 250 ns) and deferral the rest, but with every stage bound by the hot
+//!   records' chains neither raises the throughput: deferral's waits (2.6 deferred reads
+//!   per transaction) cost it 3 %. The paper's +87 % and +70 % are not reproduced. Our
 //!   guess, not measured: the testbed's stages are bound by aborts instead (its DST-TO
 //!   aborts 76 %; ours 4.5 % once pre-attaching is on), and reproducing that would need a
 //!   model of the testbed's late arrivals, which are tens of µs (§6.4's deferral times,
