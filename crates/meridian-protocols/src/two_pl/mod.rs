@@ -68,9 +68,12 @@
 //!   incarnation (logged in `Started`) so its transaction ids never repeat.
 //! * **Timeouts**: an unprepared server aborts a transaction it has heard nothing about for
 //!   `idle_timeout_ms`; a prepared one blocks (asking periodically) — faithful to 2PC.
-//! * **Records** are compact: servers log Prepared/Committed/Aborted and, every
-//!   `checkpoint_every` records, a checkpoint of the whole store; restore starts from the
-//!   latest checkpoint. Coordinators log Started/Decided and a checkpoint of unacknowledged
+//! * **Records** are compact: servers log Prepared/Committed/Aborted and a checkpoint of
+//!   the whole store after `checkpoint_every` records and as many as the store has keys,
+//!   or sooner once the records since the last one carry more bytes than the store (and
+//!   1 MiB): a value that only grows, written whole by every record, must not grow the log
+//!   quadratically (`kit::log::checkpoint_due_by_size`); restore starts from the latest
+//!   checkpoint. Coordinators log Started/Decided and a checkpoint of unacknowledged
 //!   decisions.
 //! * **Limits**: `max_inflight` undecided transactions per coordinator (beyond it:
 //!   `Aborted{Unsupported("overloaded: …")}`), `max_waiters_per_key` (beyond it:

@@ -105,6 +105,12 @@ pub struct Server {
     /// Transactions granted a lock they were waiting for, to resume before the handler ends.
     wakeups: VecDeque<TxnId>,
     since_checkpoint: usize,
+    /// The bytes of the records written since the last checkpoint, and of the store, as
+    /// `kit::log::checkpoint_due_by_size` weighs them: a checkpoint is also due once the
+    /// log outweighs the store (records may carry values much larger than the store's
+    /// average entry).
+    logged_bytes: u64,
+    store_bytes: u64,
     checkpoint_due: bool,
     /// `p2pl-ttc` with `replica_reads=safets`: the versions, `t_safe` and replication.
     safe: Option<Box<SafePrimary>>,
@@ -309,6 +315,8 @@ impl Server {
             spare_needs: Vec::new(),
             wakeups: VecDeque::new(),
             since_checkpoint: 0,
+            logged_bytes: 0,
+            store_bytes: 0,
             checkpoint_due: false,
             safe: safe.map(Box::new),
         };
@@ -320,6 +328,7 @@ impl Server {
             server.load(snapshot, &mut prepared);
         }
         server.since_checkpoint = tail.len();
+        server.logged_bytes = tail.iter().map(Record::logged_bytes).sum();
         let rebooted = !records.is_empty();
         for record in tail {
             server.replay(record, &mut prepared);
@@ -337,7 +346,9 @@ impl Server {
     }
 
     fn load(&mut self, snapshot: &ServerSnapshot, prepared: &mut BTreeMap<TxnId, PreparedTxn>) {
-        self.store = snapshot.store.iter().cloned().collect();
+        self.store = FxHashMap::default();
+        self.store_bytes = 0;
+        self.install(snapshot.store.iter().cloned());
         self.versions.load(&snapshot.versions);
         if let Some(safe) = &mut self.safe {
             // Only each key's newest version survives a checkpoint.
@@ -372,7 +383,7 @@ impl Server {
                 local: Some(local),
                 ..
             } => {
-                self.store.extend(local.writes.iter().cloned());
+                self.install(local.writes.iter().cloned());
                 self.versions.bump(&local.writes);
                 let results = Some(local.results.clone());
                 self.insert_finished(*txn, Finished::Committed { results });
@@ -391,7 +402,7 @@ impl Server {
                     }
                 }
                 self.versions.bump(&p.writes);
-                self.store.extend(p.writes);
+                self.install(p.writes);
                 self.insert_finished(*txn, Finished::Committed { results: None });
             }
             Record::Aborted { txn, reason } => {
@@ -762,7 +773,7 @@ impl Server {
         );
         let results: Vec<PieceResult> = t.results.drain().map(|(_, r)| r).collect();
         let writes: Vec<(Key, Value)> = t.writes.drain().collect();
-        self.store.extend(writes.iter().cloned());
+        self.install(writes.iter().cloned());
         self.versions.bump(&writes);
         let local = LocalCommit {
             writes,
@@ -845,13 +856,14 @@ impl Server {
             .txns
             .get_mut(&txn)
             .expect("preparing a live transaction");
-        let record = PreparedTxn {
+        let record = Record::Prepared(PreparedTxn {
             age: t.age,
             locks: t.held.as_slice().to_vec(),
             writes: t.writes.as_slice().to_vec(),
-        };
+        });
+        let bytes = record.logged_bytes();
         // Write-ahead: the vote promises to commit even after a crash.
-        ctx.persist(Record::Prepared(record));
+        ctx.persist(record);
         t.prepared = true;
         if let Some(safe) = &mut self.safe {
             safe.prepared(txn);
@@ -867,7 +879,7 @@ impl Server {
         } else {
             None
         };
-        self.persisted();
+        self.persisted(bytes);
         if let Some(held) = held {
             self.release_all(txn, held.keys());
         }
@@ -903,7 +915,7 @@ impl Server {
             let ts = commit_ts.expect("p2pl-ttc commits name their timestamp");
             safe.committed(ctx, txn, ts, t.writes.as_slice());
         }
-        self.store.extend(t.writes.drain());
+        self.install(t.writes.drain());
         let record = Record::Committed {
             txn,
             local: None,
@@ -1048,19 +1060,40 @@ impl Server {
     }
 
     fn persist(&mut self, ctx: &mut Cx<'_>, record: Record) {
+        let bytes = record.logged_bytes();
         ctx.persist(record);
-        self.persisted();
+        self.persisted(bytes);
     }
 
-    /// Counts a record just written towards the next checkpoint.
-    fn persisted(&mut self) {
+    /// Counts a record just written (`bytes` by `Record::logged_bytes`) towards the next
+    /// checkpoint: due after `checkpoint_every` records and as many as the store has keys,
+    /// or once the records since the last one outweigh the store.
+    fn persisted(&mut self, bytes: u64) {
+        use crate::kit::log::{checkpoint_due, checkpoint_due_by_size};
         self.since_checkpoint += 1;
-        if crate::kit::log::checkpoint_due(
+        self.logged_bytes += bytes;
+        if checkpoint_due(
             self.since_checkpoint,
             self.opts.checkpoint_every,
             self.store.len(),
-        ) {
+        ) || checkpoint_due_by_size(self.logged_bytes, self.store_bytes)
+        {
             self.checkpoint_due = true;
+        }
+    }
+
+    /// Applies committed writes to the store, keeping `store_bytes` up to date.
+    fn install(&mut self, writes: impl IntoIterator<Item = (Key, Value)>) {
+        use crate::kit::log::entry_bytes;
+        for (key, value) in writes {
+            let added = entry_bytes(&key, &value);
+            if let Some(old) = self.store.get_mut(&key) {
+                self.store_bytes -= entry_bytes(&key, old);
+                *old = value;
+            } else {
+                self.store.insert(key, value);
+            }
+            self.store_bytes += added;
         }
     }
 
@@ -1073,6 +1106,7 @@ impl Server {
         if self.checkpoint_due {
             ctx.checkpoint(Record::ServerCheckpoint(Box::new(self.snapshot())));
             self.since_checkpoint = 0;
+            self.logged_bytes = 0;
             self.checkpoint_due = false;
         }
     }
@@ -1136,6 +1170,16 @@ impl Server {
 
     pub(crate) fn waiters(&self, key: &[u8]) -> usize {
         self.locks.waiters(&Key::copy_from_slice(key))
+    }
+
+    /// `store_bytes` is what `install` should have kept it at.
+    pub(crate) fn store_bytes_consistent(&self) -> bool {
+        let bytes: u64 = self
+            .store
+            .iter()
+            .map(|(k, v)| crate::kit::log::entry_bytes(k, v))
+            .sum();
+        bytes == self.store_bytes
     }
 
     /// The committed store as a checkpoint holds it, sorted by key (canonical).

@@ -301,3 +301,28 @@ pub enum Record {
     /// `2pl-pb`: a replica's configuration and log, or a coordinator's grant.
     Pb(PbRecord),
 }
+
+impl Record {
+    /// A server record's weight for [`crate::kit::log::checkpoint_due_by_size`]: the keys and
+    /// values it carries (writes, locked keys, one-round results).
+    pub(crate) fn logged_bytes(&self) -> u64 {
+        use crate::kit::log::{entry_bytes, ENTRY_OVERHEAD_BYTES};
+        let writes = |w: &[(Key, Value)]| w.iter().map(|(k, v)| entry_bytes(k, v)).sum::<u64>();
+        match self {
+            Record::Prepared(p) => {
+                let locks: u64 = p.locks.iter().map(|(k, _)| entry_bytes(k, &[])).sum();
+                writes(&p.writes) + locks
+            }
+            Record::Committed {
+                local: Some(local), ..
+            } => {
+                let outputs = local
+                    .results
+                    .iter()
+                    .flat_map(|r| r.outputs.iter().flatten());
+                writes(&local.writes) + outputs.map(|v| entry_bytes(&[], v)).sum::<u64>()
+            }
+            _ => ENTRY_OVERHEAD_BYTES,
+        }
+    }
+}
