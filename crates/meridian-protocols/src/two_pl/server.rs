@@ -1085,16 +1085,31 @@ impl Server {
     /// Applies committed writes to the store, keeping `store_bytes` up to date.
     fn install(&mut self, writes: impl IntoIterator<Item = (Key, Value)>) {
         use crate::kit::log::entry_bytes;
+        use std::collections::hash_map::Entry;
         for (key, value) in writes {
-            let added = entry_bytes(&key, &value);
-            if let Some(old) = self.store.get_mut(&key) {
-                self.store_bytes -= entry_bytes(&key, old);
-                *old = value;
-            } else {
-                self.store.insert(key, value);
+            self.store_bytes += entry_bytes(&key, &value);
+            // One lookup per write: this is every commit's path.
+            match self.store.entry(key) {
+                Entry::Occupied(mut old) => {
+                    self.store_bytes -= entry_bytes(old.key(), old.get());
+                    old.insert(value);
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
             }
-            self.store_bytes += added;
         }
+    }
+
+    /// `store_bytes` is what `install` should have kept it at (checked at each
+    /// checkpoint, which walks the store anyway).
+    pub(crate) fn store_bytes_consistent(&self) -> bool {
+        let bytes: u64 = self
+            .store
+            .iter()
+            .map(|(k, v)| crate::kit::log::entry_bytes(k, v))
+            .sum();
+        bytes == self.store_bytes
     }
 
     /// Ends every handler: resumes woken waiters, then writes a due checkpoint — only now,
@@ -1104,6 +1119,8 @@ impl Server {
             self.on_granted(ctx, txn);
         }
         if self.checkpoint_due {
+            // A checkpoint walks the whole store anyway: check the byte count kept for it.
+            debug_assert!(self.store_bytes_consistent(), "store_bytes drifted");
             ctx.checkpoint(Record::ServerCheckpoint(Box::new(self.snapshot())));
             self.since_checkpoint = 0;
             self.logged_bytes = 0;
@@ -1170,16 +1187,6 @@ impl Server {
 
     pub(crate) fn waiters(&self, key: &[u8]) -> usize {
         self.locks.waiters(&Key::copy_from_slice(key))
-    }
-
-    /// `store_bytes` is what `install` should have kept it at.
-    pub(crate) fn store_bytes_consistent(&self) -> bool {
-        let bytes: u64 = self
-            .store
-            .iter()
-            .map(|(k, v)| crate::kit::log::entry_bytes(k, v))
-            .sum();
-        bytes == self.store_bytes
     }
 
     /// The committed store as a checkpoint holds it, sorted by key (canonical).
